@@ -1,0 +1,1 @@
+//! (owned by the decoder work; see ARCHITECTURE.md)

@@ -1,0 +1,33 @@
+//! outbox-binlog: a MySQL/MariaDB binary log as an ordered stream of **committed
+//! transactions** with typed row changes of selected tables.
+//!
+//! Two sources yield the same [`StreamItem`]s:
+//! * [`BinlogReader`]: a live replication stream from a server (file+position, GTID,
+//!   earliest or latest start), with heartbeats and transient/definite errors;
+//! * [`BinlogFileReader`]: binlog files on disk (archived binlogs, recovery, `inspect`).
+//!
+//! Items come in binlog order: the [`RowChange`]s of one transaction, then its [`Commit`],
+//! which carries the position just after the transaction. [`Heartbeat`]s only come between
+//! transactions.
+//!
+//! # Resumption
+//! A [`Commit::position`] (or [`Heartbeat::position`]) is a safe place to start a new
+//! stream: it is always a transaction boundary, so a reader started there yields exactly the
+//! transactions after it, none twice and none skipped. MariaDB GTID positions
+//! ([`Commit::gtid`] accumulated in a [`GtidSet`]) are equally safe and survive a failover.
+//! Positions inside a transaction are never handed out.
+
+mod checks;
+mod decoder;
+mod error;
+mod file;
+mod gtid;
+mod live;
+mod types;
+
+pub use error::BinlogError;
+pub use gtid::{Gtid, GtidSet, GtidSetParseError};
+pub use types::{
+    BinlogPosition, ColumnNames, Commit, DateTime, Flavor, Heartbeat, Row, RowChange, RowOperation,
+    StreamItem, TableFilter, TableName, Value,
+};

@@ -1,0 +1,1 @@
+//! (owned by the live-source work; see ARCHITECTURE.md)

@@ -1,0 +1,306 @@
+//! The data model of the transaction stream: positions, GTIDs, typed values, rows,
+//! and the items the reader yields. Every other crate of the workspace speaks these types.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::gtid::Gtid;
+
+/// Which server family wrote the binlog. Decides GTID format, the dump command and
+/// which event type codes exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Flavor {
+    /// Oracle MySQL 5.7 / 8.x / 9.x (and Percona).
+    Mysql,
+    /// MariaDB 10.5 and later.
+    Mariadb,
+}
+
+impl fmt::Display for Flavor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Flavor::Mysql => "mysql",
+            Flavor::Mariadb => "mariadb",
+        })
+    }
+}
+
+/// A place in the binary log: a file name and a byte offset inside it.
+///
+/// Positions handed out by the reader always point just **after** a committed transaction
+/// (or are heartbeat positions, which the server only sends between transactions), so
+/// starting a new stream at one never splits a transaction.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct BinlogPosition {
+    /// Binlog file name as the server names it, e.g. `mysql-bin.000042`.
+    pub file: String,
+    /// Byte offset inside `file`.
+    pub position: u64,
+}
+
+impl BinlogPosition {
+    /// Builds a position from its two parts.
+    pub fn new(file: impl Into<String>, position: u64) -> Self {
+        Self {
+            file: file.into(),
+            position,
+        }
+    }
+}
+
+impl fmt::Display for BinlogPosition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file, self.position)
+    }
+}
+
+/// Fully qualified name of a table: `database.table`.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct TableName {
+    /// Schema (database) name.
+    pub database: String,
+    /// Table name inside `database`.
+    pub table: String,
+}
+
+impl TableName {
+    /// Builds a table name from its two parts.
+    pub fn new(database: impl Into<String>, table: impl Into<String>) -> Self {
+        Self {
+            database: database.into(),
+            table: table.into(),
+        }
+    }
+}
+
+impl fmt::Display for TableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.database, self.table)
+    }
+}
+
+impl std::str::FromStr for TableName {
+    type Err = String;
+
+    /// Parses `database.table`; both parts must be non-empty and there must be exactly one dot.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.split_once('.') {
+            Some((db, table)) if !db.is_empty() && !table.is_empty() && !table.contains('.') => {
+                Ok(TableName::new(db, table))
+            }
+            _ => Err(format!(
+                "`{s}` is not a table name of the form `database.table`"
+            )),
+        }
+    }
+}
+
+/// A calendar date and wall-clock time with microseconds, as MySQL's `DATETIME`/`DATE`/`TIME`
+/// store it (no time zone). `TIME` values use `year = month = day = 0` and may be negative
+/// or exceed 24 hours, so they have their own variant in [`Value`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct DateTime {
+    /// Year (0 for the zero date).
+    pub year: u16,
+    /// Month 1-12 (0 for the zero date).
+    pub month: u8,
+    /// Day 1-31 (0 for the zero date).
+    pub day: u8,
+    /// Hour 0-23.
+    pub hour: u8,
+    /// Minute 0-59.
+    pub minute: u8,
+    /// Second 0-59.
+    pub second: u8,
+    /// Microseconds 0-999999.
+    pub micros: u32,
+}
+
+/// One column value of a row image, typed for the router.
+///
+/// Text is decoded from its column charset to UTF-8; bytes that are not valid in that
+/// charset are kept in [`Value::UndecodableText`] so the router can name the problem
+/// instead of guessing.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum Value {
+    /// SQL NULL.
+    Null,
+    /// Signed integer types (TINYINT..BIGINT, YEAR).
+    Int(i64),
+    /// Unsigned integer types (including BIGINT UNSIGNED, BIT up to 64 bits).
+    UInt(u64),
+    /// FLOAT.
+    Float(f32),
+    /// DOUBLE.
+    Double(f64),
+    /// DECIMAL, as its exact decimal string (e.g. `"-12.3400"`).
+    Decimal(String),
+    /// A text column (CHAR, VARCHAR, TEXT, ENUM/SET by name, MariaDB JSON), decoded to UTF-8.
+    Text(String),
+    /// A text column whose bytes are not valid in its charset. The raw bytes are kept.
+    UndecodableText {
+        /// The raw column bytes.
+        bytes: Vec<u8>,
+        /// The charset (collation) the column declared, as a name or numeric collation id.
+        charset: String,
+    },
+    /// A binary column (BINARY, VARBINARY, BLOB), byte-exact.
+    Bytes(Vec<u8>),
+    /// A MySQL `JSON` column (binary JSON decoded to a JSON document).
+    Json(serde_json::Value),
+    /// DATETIME (no time zone).
+    DateTime(DateTime),
+    /// DATE (time fields are zero).
+    Date(DateTime),
+    /// TIME: a signed duration.
+    Time {
+        /// True for a negative duration.
+        negative: bool,
+        /// Whole hours (may exceed 23).
+        hours: u32,
+        /// Minutes 0-59.
+        minutes: u8,
+        /// Seconds 0-59.
+        seconds: u8,
+        /// Microseconds 0-999999.
+        micros: u32,
+    },
+    /// TIMESTAMP: a point in time, seconds and microseconds since the Unix epoch (UTC).
+    Timestamp {
+        /// Seconds since 1970-01-01T00:00:00Z.
+        unix_seconds: i64,
+        /// Microseconds 0-999999.
+        micros: u32,
+    },
+}
+
+/// Column names of a table, shared by every row of that table (cheap to clone).
+pub type ColumnNames = Arc<[String]>;
+
+/// One row image: values in table column order, with the shared column names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// Column names, in table order; `values[i]` belongs to `columns[i]`.
+    pub columns: ColumnNames,
+    /// Column values. With `binlog_row_image=FULL` every column is present.
+    pub values: Vec<Value>,
+}
+
+impl Row {
+    /// The value of the column called `name` (exact, case-sensitive match), if the table has one.
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.columns
+            .iter()
+            .position(|c| c == name)
+            .and_then(|i| self.values.get(i))
+    }
+}
+
+/// What a row event did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RowOperation {
+    /// WRITE_ROWS: `after` is set.
+    Insert,
+    /// UPDATE_ROWS: `before` and `after` are set.
+    Update,
+    /// DELETE_ROWS: `before` is set.
+    Delete,
+}
+
+/// One changed row of a watched table, inside a transaction that has not ended yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowChange {
+    /// The table the row belongs to.
+    pub table: Arc<TableName>,
+    /// Insert, update or delete.
+    pub operation: RowOperation,
+    /// Row image before the change (update, delete).
+    pub before: Option<Row>,
+    /// Row image after the change (insert, update).
+    pub after: Option<Row>,
+    /// Timestamp of the rows event header (seconds since the epoch, server clock).
+    pub event_timestamp: u32,
+    /// Where the rows event that carried this row starts (for diagnostics, not for resuming).
+    pub event_position: BinlogPosition,
+}
+
+/// The end of a committed transaction. All [`RowChange`]s yielded since the previous
+/// `Commit` belong to it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Commit {
+    /// Position just after the commit event (XID, or COMMIT/DDL query): resuming here starts
+    /// with the next transaction.
+    pub position: BinlogPosition,
+    /// The transaction's GTID, when the server assigned one.
+    pub gtid: Option<Gtid>,
+    /// Timestamp of the commit event header (seconds since the epoch, server clock).
+    pub timestamp: u32,
+    /// Number of watched rows yielded for this transaction (0 when it touched none).
+    pub row_count: u64,
+}
+
+/// A server heartbeat: the server is alive and has nothing newer than `position`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Heartbeat {
+    /// The position the server reports; always between transactions.
+    pub position: BinlogPosition,
+}
+
+/// One item of the transaction stream, in binlog order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamItem {
+    /// A changed row of a watched table. More rows of the same transaction may follow.
+    Row(RowChange),
+    /// The transaction the preceding rows belong to committed.
+    Commit(Commit),
+    /// The server is idle at this position (no transaction is open).
+    Heartbeat(Heartbeat),
+}
+
+/// Which tables' rows the reader decodes and yields. Rows of other tables are skipped
+/// before any value is decoded, so they cost little.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TableFilter {
+    /// The watched tables; ignored when `all` is set.
+    tables: std::collections::HashSet<TableName>,
+    /// Watch every table (used by `inspect` without a config).
+    all: bool,
+}
+
+impl TableFilter {
+    /// Watch exactly these tables.
+    pub fn tables(tables: impl IntoIterator<Item = TableName>) -> Self {
+        Self {
+            tables: tables.into_iter().collect(),
+            all: false,
+        }
+    }
+
+    /// Watch every table.
+    pub fn all() -> Self {
+        Self {
+            tables: Default::default(),
+            all: true,
+        }
+    }
+
+    /// True when rows of `database.table` are wanted.
+    pub fn matches(&self, database: &str, table: &str) -> bool {
+        self.all
+            || self
+                .tables
+                .iter()
+                .any(|t| t.database == database && t.table == table)
+    }
+
+    /// The explicitly watched tables (empty when watching all).
+    pub fn watched(&self) -> impl Iterator<Item = &TableName> {
+        self.tables.iter()
+    }
+}

@@ -1,0 +1,405 @@
+//! Dev-only test harness: a **scratch MariaDB** server started as its own process for one
+//! test, with binary logging set up the way outbox-relay needs it (`log_bin`,
+//! `binlog_format=ROW`, `binlog_row_image=FULL`, `binlog_row_metadata=FULL`, a `server_id`).
+//!
+//! Tests never touch the machine's MariaDB service on port 3306: each [`ScratchMariadb`] has its
+//! own temporary data directory, a free loopback port and its own socket, and is killed and
+//! removed when dropped.
+//!
+//! `mariadb-install-db` runs once per test process into a template directory; each server
+//! copies the template, so starting one costs about a second.
+
+use std::io;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Why a scratch server could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TestkitError {
+    /// A MariaDB program is not installed.
+    #[error("`{program}` not found on PATH or in /usr/sbin: install MariaDB server binaries (apt-get install mariadb-server)")]
+    MissingProgram {
+        /// The missing program.
+        program: &'static str,
+    },
+    /// An I/O error while preparing directories or spawning processes.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// `mariadb-install-db` failed.
+    #[error("mariadb-install-db failed ({status}); its output:\n{output}")]
+    InstallFailed {
+        /// Exit status.
+        status: String,
+        /// Combined output.
+        output: String,
+    },
+    /// The server did not accept connections in time.
+    #[error("scratch MariaDB on port {port} did not accept connections within {waited:?}; error log {log}:\n{tail}")]
+    StartTimeout {
+        /// The port it was told to listen on.
+        port: u16,
+        /// How long we waited.
+        waited: Duration,
+        /// Path of its error log.
+        log: String,
+        /// The end of its error log.
+        tail: String,
+    },
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> TestkitError {
+    let what = what.into();
+    move |source| TestkitError::Io { what, source }
+}
+
+/// Settings for one scratch server.
+#[derive(Debug, Clone)]
+pub struct ScratchOptions {
+    /// `--server-id` of the scratch server.
+    pub server_id: u32,
+    /// `--binlog-row-metadata` (`FULL` by default; `MINIMAL` to test the name lookup path).
+    pub binlog_row_metadata: &'static str,
+    /// Extra `--option=value` arguments for `mariadbd`.
+    pub extra_args: Vec<String>,
+}
+
+impl Default for ScratchOptions {
+    fn default() -> Self {
+        Self {
+            server_id: 1,
+            binlog_row_metadata: "FULL",
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+/// A running scratch MariaDB. Killed, and its data directory removed, on drop.
+pub struct ScratchMariadb {
+    /// The server process; `None` while stopped (see [`ScratchMariadb::stop`]).
+    child: Option<Child>,
+    /// Owns the temporary directory (data, socket, logs) so it lives as long as the server.
+    dir: tempfile::TempDir,
+    /// TCP port on 127.0.0.1 the server listens on; kept across restarts.
+    port: u16,
+    /// Options it was started with; reused by [`ScratchMariadb::restart`].
+    options: ScratchOptions,
+}
+
+fn find_program(name: &'static str) -> Result<PathBuf, TestkitError> {
+    let path_dirs = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path_dirs)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/usr/bin")])
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+        .ok_or(TestkitError::MissingProgram { program: name })
+}
+
+/// The template data directory, installed once per test process.
+fn template_datadir() -> Result<&'static Path, TestkitError> {
+    static TEMPLATE: OnceLock<Result<tempfile::TempDir, String>> = OnceLock::new();
+    let result = TEMPLATE.get_or_init(|| install_template().map_err(|e| e.to_string()));
+    match result {
+        Ok(dir) => Ok(dir.path()),
+        Err(message) => Err(TestkitError::Io {
+            what: "installing the template data directory".into(),
+            source: io::Error::other(message.clone()),
+        }),
+    }
+}
+
+fn install_template() -> Result<tempfile::TempDir, TestkitError> {
+    let install = find_program("mariadb-install-db")?;
+    let dir = tempfile::Builder::new()
+        .prefix("outbox-mariadb-template-")
+        .tempdir()
+        .map_err(io_err("creating the template directory"))?;
+    let output = Command::new(&install)
+        .arg("--no-defaults")
+        .arg("--user=root")
+        .arg(format!("--datadir={}", dir.path().join("data").display()))
+        .arg("--auth-root-authentication-method=normal")
+        .arg("--skip-test-db")
+        .arg("--innodb-log-file-size=8M")
+        .output()
+        .map_err(io_err(format!("running {}", install.display())))?;
+    if !output.status.success() {
+        return Err(TestkitError::InstallFailed {
+            status: output.status.to_string(),
+            output: format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ),
+        });
+    }
+    Ok(dir)
+}
+
+fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+fn free_port() -> Result<u16, TestkitError> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(io_err("finding a free port"))?;
+    let port = listener
+        .local_addr()
+        .map_err(io_err("finding a free port"))?
+        .port();
+    Ok(port)
+}
+
+impl ScratchMariadb {
+    /// Starts a scratch server with default options (server_id 1, FULL row metadata).
+    pub async fn start() -> Result<Self, TestkitError> {
+        Self::start_with(ScratchOptions::default()).await
+    }
+
+    /// Starts a scratch server with the given options and waits until it accepts connections.
+    pub async fn start_with(options: ScratchOptions) -> Result<Self, TestkitError> {
+        let template = template_datadir()?.to_path_buf();
+        let dir = tempfile::Builder::new()
+            .prefix("outbox-mariadb-")
+            .tempdir()
+            .map_err(io_err("creating the scratch directory"))?;
+        let data = dir.path().join("data");
+        let copy_from = template.join("data");
+        tokio::task::spawn_blocking(move || copy_dir(&copy_from, &data))
+            .await
+            .map_err(|e| TestkitError::Io {
+                what: "copying the template".into(),
+                source: io::Error::other(e.to_string()),
+            })?
+            .map_err(io_err("copying the template data directory"))?;
+        let mut server = ScratchMariadb {
+            child: None,
+            dir,
+            port: free_port()?,
+            options,
+        };
+        server.launch().await?;
+        Ok(server)
+    }
+
+    async fn launch(&mut self) -> Result<(), TestkitError> {
+        let mariadbd = find_program("mariadbd")?;
+        let root = self.dir.path();
+        let log = root.join("error.log");
+        let mut cmd = Command::new(&mariadbd);
+        cmd.arg("--no-defaults")
+            .arg("--user=root")
+            .arg(format!("--datadir={}", root.join("data").display()))
+            .arg(format!("--socket={}", root.join("mysqld.sock").display()))
+            .arg(format!("--pid-file={}", root.join("mysqld.pid").display()))
+            .arg(format!("--log-error={}", log.display()))
+            .arg(format!("--port={}", self.port))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!(
+                "--log-bin={}",
+                root.join("data").join("binlog").display()
+            ))
+            .arg("--binlog-format=ROW")
+            .arg("--binlog-row-image=FULL")
+            .arg(format!(
+                "--binlog-row-metadata={}",
+                self.options.binlog_row_metadata
+            ))
+            .arg(format!("--server-id={}", self.options.server_id))
+            .arg("--innodb-buffer-pool-size=64M")
+            .arg("--innodb-log-file-size=8M")
+            .arg("--max-allowed-packet=1G")
+            .arg("--skip-name-resolve=0")
+            .arg("--character-set-server=utf8mb4")
+            .arg("--collation-server=utf8mb4_general_ci")
+            .args(&self.options.extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd
+            .spawn()
+            .map_err(io_err(format!("spawning {}", mariadbd.display())))?;
+        self.child = Some(child);
+        let started = Instant::now();
+        let limit = Duration::from_secs(60);
+        loop {
+            if let Ok(mut conn) = mysql_async::Conn::from_url(self.url()).await {
+                use mysql_async::prelude::Queryable;
+                if conn.query_drop("SELECT 1").await.is_ok() {
+                    let _ = conn.disconnect().await;
+                    return Ok(());
+                }
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+                .is_some();
+            if exited || started.elapsed() > limit {
+                let tail = std::fs::read_to_string(&log).unwrap_or_default();
+                let tail: String = tail
+                    .lines()
+                    .rev()
+                    .take(20)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                return Err(TestkitError::StartTimeout {
+                    port: self.port,
+                    waited: started.elapsed(),
+                    log: log.display().to_string(),
+                    tail,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// `mysql://root@127.0.0.1:PORT` (root has no password on a scratch server).
+    pub fn url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}", self.port)
+    }
+
+    /// `mysql://root@127.0.0.1:PORT/DATABASE`.
+    pub fn url_with_db(&self, database: &str) -> String {
+        format!("mysql://root@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// The TCP port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's data directory; binlog files are `binlog.NNNNNN` in it.
+    pub fn datadir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The server's `server_id`.
+    pub fn server_id(&self) -> u32 {
+        self.options.server_id
+    }
+
+    /// Opens a new connection as root.
+    pub async fn conn(&self) -> Result<mysql_async::Conn, mysql_async::Error> {
+        mysql_async::Conn::from_url(self.url()).await
+    }
+
+    /// Runs each statement in order on a fresh connection (a test helper: panics are the
+    /// caller's `?`/`unwrap` to decide).
+    pub async fn exec(&self, statements: &[&str]) -> Result<(), mysql_async::Error> {
+        use mysql_async::prelude::Queryable;
+        let mut conn = self.conn().await?;
+        for statement in statements {
+            conn.query_drop(*statement).await?;
+        }
+        conn.disconnect().await
+    }
+
+    /// Kills the server (SIGKILL: a crash, not a clean shutdown) and waits for it to exit.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the server with SIGTERM (clean shutdown) and waits for it to exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY-free: use the `kill` program to send SIGTERM without libc.
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and data directory (after `stop` or `kill`).
+    pub async fn restart(&mut self) -> Result<(), TestkitError> {
+        self.stop();
+        self.launch().await
+    }
+}
+
+impl Drop for ScratchMariadb {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mysql_async::prelude::Queryable;
+
+    #[tokio::test]
+    async fn scratch_server_has_binlog_settings() {
+        let server = ScratchMariadb::start()
+            .await
+            .expect("scratch server starts");
+        assert_ne!(server.port(), 3306);
+        let mut conn = server.conn().await.expect("connects");
+        let row: (String, String, String, String, u32) = conn
+            .query_first(
+                "SELECT @@log_bin, @@binlog_format, @@binlog_row_image, @@binlog_row_metadata, @@server_id",
+            )
+            .await
+            .expect("query")
+            .expect("one row");
+        assert_eq!(
+            row,
+            ("1".into(), "ROW".into(), "FULL".into(), "FULL".into(), 1)
+        );
+        conn.disconnect().await.expect("disconnect");
+    }
+
+    #[tokio::test]
+    async fn restart_keeps_data() {
+        let mut server = ScratchMariadb::start_with(ScratchOptions {
+            server_id: 9,
+            ..ScratchOptions::default()
+        })
+        .await
+        .expect("scratch server starts");
+        server
+            .exec(&[
+                "CREATE DATABASE t",
+                "CREATE TABLE t.x (a INT) ENGINE=InnoDB",
+                "INSERT INTO t.x VALUES (42)",
+            ])
+            .await
+            .expect("setup");
+        server.restart().await.expect("restarts");
+        let mut conn = server.conn().await.expect("connects");
+        let value: Option<i32> = conn.query_first("SELECT a FROM t.x").await.expect("query");
+        assert_eq!(value, Some(42));
+    }
+}
