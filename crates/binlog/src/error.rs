@@ -123,6 +123,18 @@ pub enum BinlogError {
         /// What is wrong with it.
         message: String,
     },
+    /// The replication stream carried bytes the client library could not parse as a
+    /// packet or event (bad event header, checksum mismatch detected by the library, packet
+    /// larger than 1 GiB). Definite: reconnecting would read the same bytes again.
+    #[error("unreadable replication stream from {server} after {position}: {message}")]
+    Protocol {
+        /// `host:port` of the server.
+        server: String,
+        /// The last transaction boundary handed out before the bad data.
+        position: String,
+        /// What the client library said.
+        message: String,
+    },
 }
 
 impl BinlogError {
@@ -138,7 +150,8 @@ impl BinlogError {
             | BinlogError::DuplicateServerId { .. }
             | BinlogError::AccessDenied { .. }
             | BinlogError::ServerMisconfigured { .. }
-            | BinlogError::InvalidReaderConfig { .. } => false,
+            | BinlogError::InvalidReaderConfig { .. }
+            | BinlogError::Protocol { .. } => false,
             BinlogError::Server { code, .. } => is_transient_server_error_code(*code),
         }
     }
