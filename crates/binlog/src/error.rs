@@ -126,12 +126,150 @@ pub enum BinlogError {
         #[source]
         source: Box<BinlogError>,
     },
+
+    /// The replication stream was cut mid-stream (connection reset, server shut down or
+    /// restarted, stream ended). Transient: reconnect and resume from
+    /// `BinlogReader::resume_point`.
+    #[error("replication stream from {server} lost after {position}: {message}")]
+    StreamLost {
+        /// `host:port` of the server.
+        server: String,
+        /// The last transaction boundary handed out (where to resume).
+        position: String,
+        /// What the client library or server said.
+        message: String,
+    },
+    /// Neither an event nor a heartbeat arrived for `waited` (`idle_timeout`). Transient: the
+    /// connection is probably dead without the OS noticing.
+    #[error("no event and no heartbeat from {server} for {waited:?} after {position}; the connection is presumed dead")]
+    IdleTimeout {
+        /// `host:port` of the server.
+        server: String,
+        /// The last transaction boundary handed out (where to resume).
+        position: String,
+        /// How long the reader waited (the configured idle timeout).
+        waited: std::time::Duration,
+    },
+    /// Connecting (or the setup queries before streaming) took longer than `connect_timeout`.
+    /// Transient.
+    #[error("connecting to {server} to stream from {position} timed out after {waited:?}")]
+    ConnectTimeout {
+        /// `host:port` of the server.
+        server: String,
+        /// The start position that was requested.
+        position: String,
+        /// How long the reader waited (the configured connect timeout).
+        waited: std::time::Duration,
+    },
+    /// The requested start position or GTID is no longer (or never was) in the server's
+    /// binlog, usually because the files were purged. Definite: resuming there would skip
+    /// transactions; an operator must decide (re-snapshot, or start from `oldest_available`).
+    #[error("{server} cannot stream from {position}: {message}; the oldest still available is {oldest_available}")]
+    PositionPurged {
+        /// `host:port` of the server.
+        server: String,
+        /// The start position or GTID set that was requested.
+        position: String,
+        /// The oldest binlog file (and, on MariaDB, the GTID state) the server still has,
+        /// queried on a side connection so the operator knows the gap.
+        oldest_available: String,
+        /// What the server said (error 1236 text).
+        message: String,
+    },
+    /// Another replica with the same `server_id` is connected (or took over our stream).
+    /// Definite: two readers with one `server_id` would keep kicking each other off.
+    #[error("{server}: another replica uses server_id {server_id} (stream at {position}): {message}; give every reader a unique server_id")]
+    DuplicateServerId {
+        /// `host:port` of the server.
+        server: String,
+        /// Our replica `server_id` that collides.
+        server_id: u32,
+        /// The position the stream was at or started from.
+        position: String,
+        /// What the server said, or how the collision was detected.
+        message: String,
+    },
+    /// Login refused or a privilege is missing (e.g. `REPLICATION SLAVE`). Definite.
+    #[error("{server} refused access (stream at {position}): {message}")]
+    AccessDenied {
+        /// `host:port` of the server.
+        server: String,
+        /// The position the stream was at or started from.
+        position: String,
+        /// What the server said, or which grant is missing.
+        message: String,
+    },
+    /// The server's settings or grants make a correct stream impossible (startup check).
+    /// Definite: the operator must change the server.
+    #[error("{server} is not set up for outbox-relay (start {position}): {problems}")]
+    ServerMisconfigured {
+        /// `host:port` of the server.
+        server: String,
+        /// The start position that was requested.
+        position: String,
+        /// Every Error-severity problem as `setting: expected X, actual Y`, joined by `; `.
+        problems: String,
+    },
+    /// The server answered with an error not covered by a more specific variant. Transient
+    /// only for codes that are temporary by nature (shutdown in progress, too many
+    /// connections, connection killed, lock wait timeout).
+    #[error("{server} returned error {code} (stream at {position}): {message}")]
+    Server {
+        /// `host:port` of the server.
+        server: String,
+        /// The position the stream was at or started from.
+        position: String,
+        /// MySQL/MariaDB error code.
+        code: u16,
+        /// The server's message.
+        message: String,
+    },
+    /// The reader configuration cannot work (bad URL, GTID set of the other flavor, ...).
+    /// Definite.
+    #[error("invalid reader configuration for {server}: {field}: {message}")]
+    InvalidReaderConfig {
+        /// `host:port` of the server (or the URL text when it does not parse).
+        server: String,
+        /// The configuration field that is wrong.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The replication stream carried bytes the client library could not parse as a
+    /// packet or event (bad event header, checksum mismatch detected by the library, packet
+    /// larger than 1 GiB). Definite: reconnecting would read the same bytes again.
+    #[error("unreadable replication stream from {server} after {position}: {message}")]
+    Protocol {
+        /// `host:port` of the server.
+        server: String,
+        /// The last transaction boundary handed out before the bad data.
+        position: String,
+        /// What the client library said.
+        message: String,
+    },
 }
 
 impl BinlogError {
     /// True when reconnecting and resuming from the last boundary may succeed
     /// (connection lost, timeouts); false for definite errors that need an operator.
     pub fn is_transient(&self) -> bool {
-        matches!(self, BinlogError::Connection { .. })
+        matches!(
+            self,
+            BinlogError::Connection { .. }
+                | BinlogError::StreamLost { .. }
+                | BinlogError::IdleTimeout { .. }
+                | BinlogError::ConnectTimeout { .. }
+        ) || matches!(self, BinlogError::Server { code, .. } if is_transient_server_error_code(*code))
     }
+}
+
+/// Server error codes that go away by themselves: 1040 too many connections, 1053 server
+/// shutdown in progress, 1077 normal shutdown, 1152/1153/1158-1161 aborted connection or
+/// network read/write problems, 1205 lock wait timeout, 1213 deadlock, 1317 query
+/// interrupted, 1927 connection killed (MariaDB), 3169 session was killed (MySQL).
+fn is_transient_server_error_code(code: u16) -> bool {
+    const TRANSIENT_SERVER_ERROR_CODES: [u16; 14] = [
+        1040, 1053, 1077, 1152, 1153, 1158, 1159, 1160, 1161, 1205, 1213, 1317, 1927, 3169,
+    ];
+    TRANSIENT_SERVER_ERROR_CODES.contains(&code)
 }
