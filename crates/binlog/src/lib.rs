@@ -25,8 +25,11 @@ mod gtid;
 mod live;
 mod types;
 
+pub use checks::{check_server, ServerIdentity, ServerReport, SettingCheck, Severity};
 pub use error::BinlogError;
+pub use file::BinlogFileReader;
 pub use gtid::{Gtid, GtidSet, GtidSetParseError};
+pub use live::{BinlogReader, ReaderConfig, StartPosition};
 pub use types::{
     BinlogPosition, ColumnNames, Commit, DateTime, Flavor, Heartbeat, Row, RowChange, RowOperation,
     StreamItem, TableFilter, TableName, Value,

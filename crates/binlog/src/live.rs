@@ -1,1 +1,649 @@
-//! (owned by the live-source work; see ARCHITECTURE.md)
+//! The live source: connect to a MySQL or MariaDB server as a replica, stream its binlog and
+//! turn it into [`StreamItem`]s, one at a time.
+//!
+//! [`BinlogReader::connect`] opens a normal connection, runs the startup check
+//! ([`crate::check_server`]; Error-severity problems make it fail with
+//! [`BinlogError::ServerMisconfigured`]), resolves the start, then opens the replication
+//! connection:
+//! * `SET @master_heartbeat_period` (and `@source_heartbeat_period`) so an idle server still
+//!   sends heartbeats;
+//! * MariaDB: `SET @mariadb_slave_capability=4` so GTID events arrive as such (without it the
+//!   server rewrites them into `BEGIN` queries and GTIDs are lost); starting by GTID uses
+//!   `SET @slave_connect_state` with strict mode and a normal `COM_BINLOG_DUMP` (MariaDB
+//!   answers 1047 to MySQL's GTID dump command);
+//! * MySQL: starting by GTID uses `COM_BINLOG_DUMP_GTID` with the set;
+//! * checksums: the client library declares itself checksum-aware
+//!   (`@master_binlog_checksum`), so events arrive exactly as the server logged them, CRC32
+//!   included, and the decoder verifies them.
+//!
+//! Connections use a 1 GiB client `max_allowed_packet`, so single rows of tens of MiB pass.
+//!
+//! # Streaming and memory
+//! Events are pulled from the socket only when [`BinlogReader::next_item`] has no decoded
+//! item left, and one event is decoded at a time; a transaction of any size is never
+//! buffered as a whole.
+//!
+//! # Cancellation
+//! [`BinlogReader::next_item`] is cancel-safe: it may be dropped at any `.await` (e.g. in a
+//! `tokio::select!` with a shutdown signal). Partly read packets stay in the connection's
+//! buffer, an event waiting for a column-name lookup is kept and pushed again, and the
+//! side connection is dropped (and reopened later) if the lookup was interrupted. No item is
+//! lost or repeated.
+//!
+//! # Errors
+//! After an error the reader is finished; further calls fail again. Transient errors
+//! ([`BinlogError::is_transient`]: connection lost or refused, server shutdown or restart,
+//! idle and connect timeouts) mean: connect a new reader at [`BinlogReader::resume_point`].
+//! Definite errors (purged position naming the oldest file still available, duplicate
+//! `server_id`, access denied, wrong settings, undecodable data) need an operator. Every
+//! error names the server address and the position.
+//!
+//! # Resumption
+//! [`BinlogReader::resume_point`] is the last transaction boundary handed out (the
+//! position of the last [`Commit`] or [`crate::Heartbeat`] returned by `next_item`, or a later
+//! boundary the decoder reached when every decoded item was handed out, e.g. after a
+//! rotation). A reader started there yields exactly the transactions after it. When the
+//! stream was started by GTID, the resume point is a GTID set: the start set plus the GTID of
+//! every commit handed out.
+//!
+//! # Duplicate `server_id`
+//! Both flavors let a new replica with an already connected `server_id` take over: the
+//! server ends the older dump. MySQL tells the older connection so (error 1236, mapped to
+//! [`BinlogError::DuplicateServerId`]); what MariaDB does is asserted by the test
+//! `live_errors.rs::duplicate_server_id_*` and documented on [`BinlogReader::next_item`].
+
+mod connection;
+mod start;
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use mysql_async::prelude::Queryable;
+use mysql_async::{BinlogStream, BinlogStreamRequest, Conn};
+use mysql_common::binlog::events::Event;
+
+use crate::checks::{inspect_server, ServerIdentity};
+use crate::decoder::{Decoder, PushOutcome};
+use crate::{BinlogError, BinlogPosition, Commit, Flavor, GtidSet, StreamItem, TableFilter};
+use crate::{Heartbeat, TableName};
+
+pub(crate) use connection::ServerEndpoint;
+
+/// How to connect and where to start. See the module docs for what each field does on the
+/// wire.
+#[derive(Clone)]
+pub struct ReaderConfig {
+    /// `mysql://user:pass@host:port` of the server to replicate from.
+    pub url: String,
+    /// Our replica `server_id`. It must differ from the server's own and from every other
+    /// replica's, or the server kicks one of the two off.
+    pub server_id: u32,
+    /// Where the stream starts.
+    pub start: StartPosition,
+    /// Which tables' rows are decoded and yielded.
+    pub filter: TableFilter,
+    /// How often an idle server sends a heartbeat (`@master_heartbeat_period`). Must be
+    /// shorter than `idle_timeout`.
+    pub heartbeat_interval: Duration,
+    /// With no event and no heartbeat for this long, the connection is presumed dead and
+    /// `next_item` fails with the transient [`BinlogError::IdleTimeout`].
+    pub idle_timeout: Duration,
+    /// Limit for connecting, the startup queries, and the server's first answer to the dump.
+    pub connect_timeout: Duration,
+}
+
+impl fmt::Debug for ReaderConfig {
+    /// Like a derived `Debug`, but without the URL (it may hold a password).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReaderConfig")
+            .field("url", &"<hidden>")
+            .field("server_id", &self.server_id)
+            .field("start", &self.start)
+            .field("filter", &self.filter)
+            .field("heartbeat_interval", &self.heartbeat_interval)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+/// Where a stream starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartPosition {
+    /// The oldest binlog file the server still has (first line of `SHOW BINARY LOGS`).
+    Earliest,
+    /// The current end of the binlog (`SHOW MASTER STATUS` / `SHOW BINARY LOG STATUS`):
+    /// only transactions committed after connecting.
+    Latest,
+    /// Exactly here: a transaction boundary (a [`Commit::position`] or heartbeat position).
+    Position(BinlogPosition),
+    /// Right after the transactions in this set (the set's flavor must match the server's).
+    Gtid(GtidSet),
+}
+
+impl fmt::Display for StartPosition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StartPosition::Earliest => f.write_str("earliest"),
+            StartPosition::Latest => f.write_str("latest"),
+            StartPosition::Position(position) => write!(f, "{position}"),
+            StartPosition::Gtid(set) => write!(f, "GTID set `{set}`"),
+        }
+    }
+}
+
+/// A live replication stream from one server. See the module docs.
+pub struct BinlogReader {
+    /// How to reach the server (also for side connections) and its address for errors.
+    endpoint: ServerEndpoint,
+    /// Our replica server_id, for errors about duplicates.
+    our_server_id: u32,
+    /// Limit for opening side connections.
+    connect_timeout: Duration,
+    /// Limit for one read of the stream (no event and no heartbeat).
+    idle_timeout: Duration,
+    /// Who the server is (from the startup check).
+    identity: ServerIdentity,
+    /// The replication connection, turned into an event stream.
+    stream: BinlogStream,
+    /// Turns events into items (rows of watched tables, commits, heartbeats).
+    decoder: Decoder,
+    /// Items decoded but not handed out yet (at most the items of one event).
+    decoded_items: VecDeque<StreamItem>,
+    /// An event already read from the stream but not (fully) pushed to the decoder: the
+    /// first event read during `connect`, or one that waits for a column-name lookup.
+    unpushed_event: Option<Event>,
+    /// Normal connection for information_schema lookups and error explanations; kept
+    /// open, reopened when lost.
+    side_connection: Option<Conn>,
+    /// The last transaction boundary handed out (initially the resolved start).
+    handed_out_boundary: BinlogPosition,
+    /// When streaming by GTID: the start set plus every commit GTID handed out.
+    handed_out_gtids: Option<GtidSet>,
+    /// Set once an error was returned: (was it transient, its text).
+    failure: Option<(bool, String)>,
+}
+
+impl BinlogReader {
+    /// Checks the server, resolves the start, opens the replication stream and waits for the
+    /// server's first answer (so a purged start or a refused dump fails here, not later).
+    pub async fn connect(config: ReaderConfig) -> Result<BinlogReader, BinlogError> {
+        let endpoint = ServerEndpoint::from_url(&config.url)?;
+        let requested = config.start.to_string();
+        if config.heartbeat_interval.is_zero() || config.heartbeat_interval >= config.idle_timeout {
+            return Err(BinlogError::InvalidReaderConfig {
+                server: endpoint.address.clone(),
+                field: "heartbeat_interval".into(),
+                message: format!(
+                    "must be above zero and shorter than idle_timeout ({:?}), is {:?}",
+                    config.idle_timeout, config.heartbeat_interval
+                ),
+            });
+        }
+        let connect_timeout = config.connect_timeout;
+        let mut side = endpoint.connect(connect_timeout, &requested).await?;
+        let address = endpoint.address.clone();
+        let within_connect_timeout = |waited| BinlogError::ConnectTimeout {
+            server: address.clone(),
+            position: requested.clone(),
+            waited,
+        };
+        let report = tokio::time::timeout(connect_timeout, inspect_server(&mut side, &endpoint))
+            .await
+            .map_err(|_| within_connect_timeout(connect_timeout))??;
+        for warning in report.warnings() {
+            tracing::warn!(server = %endpoint.address, "startup check: {warning}");
+        }
+        if !report.is_usable() {
+            let problems: Vec<String> = report.errors().map(ToString::to_string).collect();
+            return Err(BinlogError::ServerMisconfigured {
+                server: endpoint.address.clone(),
+                position: requested,
+                problems: problems.join("; "),
+            });
+        }
+        let identity = report.identity;
+        let flavor = identity.flavor;
+
+        let resolved = tokio::time::timeout(
+            connect_timeout,
+            resolve_start(&mut side, &endpoint, &identity, &config.start),
+        )
+        .await
+        .map_err(|_| within_connect_timeout(connect_timeout))??;
+        tracing::info!(
+            server = %endpoint.address,
+            version = %identity.version,
+            %flavor,
+            server_id = identity.server_id,
+            start = %resolved,
+            "starting binlog stream"
+        );
+
+        let (stream, start_file) = tokio::time::timeout(
+            connect_timeout,
+            open_stream(&endpoint, &config, flavor, &resolved, &requested),
+        )
+        .await
+        .map_err(|_| within_connect_timeout(connect_timeout))??;
+
+        let mut reader = BinlogReader {
+            endpoint,
+            our_server_id: config.server_id,
+            connect_timeout,
+            idle_timeout: config.idle_timeout,
+            identity,
+            stream,
+            decoder: match &resolved {
+                StartPosition::Position(position) => {
+                    Decoder::new(config.filter.clone(), start_file.clone())
+                        .with_start(position.position, None)
+                }
+                _ => Decoder::new(config.filter.clone(), start_file.clone()),
+            },
+            decoded_items: VecDeque::new(),
+            unpushed_event: None,
+            side_connection: Some(side),
+            handed_out_boundary: match &resolved {
+                StartPosition::Position(position) => position.clone(),
+                _ => BinlogPosition::new(start_file, 0),
+            },
+            handed_out_gtids: match &resolved {
+                StartPosition::Gtid(set) => Some(set.clone()),
+                _ => None,
+            },
+            failure: None,
+        };
+        // The server answers the dump with its first event or an error (purged position,
+        // duplicate server_id, missing grant): surface those from `connect`.
+        let first = match tokio::time::timeout(connect_timeout, reader.stream.next()).await {
+            Ok(Some(Ok(event))) => event,
+            Ok(Some(Err(error))) => return Err(reader.explain(error).await),
+            Ok(None) => {
+                return Err(BinlogError::StreamLost {
+                    server: reader.endpoint.address.clone(),
+                    position: requested,
+                    message: "the server ended the stream before sending any event".into(),
+                })
+            }
+            Err(_) => return Err(within_connect_timeout(connect_timeout)),
+        };
+        reader.unpushed_event = Some(first);
+        Ok(reader)
+    }
+
+    /// Next item in binlog order: rows of watched tables, then their transaction's
+    /// [`Commit`]; [`crate::Heartbeat`]s between transactions. Cancel-safe (module docs).
+    ///
+    /// Fails with the transient [`BinlogError::IdleTimeout`] when neither an event nor a
+    /// heartbeat arrived for `idle_timeout`, and with [`BinlogError::StreamLost`] when the
+    /// connection breaks or the server shuts down. On MariaDB, a second replica connecting
+    /// with the same `server_id` makes the server end this stream (see
+    /// `tests/live_errors.rs` for what exactly arrives).
+    pub async fn next_item(&mut self) -> Result<StreamItem, BinlogError> {
+        if let Some((transient, message)) = &self.failure {
+            let position = self.position_text();
+            let server = self.endpoint.address.clone();
+            let message = format!("the reader already failed: {message}");
+            return Err(if *transient {
+                BinlogError::StreamLost {
+                    server,
+                    position,
+                    message,
+                }
+            } else {
+                BinlogError::Protocol {
+                    server,
+                    position,
+                    message,
+                }
+            });
+        }
+        match self.next_item_inner().await {
+            Ok(item) => Ok(item),
+            Err(error) => {
+                self.failure = Some((error.is_transient(), error.to_string()));
+                Err(error)
+            }
+        }
+    }
+
+    async fn next_item_inner(&mut self) -> Result<StreamItem, BinlogError> {
+        loop {
+            if let Some(item) = self.decoded_items.pop_front() {
+                self.note_handed_out(&item);
+                return Ok(item);
+            }
+            let event = match self.unpushed_event.take() {
+                Some(event) => event,
+                None => self.read_event().await?,
+            };
+            match self.decoder.push(&event, &mut self.decoded_items)? {
+                PushOutcome::Consumed => {}
+                PushOutcome::NeedColumnNames(table) => {
+                    // Keep the event first: if this future is dropped during the lookup,
+                    // the next call pushes it again.
+                    self.unpushed_event = Some(event);
+                    let names = self.column_names(&table).await?;
+                    self.decoder.set_column_names(&table, names);
+                }
+            }
+        }
+    }
+
+    /// Reads one event, or fails after `idle_timeout` of silence.
+    async fn read_event(&mut self) -> Result<Event, BinlogError> {
+        match tokio::time::timeout(self.idle_timeout, self.stream.next()).await {
+            Ok(Some(Ok(event))) => Ok(event),
+            Ok(Some(Err(error))) => Err(self.explain(error).await),
+            Ok(None) => Err(BinlogError::StreamLost {
+                server: self.endpoint.address.clone(),
+                position: self.position_text(),
+                message: "the server ended the replication stream".into(),
+            }),
+            Err(_) => Err(BinlogError::IdleTimeout {
+                server: self.endpoint.address.clone(),
+                position: self.position_text(),
+                waited: self.idle_timeout,
+            }),
+        }
+    }
+
+    /// Column names of `table` in `ORDINAL_POSITION` order, from `information_schema` on the
+    /// side connection (for servers that log `binlog_row_metadata=MINIMAL` or less).
+    async fn column_names(&mut self, table: &TableName) -> Result<Vec<String>, BinlogError> {
+        let position = self.position_text();
+        let mut conn = match self.side_connection.take() {
+            Some(conn) => conn,
+            None => {
+                self.endpoint
+                    .connect(self.connect_timeout, &position)
+                    .await?
+            }
+        };
+        let lookup = conn.exec::<String, _, _>(
+            "SELECT COLUMN_NAME FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
+            (table.database.as_str(), table.table.as_str()),
+        );
+        let names = match tokio::time::timeout(self.connect_timeout, lookup).await {
+            Ok(Ok(names)) => names,
+            Ok(Err(error)) => return Err(self.endpoint.connect_error(error, &position)),
+            Err(_) => {
+                return Err(BinlogError::ConnectTimeout {
+                    server: self.endpoint.address.clone(),
+                    position,
+                    waited: self.connect_timeout,
+                })
+            }
+        };
+        self.side_connection = Some(conn);
+        tracing::debug!(%table, columns = names.len(), "column names from information_schema");
+        Ok(names)
+    }
+
+    async fn explain(&mut self, error: mysql_async::Error) -> BinlogError {
+        let position = self.position_text();
+        start::explain_stream_error(
+            &self.endpoint,
+            &mut self.side_connection,
+            self.connect_timeout,
+            self.identity.flavor,
+            self.our_server_id,
+            error,
+            &position,
+        )
+        .await
+    }
+
+    fn note_handed_out(&mut self, item: &StreamItem) {
+        match item {
+            StreamItem::Row(_) => {}
+            StreamItem::Commit(Commit { position, gtid, .. }) => {
+                self.handed_out_boundary = position.clone();
+                if let (Some(set), Some(gtid)) = (self.handed_out_gtids.as_mut(), gtid) {
+                    set.add(gtid);
+                }
+            }
+            StreamItem::Heartbeat(Heartbeat { position }) => {
+                if is_later_position(position, &self.handed_out_boundary) {
+                    self.handed_out_boundary = position.clone();
+                }
+            }
+        }
+    }
+
+    /// The server family (from the version string).
+    pub fn flavor(&self) -> Flavor {
+        self.identity.flavor
+    }
+
+    /// Who the server is: address, version, server_id, server_uuid (MySQL), hostname.
+    pub fn server(&self) -> &ServerIdentity {
+        &self.identity
+    }
+
+    /// Where a new connection must resume to continue exactly after the last item handed
+    /// out (see `# Resumption` in the module docs).
+    pub fn resume_point(&self) -> StartPosition {
+        match &self.handed_out_gtids {
+            Some(set) => StartPosition::Gtid(set.clone()),
+            None => StartPosition::Position(self.resume_position()),
+        }
+    }
+
+    fn resume_position(&self) -> BinlogPosition {
+        let everything_handed_out = self.decoded_items.is_empty()
+            && self.unpushed_event.is_none()
+            && !self.decoder.in_transaction();
+        if everything_handed_out {
+            let (decoder_boundary, _gtid) = self.decoder.last_boundary();
+            if is_later_position(&decoder_boundary, &self.handed_out_boundary) {
+                return decoder_boundary;
+            }
+        }
+        self.handed_out_boundary.clone()
+    }
+
+    fn position_text(&self) -> String {
+        self.resume_point().to_string()
+    }
+}
+
+/// True when `candidate` is a real position (file known, offset past the file header) that
+/// is at or after `current` in binlog order. Files compare by their numeric extension
+/// (`binlog.000009` < `binlog.000010` < `binlog.1000000`).
+fn is_later_position(candidate: &BinlogPosition, current: &BinlogPosition) -> bool {
+    if candidate.file.is_empty() || candidate.position < 4 {
+        return false;
+    }
+    if current.file.is_empty() {
+        return true;
+    }
+    let sequence = |file: &str| {
+        file.rsplit_once('.')
+            .and_then(|(_, extension)| extension.parse::<u64>().ok())
+    };
+    let file_order = match (sequence(&candidate.file), sequence(&current.file)) {
+        (Some(a), Some(b)) => a.cmp(&b),
+        _ => candidate.file.cmp(&current.file),
+    };
+    match file_order {
+        std::cmp::Ordering::Greater => true,
+        std::cmp::Ordering::Less => false,
+        std::cmp::Ordering::Equal => candidate.position >= current.position,
+    }
+}
+
+/// Turns Earliest/Latest into a concrete position; checks a GTID set's flavor.
+async fn resolve_start(
+    side: &mut Conn,
+    endpoint: &ServerEndpoint,
+    identity: &ServerIdentity,
+    start: &StartPosition,
+) -> Result<StartPosition, BinlogError> {
+    let requested = start.to_string();
+    match start {
+        StartPosition::Position(_) => Ok(start.clone()),
+        StartPosition::Gtid(set) => {
+            let set_flavor = match set {
+                GtidSet::Empty => None,
+                GtidSet::Mysql(_) => Some(Flavor::Mysql),
+                GtidSet::Mariadb(_) => Some(Flavor::Mariadb),
+            };
+            match set_flavor {
+                Some(flavor) if flavor != identity.flavor => {
+                    Err(BinlogError::InvalidReaderConfig {
+                        server: endpoint.address.clone(),
+                        field: "start".into(),
+                        message: format!(
+                            "{requested} is a {flavor} GTID set but the server is {} ({})",
+                            identity.flavor, identity.version
+                        ),
+                    })
+                }
+                _ => Ok(start.clone()),
+            }
+        }
+        StartPosition::Earliest => {
+            let files = start::binary_log_files(side)
+                .await
+                .map_err(|error| endpoint.connect_error(error, &requested))?;
+            match files.into_iter().next() {
+                Some(file) => Ok(StartPosition::Position(BinlogPosition::new(file, 4))),
+                None => Err(BinlogError::ServerMisconfigured {
+                    server: endpoint.address.clone(),
+                    position: requested,
+                    problems: "SHOW BINARY LOGS lists no file (is log_bin ON?)".into(),
+                }),
+            }
+        }
+        StartPosition::Latest => {
+            let end = start::current_end(side, identity.flavor, &identity.version)
+                .await
+                .map_err(|error| endpoint.connect_error(error, &requested))?;
+            match end {
+                Some(position) => Ok(StartPosition::Position(position)),
+                None => Err(BinlogError::ServerMisconfigured {
+                    server: endpoint.address.clone(),
+                    position: requested,
+                    problems: "SHOW MASTER STATUS is empty (is log_bin ON?)".into(),
+                }),
+            }
+        }
+    }
+}
+
+/// Opens the replication connection and sends the dump request. Returns the stream and
+/// the start file (empty when starting by GTID: the server names it in its first event).
+async fn open_stream(
+    endpoint: &ServerEndpoint,
+    config: &ReaderConfig,
+    flavor: Flavor,
+    resolved: &StartPosition,
+    requested: &str,
+) -> Result<(BinlogStream, String), BinlogError> {
+    let mut conn = endpoint.connect(config.connect_timeout, requested).await?;
+    let heartbeat_nanos = u64::try_from(config.heartbeat_interval.as_nanos()).unwrap_or(u64::MAX);
+    let mut setup = vec![
+        format!("SET @master_heartbeat_period={heartbeat_nanos}"),
+        format!("SET @source_heartbeat_period={heartbeat_nanos}"),
+    ];
+    if flavor == Flavor::Mariadb {
+        // MARIA_SLAVE_CAPABILITY_GTID: send GTID events, not BEGIN queries.
+        setup.push("SET @mariadb_slave_capability=4".into());
+        if let StartPosition::Gtid(set) = resolved {
+            setup.extend(start::mariadb_gtid_setup(set));
+        }
+    }
+    for statement in &setup {
+        conn.query_drop(statement)
+            .await
+            .map_err(|error| endpoint.connect_error(error, requested))?;
+    }
+    let request = BinlogStreamRequest::new(config.server_id);
+    let (request, start_file) = match resolved {
+        StartPosition::Position(position) => (
+            request
+                .with_filename(position.file.as_bytes())
+                .with_pos(position.position),
+            position.file.clone(),
+        ),
+        StartPosition::Gtid(set) if flavor == Flavor::Mysql => {
+            let sids =
+                start::mysql_sids(set).map_err(|message| BinlogError::InvalidReaderConfig {
+                    server: endpoint.address.clone(),
+                    field: "start".into(),
+                    message,
+                })?;
+            (
+                request.with_gtid().with_gtid_set(sids).with_pos(4_u64),
+                String::new(),
+            )
+        }
+        // MariaDB by GTID (@slave_connect_state decides), Earliest/Latest are resolved.
+        _ => (request.with_pos(4_u64), String::new()),
+    };
+    let stream = conn
+        .get_binlog_stream(request)
+        .await
+        .map_err(|error| endpoint.connect_error(error, requested))?;
+    Ok((stream, start_file))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn later_positions_compare_by_file_sequence_then_offset() {
+        let at = |file: &str, position| BinlogPosition::new(file, position);
+        assert!(is_later_position(
+            &at("binlog.000002", 4),
+            &at("binlog.000001", 900)
+        ));
+        assert!(is_later_position(
+            &at("binlog.1000000", 4),
+            &at("binlog.999999", 900)
+        ));
+        assert!(is_later_position(
+            &at("binlog.000001", 900),
+            &at("binlog.000001", 900)
+        ));
+        assert!(!is_later_position(
+            &at("binlog.000001", 899),
+            &at("binlog.000001", 900)
+        ));
+        assert!(!is_later_position(&at("", 900), &at("binlog.000001", 4)));
+        assert!(!is_later_position(
+            &at("binlog.000003", 0),
+            &at("binlog.000001", 4)
+        ));
+        assert!(is_later_position(&at("binlog.000001", 4), &at("", 0)));
+    }
+
+    #[test]
+    fn start_positions_display_for_errors() {
+        assert_eq!(StartPosition::Earliest.to_string(), "earliest");
+        assert_eq!(
+            StartPosition::Position(BinlogPosition::new("binlog.000002", 1234)).to_string(),
+            "binlog.000002:1234"
+        );
+    }
+
+    #[test]
+    fn config_debug_hides_the_url() {
+        let config = ReaderConfig {
+            url: "mysql://relay:secret@db:3306".into(),
+            server_id: 7,
+            start: StartPosition::Latest,
+            filter: TableFilter::all(),
+            heartbeat_interval: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+        };
+        assert!(!format!("{config:?}").contains("secret"));
+    }
+}

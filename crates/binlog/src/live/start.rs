@@ -1,0 +1,253 @@
+//! Where a stream starts: resolving [`StartPosition::Earliest`] / [`StartPosition::Latest`]
+//! to a concrete file and offset, building the dump request, and explaining error 1236
+//! (purged position, duplicate `server_id`) with what the server still has.
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Row};
+
+use crate::checks::version_numbers;
+use crate::live::connection::ServerEndpoint;
+use crate::{BinlogError, BinlogPosition, Flavor, GtidSet};
+
+/// `SHOW BINARY LOGS`: every binlog file the server still has, oldest first.
+pub(crate) async fn binary_log_files(conn: &mut Conn) -> Result<Vec<String>, mysql_async::Error> {
+    let rows: Vec<Row> = conn.query("SHOW BINARY LOGS").await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| row.get_opt::<String, usize>(0).and_then(Result::ok))
+        .collect())
+}
+
+/// The current end of the binlog: `SHOW BINARY LOG STATUS` on MySQL 8.2+ (8.4 removed the old
+/// name), `SHOW MASTER STATUS` elsewhere. `None` when binary logging is off.
+pub(crate) async fn current_end(
+    conn: &mut Conn,
+    flavor: Flavor,
+    version: &str,
+) -> Result<Option<BinlogPosition>, mysql_async::Error> {
+    let query = if flavor == Flavor::Mysql && version_numbers(version) >= (8, 2, 0) {
+        "SHOW BINARY LOG STATUS"
+    } else {
+        "SHOW MASTER STATUS"
+    };
+    let row: Option<Row> = conn.query_first(query).await?;
+    Ok(row.and_then(|row| {
+        let file = row.get_opt::<String, usize>(0)?.ok()?;
+        let position = row.get_opt::<u64, usize>(1)?.ok()?;
+        Some(BinlogPosition::new(file, position))
+    }))
+}
+
+/// What kind of error 1236 ("fatal error reading binlog") the server sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FatalReadKind {
+    /// The start file/position/GTID is not (or no longer) in the binlog.
+    PositionUnavailable,
+    /// Another replica with our `server_id` (MySQL: or `server_uuid`) is connected.
+    DuplicateServerId,
+    /// Anything else (corrupt binlog, event too large, ...).
+    Other,
+}
+
+/// Sorts a 1236 message of either flavor into a [`FatalReadKind`].
+pub(crate) fn classify_fatal_read(message: &str) -> FatalReadKind {
+    let lower = message.to_ascii_lowercase();
+    let duplicate = ["same server_uuid", "same server_id", "same server id"];
+    let unavailable = [
+        "could not find first log file name",
+        "purged",
+        "not in the master's binlog",
+        "not in the source's binlog",
+        "could not find gtid state",
+        "impossible position",
+        "could not find target log",
+    ];
+    if duplicate.iter().any(|needle| lower.contains(needle)) {
+        FatalReadKind::DuplicateServerId
+    } else if unavailable.iter().any(|needle| lower.contains(needle)) {
+        FatalReadKind::PositionUnavailable
+    } else {
+        FatalReadKind::Other
+    }
+}
+
+/// Describes the oldest start the server can still serve, for [`BinlogError::PositionPurged`]:
+/// the first file of `SHOW BINARY LOGS`, plus on MariaDB the GTID state at its start (the
+/// `Gtid_list` event) and on MySQL `@@gtid_purged`.
+pub(crate) async fn oldest_available(conn: &mut Conn, flavor: Flavor) -> String {
+    let files = match binary_log_files(conn).await {
+        Ok(files) => files,
+        Err(error) => return format!("unknown (SHOW BINARY LOGS failed: {error})"),
+    };
+    let Some(first) = files.first() else {
+        return "nothing (SHOW BINARY LOGS is empty)".to_owned();
+    };
+    let mut description = format!("{first}:4");
+    match flavor {
+        Flavor::Mariadb => {
+            let query = format!(
+                "SHOW BINLOG EVENTS IN '{}' LIMIT 5",
+                first.replace('\\', "\\\\").replace('\'', "\\'")
+            );
+            if let Ok(rows) = conn.query::<Row, _>(query).await {
+                let gtid_list = rows.into_iter().find_map(|row| {
+                    let event_type = row.get_opt::<String, usize>(2)?.ok()?;
+                    let info = row.get_opt::<String, usize>(5)?.ok()?;
+                    (event_type == "Gtid_list").then_some(info)
+                });
+                if let Some(info) = gtid_list {
+                    let state = info.trim().trim_start_matches('[').trim_end_matches(']');
+                    description.push_str(&format!(
+                        " (GTID state before its first transaction: `{state}`)"
+                    ));
+                }
+            }
+        }
+        Flavor::Mysql => {
+            if let Ok(Some(Some(purged))) = conn
+                .query_first::<Option<String>, _>("SELECT @@GLOBAL.gtid_purged")
+                .await
+            {
+                description.push_str(&format!(
+                    " (gtid_purged, no longer available: `{}`)",
+                    purged.replace('\n', "")
+                ));
+            }
+        }
+    }
+    description
+}
+
+/// Turns a stream error into the most specific [`BinlogError`]; for error 1236 this asks
+/// the server (on `side`, a normal connection, opened if needed) what is still available.
+pub(crate) async fn explain_stream_error(
+    endpoint: &ServerEndpoint,
+    side: &mut Option<Conn>,
+    connect_timeout: std::time::Duration,
+    flavor: Flavor,
+    our_server_id: u32,
+    error: mysql_async::Error,
+    position: &str,
+) -> BinlogError {
+    let mapped = endpoint.stream_error(error, position);
+    let BinlogError::Server {
+        code: 1236,
+        message,
+        server,
+        position,
+    } = mapped
+    else {
+        return mapped;
+    };
+    match classify_fatal_read(&message) {
+        FatalReadKind::DuplicateServerId => BinlogError::DuplicateServerId {
+            server,
+            server_id: our_server_id,
+            position,
+            message,
+        },
+        FatalReadKind::PositionUnavailable => {
+            if side.is_none() {
+                *side = endpoint.connect(connect_timeout, &position).await.ok();
+            }
+            let oldest_available = match side.as_mut() {
+                Some(conn) => oldest_available(conn, flavor).await,
+                None => "unknown (the side connection for SHOW BINARY LOGS failed)".to_owned(),
+            };
+            BinlogError::PositionPurged {
+                server,
+                position,
+                oldest_available,
+                message,
+            }
+        }
+        FatalReadKind::Other => BinlogError::Server {
+            server,
+            position,
+            code: 1236,
+            message,
+        },
+    }
+}
+
+/// The `SET` statements that prepare a connection for a MariaDB dump by GTID:
+/// start after `set`, never skip a missing GTID (strict mode), never drop duplicates.
+pub(crate) fn mariadb_gtid_setup(set: &GtidSet) -> Vec<String> {
+    vec![
+        format!("SET @slave_connect_state='{set}'"),
+        "SET @slave_gtid_strict_mode=1".to_owned(),
+        "SET @slave_gtid_ignore_duplicates=0".to_owned(),
+    ]
+}
+
+/// MySQL GTID set as the `Sid`s of COM_BINLOG_DUMP_GTID.
+pub(crate) fn mysql_sids(
+    set: &GtidSet,
+) -> Result<Vec<mysql_common::packets::Sid<'static>>, String> {
+    let GtidSet::Mysql(map) = set else {
+        return Ok(Vec::new());
+    };
+    map.iter()
+        .map(|((uuid, tag), intervals)| {
+            let mut text = uuid.clone();
+            if let Some(tag) = tag {
+                text.push(':');
+                text.push_str(tag);
+            }
+            for (first, last) in intervals {
+                text.push_str(&format!(":{first}-{last}"));
+            }
+            text.parse::<mysql_common::packets::Sid<'static>>()
+                .map_err(|error| format!("`{text}`: {error}"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fatal_read_messages_of_both_flavors_are_recognised() {
+        use FatalReadKind::*;
+        let cases = [
+            ("Could not find first log file name in binary log index file", PositionUnavailable),
+            ("Error: connecting slave requested to start from GTID 0-1-500, which is not in the master's binlog", PositionUnavailable),
+            ("Could not find GTID state requested by slave in any binlog files. Probably the slave state is too old and required binlog files have been purged.", PositionUnavailable),
+            ("Cannot replicate because the source purged required binary logs.", PositionUnavailable),
+            ("A slave with the same server_uuid/server_id as this slave has connected to the master; the first event 'binlog.000001' at 4", DuplicateServerId),
+            ("A replica with the same server_uuid/server_id as this replica has connected to the source", DuplicateServerId),
+            ("binlog truncated in the middle of event; consider out of disk space on master", Other),
+        ];
+        for (message, expected) in cases {
+            assert_eq!(classify_fatal_read(message), expected, "{message}");
+        }
+    }
+
+    #[test]
+    fn mysql_gtid_sets_become_sids() {
+        let set = GtidSet::parse(
+            Flavor::Mysql,
+            "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:7, 4e11fa47-71ca-11e1-9e33-c80aa9429562:3",
+        )
+        .unwrap();
+        let sids = mysql_sids(&set).unwrap();
+        let rendered: Vec<String> = sids.iter().map(|sid| sid.to_string()).collect();
+        assert_eq!(
+            rendered,
+            vec![
+                "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:7",
+                "4e11fa47-71ca-11e1-9e33-c80aa9429562:3"
+            ]
+        );
+        assert!(mysql_sids(&GtidSet::Empty).unwrap().is_empty());
+    }
+
+    #[test]
+    fn mariadb_gtid_setup_is_strict() {
+        let set = GtidSet::parse(Flavor::Mariadb, "0-1-42,7-2-3").unwrap();
+        let statements = mariadb_gtid_setup(&set);
+        assert_eq!(statements[0], "SET @slave_connect_state='0-1-42,7-2-3'");
+        assert!(statements.contains(&"SET @slave_gtid_strict_mode=1".to_owned()));
+    }
+}
