@@ -1,1 +1,30 @@
-fn main() {}
+//! The `outbox-relay` binary: parses the command line, sets up logging, and runs the
+//! command (all logic lives in the library).
+
+use clap::Parser;
+use outbox_relay::cli::Cli;
+use outbox_relay::commands::{execute, init_logging};
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("outbox-relay")
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return std::process::ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(execute(cli)) {
+        Ok(code) => std::process::ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(error) => {
+            tracing::error!("{error:#}");
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,445 @@
+//! The CLI subcommands. This is binary-level code: it uses `anyhow` with context for
+//! operator-facing errors, and returns the process exit code.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use outbox_binlog::{BinlogFileReader, Commit, GtidSet, Row, RowChange, StreamItem, TableFilter};
+use outbox_checkpoint::{Checkpoint, CheckpointPosition, SourceIdentity};
+use outbox_router::{RouteOutcome, Router};
+
+use crate::cli::{CheckpointAction, Cli, Command, LogFormat};
+use crate::config::{parse_file_position, RelayConfig};
+use crate::pipeline::{run_relay, RelayHandles};
+use crate::shutdown::{install_signal_handlers, ShutdownController};
+use crate::stores::open_checkpoint_store;
+
+/// Sets up logging: human lines by default, JSON with `--log-format json`; the level comes
+/// from `RUST_LOG` (default `info`). Logs go to stderr so stdout stays for command output.
+pub fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Human => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+}
+
+/// Runs one parsed command line; returns the process exit code.
+pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::Run { config } => run_command(&config).await,
+        Command::Check { config } => check_command(&config).await,
+        Command::Checkpoint { action } => checkpoint_command(action).await,
+        Command::Inspect { files, config } => inspect_command(&files, config.as_deref()),
+        Command::Demo { orders } => crate::demo::demo_command(orders).await,
+    }
+}
+
+fn load_config(path: &Path) -> anyhow::Result<RelayConfig> {
+    RelayConfig::load(path).map_err(anyhow::Error::from)
+}
+
+async fn run_command(path: &Path) -> anyhow::Result<i32> {
+    let config = load_config(path)?;
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        config = %path.display(),
+        source = %config.source.redacted_url(),
+        brokers = %config.kafka.brokers,
+        "outbox-relay starting"
+    );
+    let handles = RelayHandles::default();
+    install_signal_handlers(handles.shutdown.clone());
+    let summary = run_relay(config, handles).await?;
+    tracing::info!(delivered = summary.delivered, "outbox-relay stopped");
+    Ok(0)
+}
+
+/// One line of the `check` report.
+struct CheckLine {
+    /// Passed or not.
+    ok: bool,
+    /// What was checked.
+    item: String,
+    /// The result.
+    detail: String,
+}
+
+async fn check_command(path: &Path) -> anyhow::Result<i32> {
+    let config = load_config(path)?;
+    let mut lines: Vec<CheckLine> = vec![CheckLine {
+        ok: true,
+        item: "config".into(),
+        detail: format!("{} is valid", path.display()),
+    }];
+    let url = config.source.connection_url();
+    match outbox_binlog::check_server(&url).await {
+        Ok(report) => {
+            lines.push(CheckLine {
+                ok: true,
+                item: "source server".into(),
+                detail: format!(
+                    "{} {} ({}, server_id {})",
+                    config.source.redacted_url(),
+                    report.identity.version,
+                    report.identity.flavor,
+                    report.identity.server_id
+                ),
+            });
+            for check in &report.checks {
+                lines.push(CheckLine {
+                    ok: check.severity != outbox_binlog::Severity::Error,
+                    item: format!("source {}", check.setting),
+                    detail: format!(
+                        "expected {}, actual {} ({})",
+                        check.expected, check.actual, check.severity
+                    ),
+                });
+            }
+            if report.checks.is_empty() {
+                lines.push(CheckLine {
+                    ok: true,
+                    item: "source settings and grants".into(),
+                    detail: "as needed".into(),
+                });
+            }
+        }
+        Err(error) => lines.push(CheckLine {
+            ok: false,
+            item: "source server".into(),
+            detail: format!("{}: {error}", config.source.redacted_url()),
+        }),
+    }
+    for table in config.outbox_tables() {
+        lines.push(match outbox_table_exists(&url, &table).await {
+            Ok(true) => CheckLine {
+                ok: true,
+                item: format!("outbox table {table}"),
+                detail: "exists".into(),
+            },
+            Ok(false) => CheckLine {
+                ok: false,
+                item: format!("outbox table {table}"),
+                detail: "does not exist (create it, or fix [[outbox]] table)".into(),
+            },
+            Err(error) => CheckLine {
+                ok: false,
+                item: format!("outbox table {table}"),
+                detail: format!("cannot check: {error}"),
+            },
+        });
+    }
+    lines.push(match broker_metadata(&config).await {
+        Ok((brokers, topics)) => CheckLine {
+            ok: true,
+            item: "kafka".into(),
+            detail: format!(
+                "{} reachable: {brokers} broker(s), {topics} topic(s)",
+                config.kafka.brokers
+            ),
+        },
+        Err(error) => CheckLine {
+            ok: false,
+            item: "kafka".into(),
+            detail: format!("{}: {error}", config.kafka.brokers),
+        },
+    });
+    let store = open_checkpoint_store(&config.checkpoint).await;
+    lines.push(match store {
+        Err(error) => CheckLine {
+            ok: false,
+            item: "checkpoint".into(),
+            detail: error.to_string(),
+        },
+        Ok(store) => match store.load().await {
+            Ok(Some(checkpoint)) => CheckLine {
+                ok: true,
+                item: "checkpoint".into(),
+                detail: format!(
+                    "{}: at {} (gtid set `{}`)",
+                    store.describe(),
+                    checkpoint.position.binlog,
+                    checkpoint.position.gtid_set
+                ),
+            },
+            Ok(None) => CheckLine {
+                ok: true,
+                item: "checkpoint".into(),
+                detail: format!(
+                    "{}: none yet; the first run starts at `{}`",
+                    store.describe(),
+                    config.source.start
+                ),
+            },
+            Err(error) => CheckLine {
+                ok: false,
+                item: "checkpoint".into(),
+                detail: error.to_string(),
+            },
+        },
+    });
+    let mut stdout = std::io::stdout().lock();
+    let mut failed = 0;
+    for line in &lines {
+        if !line.ok {
+            failed += 1;
+        }
+        writeln!(
+            stdout,
+            "{} {}: {}",
+            if line.ok { "ok  " } else { "FAIL" },
+            line.item,
+            line.detail
+        )?;
+    }
+    if failed > 0 {
+        writeln!(stdout, "{failed} check(s) failed")?;
+        Ok(1)
+    } else {
+        writeln!(stdout, "all checks passed")?;
+        Ok(0)
+    }
+}
+
+async fn outbox_table_exists(url: &str, table: &outbox_binlog::TableName) -> anyhow::Result<bool> {
+    use mysql_async::prelude::Queryable;
+    let opts = mysql_async::Opts::from_url(url).context("source.url is not a valid URL")?;
+    let mut conn = tokio::time::timeout(Duration::from_secs(30), mysql_async::Conn::new(opts))
+        .await
+        .context("connecting timed out")??;
+    let count: Option<u64> = conn
+        .exec_first(
+            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",
+            (&table.database, &table.table),
+        )
+        .await?;
+    let _ = conn.disconnect().await;
+    Ok(count.unwrap_or(0) > 0)
+}
+
+async fn broker_metadata(config: &RelayConfig) -> anyhow::Result<(usize, usize)> {
+    use rdkafka::producer::{BaseProducer, Producer};
+    let mut client_config = rdkafka::ClientConfig::new();
+    for (key, value) in crate::sink::producer_properties(&config.kafka) {
+        client_config.set(key, value);
+    }
+    let producer: BaseProducer = client_config
+        .create()
+        .context("cannot create a Kafka client from [kafka]")?;
+    let timeout = Duration::from_millis(config.kafka.admin_timeout_ms);
+    tokio::task::spawn_blocking(move || {
+        let metadata = producer
+            .client()
+            .fetch_metadata(None, timeout)
+            .context("cannot fetch cluster metadata")?;
+        Ok((metadata.brokers().len(), metadata.topics().len()))
+    })
+    .await
+    .context("metadata task failed")?
+}
+
+async fn checkpoint_command(action: CheckpointAction) -> anyhow::Result<i32> {
+    match action {
+        CheckpointAction::Show { config } => {
+            let config = load_config(&config)?;
+            let store = open_checkpoint_store(&config.checkpoint).await?;
+            match store.load().await? {
+                Some(checkpoint) => println!("{}", checkpoint.to_json()),
+                None => {
+                    println!("null");
+                    eprintln!("no checkpoint stored in {}", store.describe());
+                }
+            }
+            Ok(0)
+        }
+        CheckpointAction::Set {
+            config,
+            position,
+            gtid,
+        } => {
+            let config = load_config(&config)?;
+            let report = outbox_binlog::check_server(&config.source.connection_url())
+                .await
+                .with_context(|| {
+                    format!(
+                        "`checkpoint set` reads the source's identity: cannot reach {}",
+                        config.source.redacted_url()
+                    )
+                })?;
+            let identity = SourceIdentity {
+                flavor: report.identity.flavor,
+                server_id: report.identity.server_id,
+                server_uuid: report.identity.server_uuid.clone(),
+            };
+            let position = match (position, gtid) {
+                (Some(text), None) => {
+                    CheckpointPosition::at(parse_file_position(&text).map_err(anyhow::Error::msg)?)
+                }
+                (None, Some(text)) => {
+                    let set = GtidSet::parse(identity.flavor, &text)
+                        .with_context(|| format!("--gtid for a {} server", identity.flavor))?;
+                    CheckpointPosition {
+                        gtid_set: set,
+                        ..CheckpointPosition::at(crate::pipeline::gtid_only_binlog_position())
+                    }
+                }
+                _ => bail!("give exactly one of --position FILE:POS or --gtid SET"),
+            };
+            let checkpoint = Checkpoint::new(identity, position);
+            let store = open_checkpoint_store(&config.checkpoint).await?;
+            store.set(&checkpoint).await?;
+            println!("{}", checkpoint.to_json());
+            eprintln!("checkpoint stored in {}", store.describe());
+            Ok(0)
+        }
+        CheckpointAction::Reset { config } => {
+            let config = load_config(&config)?;
+            let store = open_checkpoint_store(&config.checkpoint).await?;
+            store.reset().await?;
+            eprintln!(
+                "checkpoint removed from {}; the next run starts at `{}`",
+                store.describe(),
+                config.source.start
+            );
+            Ok(0)
+        }
+    }
+}
+
+/// `inspect`: one JSON line per transaction of the given binlog files.
+fn inspect_command(files: &[PathBuf], config: Option<&Path>) -> anyhow::Result<i32> {
+    let (filter, router) = match config {
+        Some(path) => {
+            let config = load_config(path)?;
+            let router = Router::new(&config.outbox, &config.route)
+                .map_err(|e| anyhow::anyhow!("invalid [[outbox]]/[route]: {e}"))?;
+            (router.table_filter(), Some(router))
+        }
+        None => (TableFilter::all(), None),
+    };
+    let mut reader = BinlogFileReader::open(files.to_vec(), filter)
+        .with_context(|| format!("cannot open {}", describe_files(files)))?;
+    let mut stdout = std::io::stdout().lock();
+    let mut rows: Vec<serde_json::Value> = Vec::new();
+    let mut routing_errors = 0u64;
+    loop {
+        let item = match reader.next_item() {
+            Ok(Some(item)) => item,
+            Ok(None) => break,
+            Err(error) => {
+                stdout.flush()?;
+                eprintln!("error: {error}");
+                return Ok(2);
+            }
+        };
+        match item {
+            StreamItem::Row(change) => match &router {
+                None => rows.push(row_change_json(&change)),
+                Some(router) => match router.route(&change) {
+                    Ok(RouteOutcome::Record(record)) => rows.push(serde_json::json!({
+                        "topic": record.topic,
+                        "key": record.key.as_deref().map(lossy),
+                        "value": record.value.as_deref().map(lossy),
+                        "headers": record.headers.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(lossy(v)))).collect::<serde_json::Map<_, _>>(),
+                        "timestamp_ms": record.timestamp_millis,
+                        "partition": record.partition,
+                        "event_id": record.event_id,
+                    })),
+                    Ok(RouteOutcome::Skipped { reason }) => {
+                        rows.push(serde_json::json!({ "skipped": format!("{reason:?}") }))
+                    }
+                    Err(error) => {
+                        routing_errors += 1;
+                        rows.push(serde_json::json!({
+                            "routing_error": error.to_string(),
+                            "event_id": error.event_id,
+                            "table": error.table.to_string(),
+                            "column": error.column,
+                        }))
+                    }
+                },
+            },
+            StreamItem::Commit(commit) => {
+                let key = if router.is_some() { "records" } else { "rows" };
+                let line = transaction_json(&commit, key, std::mem::take(&mut rows));
+                writeln!(stdout, "{line}")?;
+            }
+            StreamItem::Heartbeat(_) => {}
+        }
+    }
+    if !rows.is_empty() {
+        eprintln!(
+            "warning: {} row(s) at the end of {} belong to a transaction without a commit (not printed)",
+            rows.len(),
+            describe_files(files)
+        );
+    }
+    if routing_errors > 0 {
+        eprintln!("error: {routing_errors} row(s) could not be routed (see `routing_error` lines)");
+        return Ok(1);
+    }
+    Ok(0)
+}
+
+fn describe_files(files: &[PathBuf]) -> String {
+    files
+        .iter()
+        .map(|f| f.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn lossy(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn transaction_json(commit: &Commit, key: &str, rows: Vec<serde_json::Value>) -> serde_json::Value {
+    let mut object = serde_json::Map::new();
+    object.insert("position".into(), commit.position.to_string().into());
+    object.insert(
+        "gtid".into(),
+        commit
+            .gtid
+            .as_ref()
+            .map(|g| serde_json::Value::String(g.to_string()))
+            .unwrap_or(serde_json::Value::Null),
+    );
+    object.insert("timestamp".into(), commit.timestamp.into());
+    object.insert(key.into(), serde_json::Value::Array(rows));
+    serde_json::Value::Object(object)
+}
+
+fn row_json(row: &Row) -> serde_json::Value {
+    let mut object = serde_json::Map::new();
+    for (column, value) in row.columns.iter().zip(&row.values) {
+        object.insert(
+            column.clone(),
+            serde_json::to_value(value).unwrap_or(serde_json::Value::Null),
+        );
+    }
+    serde_json::Value::Object(object)
+}
+
+fn row_change_json(change: &RowChange) -> serde_json::Value {
+    serde_json::json!({
+        "table": change.table.to_string(),
+        "operation": change.operation,
+        "before": change.before.as_ref().map(row_json),
+        "after": change.after.as_ref().map(row_json),
+        "event_position": change.event_position.to_string(),
+    })
+}
+
+/// Handles shared by in-process runs (demo, tests): a fresh controller and metrics.
+pub fn in_process_handles() -> RelayHandles {
+    RelayHandles {
+        shutdown: ShutdownController::new(),
+        metrics: crate::metrics::Metrics::new(),
+    }
+}

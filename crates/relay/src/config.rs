@@ -1,0 +1,716 @@
+//! The relay's TOML configuration: one file, six sections (`[source]`, `[[outbox]]`,
+//! `[route]`, `[kafka]`, `[checkpoint]`, `[metrics]`, `[pipeline]`).
+//!
+//! # Contract
+//! * Unknown keys are errors everywhere (`deny_unknown_fields`): a typo never silently falls
+//!   back to a default.
+//! * Every key has a documented default except `source.url`, `kafka.brokers` and at least one
+//!   `[[outbox]]` table.
+//! * [`RelayConfig::validate`] checks what serde cannot (ranges, formats, combinations) and
+//!   names the key and the fix in its message.
+//! * The source password may come from the environment variable
+//!   [`SOURCE_PASSWORD_ENV`]; it is merged into the connection URL by
+//!   [`SourceConfig::connection_url`] and never appears in logs
+//!   ([`SourceConfig::redacted_url`]).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use outbox_binlog::{BinlogPosition, Flavor, GtidSet, TableFilter, TableName};
+use serde::Deserialize;
+
+/// Environment variable that supplies the source password, so it need not be in the file.
+pub const SOURCE_PASSWORD_ENV: &str = "OUTBOX_RELAY_SOURCE_PASSWORD";
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file that was read.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or does not have the expected shape.
+    #[error("config file {path} is invalid: {message}")]
+    Parse {
+        /// The file that was parsed.
+        path: PathBuf,
+        /// The parser's message (names the key and line).
+        message: String,
+    },
+    /// A value is out of range or inconsistent with another one.
+    #[error("config key `{key}`: {message}")]
+    Invalid {
+        /// Dotted name of the offending key, e.g. `pipeline.max_in_flight`.
+        key: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+}
+
+fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelayConfig {
+    /// Where the binlog comes from.
+    pub source: SourceConfig,
+    /// The outbox tables to watch and how their columns map to records; one entry each.
+    pub outbox: Vec<outbox_router::OutboxTableConfig>,
+    /// How a routed row becomes a Kafka topic, key and headers (all keys have defaults).
+    #[serde(default)]
+    pub route: outbox_router::RouteConfig,
+    /// Where records go.
+    pub kafka: KafkaConfig,
+    /// Where the relay remembers how far it got.
+    pub checkpoint: CheckpointConfig,
+    /// Prometheus endpoint; absent means no metrics listener.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+    /// Flow control and timing of the pipeline.
+    #[serde(default)]
+    pub pipeline: PipelineConfig,
+}
+
+/// `[source]`: the MySQL/MariaDB server to replicate from.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// `mysql://user[:password]@host:port`: the replication connection. The password may
+    /// instead come from `OUTBOX_RELAY_SOURCE_PASSWORD` so it is not stored in the file.
+    pub url: String,
+    /// Replica server id the relay announces; must be unique among the server's replicas.
+    #[serde(default = "default_server_id")]
+    pub server_id: u32,
+    /// Where the first run (no checkpoint yet) starts: `earliest`, `latest`,
+    /// `file:NAME:POS` or `gtid:SET`. Ignored once a checkpoint exists.
+    #[serde(default = "default_start")]
+    pub start: String,
+    /// How often the server sends a heartbeat while idle, so positions advance and dead
+    /// connections are noticed.
+    #[serde(default = "default_heartbeat_interval_ms")]
+    pub heartbeat_interval_ms: u64,
+    /// How long the stream may be silent (not even a heartbeat) before it counts as lost
+    /// and is reconnected.
+    #[serde(default = "default_idle_timeout_ms")]
+    pub idle_timeout_ms: u64,
+    /// How long one connection attempt may take.
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// First delay before reconnecting after a transient source error; doubles each try.
+    #[serde(default = "default_reconnect_initial_backoff_ms")]
+    pub reconnect_initial_backoff_ms: u64,
+    /// Upper bound of the reconnect delay, so an outage is noticed soon after it ends.
+    #[serde(default = "default_reconnect_max_backoff_ms")]
+    pub reconnect_max_backoff_ms: u64,
+}
+
+impl std::fmt::Debug for SourceConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceConfig")
+            .field("url", &self.redacted_url())
+            .field("server_id", &self.server_id)
+            .field("start", &self.start)
+            .field("heartbeat_interval_ms", &self.heartbeat_interval_ms)
+            .field("idle_timeout_ms", &self.idle_timeout_ms)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+fn default_server_id() -> u32 {
+    4242
+}
+fn default_start() -> String {
+    "latest".to_owned()
+}
+fn default_heartbeat_interval_ms() -> u64 {
+    1000
+}
+fn default_idle_timeout_ms() -> u64 {
+    30_000
+}
+fn default_connect_timeout_ms() -> u64 {
+    10_000
+}
+fn default_reconnect_initial_backoff_ms() -> u64 {
+    200
+}
+fn default_reconnect_max_backoff_ms() -> u64 {
+    10_000
+}
+
+/// Where the first run starts reading, parsed from `source.start`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartSetting {
+    /// The oldest binlog the server still has.
+    Earliest,
+    /// The server's current end of the binlog (only new transactions).
+    Latest,
+    /// An explicit binlog file and byte offset (a transaction boundary).
+    Position(BinlogPosition),
+    /// A GTID set, kept as text: its flavor is known only once connected.
+    Gtid(String),
+}
+
+impl StartSetting {
+    /// Parses `earliest`, `latest`, `file:NAME:POS` or `gtid:SET`.
+    pub fn parse(text: &str) -> Result<StartSetting, String> {
+        match text {
+            "earliest" => Ok(StartSetting::Earliest),
+            "latest" => Ok(StartSetting::Latest),
+            _ => {
+                if let Some(rest) = text.strip_prefix("file:") {
+                    parse_file_position(rest).map(StartSetting::Position)
+                } else if let Some(set) = text.strip_prefix("gtid:") {
+                    if set.trim().is_empty() {
+                        return Err("`gtid:` needs a GTID set, e.g. `gtid:0-1-5`".into());
+                    }
+                    for flavor in [Flavor::Mariadb, Flavor::Mysql] {
+                        if GtidSet::parse(flavor, set).is_ok() {
+                            return Ok(StartSetting::Gtid(set.to_owned()));
+                        }
+                    }
+                    Err(format!(
+                        "`{set}` is neither a MariaDB (`0-1-5`) nor a MySQL (`uuid:1-5`) GTID set"
+                    ))
+                } else {
+                    Err(format!(
+                        "`{text}` is not one of `earliest`, `latest`, `file:NAME:POS`, `gtid:SET`"
+                    ))
+                }
+            }
+        }
+    }
+
+    /// The GTID set in the given flavor's syntax, for [`StartSetting::Gtid`].
+    pub fn gtid_set(text: &str, flavor: Flavor) -> Result<GtidSet, String> {
+        GtidSet::parse(flavor, text).map_err(|e| e.to_string())
+    }
+}
+
+/// Parses `NAME:POS` (e.g. `binlog.000001:4`) into a position.
+pub fn parse_file_position(text: &str) -> Result<BinlogPosition, String> {
+    let Some((file, position)) = text.rsplit_once(':') else {
+        return Err(format!(
+            "`{text}` is not `FILE:POSITION`, e.g. `binlog.000001:4`"
+        ));
+    };
+    if file.is_empty() {
+        return Err(format!("`{text}` has no binlog file name"));
+    }
+    let position: u64 = position
+        .parse()
+        .map_err(|_| format!("`{position}` in `{text}` is not a byte offset"))?;
+    if position < 4 {
+        return Err(format!(
+            "offset {position} in `{text}` is inside the binlog magic header; the first event starts at 4"
+        ));
+    }
+    Ok(BinlogPosition::new(file, position))
+}
+
+impl SourceConfig {
+    /// The URL with the password from `OUTBOX_RELAY_SOURCE_PASSWORD` merged in (when set and
+    /// the URL has none). Never log this; log [`SourceConfig::redacted_url`].
+    pub fn connection_url(&self) -> String {
+        match std::env::var(SOURCE_PASSWORD_ENV) {
+            Ok(password) if !password.is_empty() => with_password(&self.url, &password),
+            _ => self.url.clone(),
+        }
+    }
+
+    /// The URL with any password replaced by `***`, safe for logs and reports.
+    pub fn redacted_url(&self) -> String {
+        redact_url(&self.url)
+    }
+
+    /// `source.start`, parsed (validated by [`RelayConfig::validate`]).
+    pub fn start_setting(&self) -> Result<StartSetting, ConfigError> {
+        StartSetting::parse(&self.start).map_err(|m| invalid("source.start", m))
+    }
+}
+
+/// Replaces the password of a `scheme://user:password@host` URL by `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// Puts `password` (percent-encoded) into a URL that has a user but no password.
+fn with_password(url: &str, password: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) if !userinfo.contains(':') => {
+            format!(
+                "{scheme}://{userinfo}:{}@{host}{tail}",
+                percent_encode(password)
+            )
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// `[kafka]`: the cluster and producer settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// `bootstrap.servers`: comma-separated `host:port` list.
+    pub brokers: String,
+    /// Create a missing topic through the admin API before the first send to it. When false
+    /// a missing topic stops the relay with an error naming it (brokers often do not
+    /// auto-create).
+    #[serde(default)]
+    pub create_topics: bool,
+    /// Partitions of topics the relay creates.
+    #[serde(default = "default_topic_partitions")]
+    pub topic_partitions: i32,
+    /// Replication factor of topics the relay creates.
+    #[serde(default = "default_topic_replication_factor")]
+    pub topic_replication_factor: i32,
+    /// Topic-level configs of created topics (e.g. `"retention.ms" = "604800000"`).
+    #[serde(default)]
+    pub topic_config: BTreeMap<String, String>,
+    /// `compression.type`: `none`, `gzip`, `snappy`, `lz4` or `zstd`.
+    #[serde(default = "default_compression")]
+    pub compression: String,
+    /// `linger.ms`: how long the producer waits to fill a batch (throughput vs latency).
+    #[serde(default = "default_linger_ms")]
+    pub linger_ms: u64,
+    /// `batch.num.messages`: the most records per batch.
+    #[serde(default = "default_batch_num_messages")]
+    pub batch_num_messages: u64,
+    /// `message.timeout.ms`: how long librdkafka retries one send internally before it
+    /// reports a failure, which the relay then retries itself. Shorter means outages show
+    /// up in logs and metrics sooner.
+    #[serde(default = "default_message_timeout_ms")]
+    pub message_timeout_ms: u64,
+    /// First delay before the relay resends a record whose delivery failed; doubles each try.
+    #[serde(default = "default_retry_initial_backoff_ms")]
+    pub retry_initial_backoff_ms: u64,
+    /// Upper bound of the resend delay (jitter is added on top, up to 25%).
+    #[serde(default = "default_retry_max_backoff_ms")]
+    pub retry_max_backoff_ms: u64,
+    /// How long metadata and admin requests (topic checks, creation) may take.
+    #[serde(default = "default_admin_timeout_ms")]
+    pub admin_timeout_ms: u64,
+    /// Any librdkafka property, passed as-is; applied last, so it overrides the above
+    /// (except `enable.idempotence` and `acks`, which the relay's guarantees depend on).
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+fn default_topic_partitions() -> i32 {
+    1
+}
+fn default_topic_replication_factor() -> i32 {
+    1
+}
+fn default_compression() -> String {
+    "none".to_owned()
+}
+fn default_linger_ms() -> u64 {
+    5
+}
+fn default_batch_num_messages() -> u64 {
+    10_000
+}
+fn default_message_timeout_ms() -> u64 {
+    30_000
+}
+fn default_retry_initial_backoff_ms() -> u64 {
+    100
+}
+fn default_retry_max_backoff_ms() -> u64 {
+    10_000
+}
+fn default_admin_timeout_ms() -> u64 {
+    10_000
+}
+
+/// Producer properties the relay's delivery guarantee depends on; `[kafka.properties]` may
+/// not change them.
+pub const PROTECTED_KAFKA_PROPERTIES: &[(&str, &str)] =
+    &[("enable.idempotence", "true"), ("acks", "all")];
+
+/// `[checkpoint]`: where the relay stores its position.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointConfig {
+    /// `file` (a JSON file, written atomically) or `mysql` (a row in a table).
+    #[serde(default = "default_store")]
+    pub store: String,
+    /// File store: the checkpoint file's path.
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// MySQL store: connection URL (password from `OUTBOX_RELAY_SOURCE_PASSWORD` is not
+    /// applied here; put it in the URL or use a socket).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// MySQL store: database holding the checkpoint table.
+    #[serde(default = "default_checkpoint_database")]
+    pub database: String,
+    /// MySQL store: table name.
+    #[serde(default = "default_checkpoint_table")]
+    pub table: String,
+    /// MySQL store: row key, so several relays can share one table.
+    #[serde(default = "default_connector")]
+    pub connector: String,
+}
+
+fn default_store() -> String {
+    "file".to_owned()
+}
+fn default_checkpoint_database() -> String {
+    "outbox_relay".to_owned()
+}
+fn default_checkpoint_table() -> String {
+    "relay_checkpoints".to_owned()
+}
+fn default_connector() -> String {
+    "default".to_owned()
+}
+
+/// `[metrics]`: the Prometheus endpoint.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `host:port` to serve `GET /metrics` on; absent means no listener.
+    #[serde(default)]
+    pub listen: Option<String>,
+}
+
+/// `[pipeline]`: flow control and commit timing.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineConfig {
+    /// Most records sent to Kafka and not yet acknowledged; bounds memory and the replay
+    /// after a crash.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
+    /// How long a graceful shutdown waits for outstanding acks before it commits what is
+    /// acked and exits.
+    #[serde(default = "default_shutdown_timeout_ms")]
+    pub shutdown_timeout_ms: u64,
+    /// Longest time between checkpoint commits while records are acked.
+    #[serde(default = "default_commit_interval_ms")]
+    pub commit_interval_ms: u64,
+    /// Commit early once this many transactions were acked since the last commit.
+    #[serde(default = "default_commit_max_transactions")]
+    pub commit_max_transactions: u64,
+    /// Capacity of each channel between tasks (items), for backpressure.
+    #[serde(default = "default_channel_capacity")]
+    pub channel_capacity: usize,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        Self {
+            max_in_flight: default_max_in_flight(),
+            shutdown_timeout_ms: default_shutdown_timeout_ms(),
+            commit_interval_ms: default_commit_interval_ms(),
+            commit_max_transactions: default_commit_max_transactions(),
+            channel_capacity: default_channel_capacity(),
+        }
+    }
+}
+
+fn default_max_in_flight() -> usize {
+    10_000
+}
+fn default_shutdown_timeout_ms() -> u64 {
+    30_000
+}
+fn default_commit_interval_ms() -> u64 {
+    1000
+}
+fn default_commit_max_transactions() -> u64 {
+    1000
+}
+fn default_channel_capacity() -> usize {
+    1024
+}
+
+impl RelayConfig {
+    /// Reads, parses and validates a config file.
+    pub fn load(path: &Path) -> Result<RelayConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let config = RelayConfig::parse(&text).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.to_owned(),
+                message,
+            },
+            other => other,
+        })?;
+        Ok(config)
+    }
+
+    /// Parses and validates config text (the path in errors is `<text>`).
+    pub fn parse(text: &str) -> Result<RelayConfig, ConfigError> {
+        let config: RelayConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: PathBuf::from("<text>"),
+            message: e.to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks ranges and combinations; the message names the key and the fix.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let source = &self.source;
+        if !source.url.starts_with("mysql://") {
+            return Err(invalid(
+                "source.url",
+                format!(
+                    "`{}` must start with `mysql://`, e.g. `mysql://repl@db:3306`",
+                    source.redacted_url()
+                ),
+            ));
+        }
+        if source.server_id == 0 {
+            return Err(invalid(
+                "source.server_id",
+                "0 is not allowed: pick a number unique among the server's replicas, e.g. 4242",
+            ));
+        }
+        StartSetting::parse(&source.start).map_err(|m| invalid("source.start", m))?;
+        if source.heartbeat_interval_ms == 0 {
+            return Err(invalid(
+                "source.heartbeat_interval_ms",
+                "must be at least 1 (milliseconds); 1000 is a good value",
+            ));
+        }
+        if source.idle_timeout_ms <= source.heartbeat_interval_ms {
+            return Err(invalid(
+                "source.idle_timeout_ms",
+                format!(
+                    "must be larger than source.heartbeat_interval_ms ({}), or every idle pause looks like a lost connection; use several heartbeats, e.g. {}",
+                    source.heartbeat_interval_ms,
+                    source.heartbeat_interval_ms.saturating_mul(5)
+                ),
+            ));
+        }
+        if source.connect_timeout_ms == 0 {
+            return Err(invalid("source.connect_timeout_ms", "must be at least 1"));
+        }
+        if source.reconnect_initial_backoff_ms == 0
+            || source.reconnect_max_backoff_ms < source.reconnect_initial_backoff_ms
+        {
+            return Err(invalid(
+                "source.reconnect_max_backoff_ms",
+                "needs reconnect_initial_backoff_ms >= 1 and reconnect_max_backoff_ms >= reconnect_initial_backoff_ms",
+            ));
+        }
+
+        if self.outbox.is_empty() {
+            return Err(invalid(
+                "outbox",
+                "no outbox table configured: add a `[[outbox]]` section with `table = \"db.outbox\"`",
+            ));
+        }
+
+        let kafka = &self.kafka;
+        if kafka.brokers.trim().is_empty() {
+            return Err(invalid(
+                "kafka.brokers",
+                "is empty: list at least one `host:port`",
+            ));
+        }
+        if kafka.topic_partitions < 1 {
+            return Err(invalid("kafka.topic_partitions", "must be at least 1"));
+        }
+        if kafka.topic_replication_factor < 1 {
+            return Err(invalid(
+                "kafka.topic_replication_factor",
+                "must be at least 1",
+            ));
+        }
+        if !["none", "gzip", "snappy", "lz4", "zstd"].contains(&kafka.compression.as_str()) {
+            return Err(invalid(
+                "kafka.compression",
+                format!(
+                    "`{}` is not one of none, gzip, snappy, lz4, zstd",
+                    kafka.compression
+                ),
+            ));
+        }
+        if kafka.message_timeout_ms == 0 {
+            return Err(invalid("kafka.message_timeout_ms", "must be at least 1"));
+        }
+        if kafka.retry_initial_backoff_ms == 0
+            || kafka.retry_max_backoff_ms < kafka.retry_initial_backoff_ms
+        {
+            return Err(invalid(
+                "kafka.retry_max_backoff_ms",
+                "needs retry_initial_backoff_ms >= 1 and retry_max_backoff_ms >= retry_initial_backoff_ms",
+            ));
+        }
+        for (key, value) in PROTECTED_KAFKA_PROPERTIES {
+            if let Some(given) = kafka.properties.get(*key) {
+                if given != value {
+                    return Err(invalid(
+                        &format!("kafka.properties.\"{key}\""),
+                        format!(
+                            "must stay `{value}` (per-key order and at-least-once depend on it); remove the line"
+                        ),
+                    ));
+                }
+            }
+        }
+        if kafka.properties.contains_key("bootstrap.servers") {
+            return Err(invalid(
+                "kafka.properties.\"bootstrap.servers\"",
+                "set `kafka.brokers` instead",
+            ));
+        }
+
+        let checkpoint = &self.checkpoint;
+        match checkpoint.store.as_str() {
+            "file" => {
+                if checkpoint
+                    .path
+                    .as_deref()
+                    .is_none_or(|p| p.as_os_str().is_empty())
+                {
+                    return Err(invalid(
+                        "checkpoint.path",
+                        "is required with store = \"file\", e.g. `/var/lib/outbox-relay/checkpoint.json`",
+                    ));
+                }
+            }
+            "mysql" => {
+                if checkpoint.url.as_deref().is_none_or(str::is_empty) {
+                    return Err(invalid(
+                        "checkpoint.url",
+                        "is required with store = \"mysql\", e.g. `mysql://relay@db:3306`",
+                    ));
+                }
+                for (key, value) in [
+                    ("checkpoint.database", &checkpoint.database),
+                    ("checkpoint.table", &checkpoint.table),
+                ] {
+                    if value.is_empty()
+                        || !value
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
+                    {
+                        return Err(invalid(
+                            key,
+                            format!("`{value}` must be a plain identifier (letters, digits, `_`)"),
+                        ));
+                    }
+                }
+                if checkpoint.connector.is_empty() {
+                    return Err(invalid("checkpoint.connector", "must not be empty"));
+                }
+            }
+            other => {
+                return Err(invalid(
+                    "checkpoint.store",
+                    format!("`{other}` is not `file` or `mysql`"),
+                ))
+            }
+        }
+
+        if let Some(listen) = &self.metrics.listen {
+            listen.parse::<SocketAddr>().map_err(|_| {
+                invalid(
+                    "metrics.listen",
+                    format!("`{listen}` is not `ip:port`, e.g. `127.0.0.1:9187`"),
+                )
+            })?;
+        }
+
+        let pipeline = &self.pipeline;
+        if pipeline.max_in_flight == 0 {
+            return Err(invalid(
+                "pipeline.max_in_flight",
+                "must be at least 1 (10000 is the default)",
+            ));
+        }
+        if pipeline.commit_interval_ms == 0 {
+            return Err(invalid("pipeline.commit_interval_ms", "must be at least 1"));
+        }
+        if pipeline.commit_max_transactions == 0 {
+            return Err(invalid(
+                "pipeline.commit_max_transactions",
+                "must be at least 1",
+            ));
+        }
+        if pipeline.channel_capacity == 0 {
+            return Err(invalid("pipeline.channel_capacity", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// The tables the reader must decode: the configured outbox tables.
+    pub fn table_filter(&self) -> TableFilter {
+        TableFilter::tables(self.outbox_tables())
+    }
+
+    /// The configured outbox table names.
+    pub fn outbox_tables(&self) -> Vec<TableName> {
+        self.outbox.iter().map(|t| t.table.clone()).collect()
+    }
+
+    /// `[metrics] listen`, parsed.
+    pub fn metrics_listen(&self) -> Option<SocketAddr> {
+        self.metrics.listen.as_deref().and_then(|l| l.parse().ok())
+    }
+}
+
+impl PipelineConfig {
+    /// `shutdown_timeout_ms` as a duration.
+    pub fn shutdown_timeout(&self) -> Duration {
+        Duration::from_millis(self.shutdown_timeout_ms)
+    }
+
+    /// `commit_interval_ms` as a duration.
+    pub fn commit_interval(&self) -> Duration {
+        Duration::from_millis(self.commit_interval_ms)
+    }
+}

@@ -1,0 +1,261 @@
+//! Internal events: each notable thing that happens in the relay is a struct whose
+//! [`InternalEvent::emit`] writes the log line and updates the metrics in one place, so
+//! logs and counters cannot drift apart.
+
+use std::time::Duration;
+
+use crate::metrics::Metrics;
+
+/// Something that happened, to be logged and counted.
+pub trait InternalEvent {
+    /// Logs the event and updates `metrics`.
+    fn emit(self, metrics: &Metrics);
+}
+
+/// The binlog source connected (first connect or reconnect).
+#[derive(Debug)]
+pub struct SourceConnected<'a> {
+    /// Server URL with the password redacted.
+    pub server: &'a str,
+    /// Where the stream starts, for the log.
+    pub start: String,
+    /// 0 for the first connection, else the number of this reconnect.
+    pub reconnect: u64,
+}
+
+impl InternalEvent for SourceConnected<'_> {
+    fn emit(self, _metrics: &Metrics) {
+        tracing::info!(server = self.server, start = %self.start, reconnect = self.reconnect, "binlog source connected");
+    }
+}
+
+/// The binlog source failed transiently and will reconnect after `delay`.
+#[derive(Debug)]
+pub struct SourceReconnecting<'a> {
+    /// The error that ended the stream.
+    pub error: &'a dyn std::error::Error,
+    /// How long until the next attempt.
+    pub delay: Duration,
+    /// Where the new stream resumes.
+    pub resume_from: String,
+}
+
+impl InternalEvent for SourceReconnecting<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics.source_reconnects.inc();
+        tracing::warn!(error = %self.error, delay_ms = self.delay.as_millis() as u64, resume_from = %self.resume_from, "binlog source lost; reconnecting");
+    }
+}
+
+/// One row change of a watched table was read.
+#[derive(Debug)]
+pub struct RowRead;
+
+impl InternalEvent for RowRead {
+    fn emit(self, metrics: &Metrics) {
+        metrics.events_read.inc();
+    }
+}
+
+/// One transaction commit was read.
+#[derive(Debug)]
+pub struct TransactionRead;
+
+impl InternalEvent for TransactionRead {
+    fn emit(self, metrics: &Metrics) {
+        metrics.transactions_read.inc();
+    }
+}
+
+/// The router produced a record.
+#[derive(Debug)]
+pub struct RecordRouted;
+
+impl InternalEvent for RecordRouted {
+    fn emit(self, metrics: &Metrics) {
+        metrics.events_routed.inc();
+    }
+}
+
+/// The router skipped a row by design.
+#[derive(Debug)]
+pub struct RowSkipped<'a> {
+    /// Why, in the router's words.
+    pub reason: &'a str,
+}
+
+impl InternalEvent for RowSkipped<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics.events_skipped.inc();
+        tracing::debug!(reason = self.reason, "row skipped by the router");
+    }
+}
+
+/// Kafka acknowledged `count` records.
+#[derive(Debug)]
+pub struct RecordsDelivered {
+    /// How many.
+    pub count: u64,
+}
+
+impl InternalEvent for RecordsDelivered {
+    fn emit(self, metrics: &Metrics) {
+        metrics.records_delivered.inc_by(self.count);
+    }
+}
+
+/// A delivery failed transiently; the record will be resent.
+#[derive(Debug)]
+pub struct DeliveryFailedTransient<'a> {
+    /// Topic of the record.
+    pub topic: &'a str,
+    /// What librdkafka said.
+    pub error: &'a rdkafka::error::KafkaError,
+    /// Delay before the resend.
+    pub retry_in: Duration,
+    /// Records waiting for that resend.
+    pub waiting: usize,
+}
+
+impl InternalEvent for DeliveryFailedTransient<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics
+            .delivery_errors
+            .with_label_values(&["transient"])
+            .inc();
+        tracing::warn!(topic = self.topic, error = %self.error, retry_in_ms = self.retry_in.as_millis() as u64, waiting = self.waiting, "Kafka delivery failed; resending (checkpoint held back)");
+    }
+}
+
+/// librdkafka reported a fatal producer error; the producer is rebuilt and every unacked
+/// record resent.
+#[derive(Debug)]
+pub struct ProducerRecreated<'a> {
+    /// The fatal error.
+    pub reason: &'a str,
+    /// Records that will be resent.
+    pub resending: usize,
+}
+
+impl InternalEvent for ProducerRecreated<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics.delivery_errors.with_label_values(&["fatal"]).inc();
+        metrics.producer_recreations.inc();
+        tracing::error!(reason = self.reason, resending = self.resending, "fatal Kafka producer error; recreating the producer and resending every unacked record");
+    }
+}
+
+/// A topic was created through the admin API.
+#[derive(Debug)]
+pub struct TopicCreated<'a> {
+    /// The topic.
+    pub topic: &'a str,
+    /// Its partition count.
+    pub partitions: i32,
+}
+
+impl InternalEvent for TopicCreated<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics.topics_created.inc();
+        tracing::info!(
+            topic = self.topic,
+            partitions = self.partitions,
+            "created Kafka topic"
+        );
+    }
+}
+
+/// The in-flight record count changed.
+#[derive(Debug)]
+pub struct InFlightChanged {
+    /// Records sent and not acked now.
+    pub in_flight: usize,
+}
+
+impl InternalEvent for InFlightChanged {
+    fn emit(self, metrics: &Metrics) {
+        metrics.in_flight.set(self.in_flight as i64);
+    }
+}
+
+/// A checkpoint was committed to the store.
+#[derive(Debug)]
+pub struct CheckpointCommitted<'a> {
+    /// The committed position, for the log.
+    pub position: &'a outbox_binlog::BinlogPosition,
+    /// The committed GTID set, if any, for the log.
+    pub gtid_set: Option<String>,
+    /// Server timestamp of the last transaction it covers (0 if unknown).
+    pub transaction_timestamp: u32,
+    /// True when every transaction read so far is covered (caught up).
+    pub caught_up: bool,
+}
+
+impl InternalEvent for CheckpointCommitted<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics.checkpoint_commits.inc();
+        metrics
+            .checkpoint_binlog_offset
+            .set(i64::try_from(self.position.position).unwrap_or(i64::MAX));
+        if let Some(number) = binlog_file_number(&self.position.file) {
+            metrics.checkpoint_binlog_file_number.set(number);
+        }
+        metrics
+            .checkpoint_lag_seconds
+            .set(lag_seconds(self.transaction_timestamp, self.caught_up));
+        tracing::debug!(position = %self.position, gtid_set = self.gtid_set.as_deref().unwrap_or(""), "checkpoint committed");
+    }
+}
+
+/// Seconds from `timestamp` (server clock, epoch seconds) to now; 0 when caught up or unknown.
+pub fn lag_seconds(timestamp: u32, caught_up: bool) -> f64 {
+    if caught_up || timestamp == 0 {
+        return 0.0;
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    (now - f64::from(timestamp)).max(0.0)
+}
+
+/// `binlog.000042` -> 42.
+pub fn binlog_file_number(file: &str) -> Option<i64> {
+    file.rsplit_once('.').and_then(|(_, n)| n.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoint_event_sets_position_and_lag_metrics() {
+        let metrics = Metrics::new();
+        let position = outbox_binlog::BinlogPosition::new("binlog.000042", 1234);
+        let old = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as u32
+            - 100;
+        CheckpointCommitted {
+            position: &position,
+            gtid_set: None,
+            transaction_timestamp: old,
+            caught_up: false,
+        }
+        .emit(&metrics);
+        assert_eq!(metrics.checkpoint_commits.get(), 1);
+        assert_eq!(metrics.checkpoint_binlog_offset.get(), 1234);
+        assert_eq!(metrics.checkpoint_binlog_file_number.get(), 42);
+        let lag = metrics.checkpoint_lag_seconds.get();
+        assert!((99.0..200.0).contains(&lag), "{lag}");
+        CheckpointCommitted {
+            position: &position,
+            gtid_set: None,
+            transaction_timestamp: old,
+            caught_up: true,
+        }
+        .emit(&metrics);
+        assert_eq!(metrics.checkpoint_lag_seconds.get(), 0.0);
+    }
+}

@@ -1,0 +1,41 @@
+//! outbox-relay: the transactional-outbox connector. Tails a MySQL/MariaDB binlog, turns
+//! committed inserts into outbox tables into Kafka records, and stores its binlog position
+//! only after Kafka acknowledged everything before it (at-least-once, stable event ids).
+//!
+//! The crate is a library plus a thin `main.rs`, so tests and the `demo` command can run the
+//! relay in-process:
+//! * [`config`]: the TOML configuration and its validation;
+//! * [`pipeline`]: [`run_relay`], the source -> router -> sink -> tracker -> store tasks;
+//! * [`sink`]: the Kafka producer side (idempotent, retrying, topic creation);
+//! * [`commands`]: the CLI subcommands (`run`, `check`, `checkpoint`, `inspect`, `demo`);
+//! * [`metrics`] and [`internal_events`]: Prometheus counters and the log lines that go
+//!   with them;
+//! * [`shutdown`]: the shutdown signal every task listens to.
+//!
+//! # Resumption
+//! See [`pipeline`]: a stored checkpoint always wins over `source.start`; transient source
+//! errors resume from the reader's own resume point.
+
+mod backoff;
+pub mod cli;
+pub mod commands;
+pub mod config;
+pub mod demo;
+pub mod internal_events;
+pub mod metrics;
+pub mod pipeline;
+pub mod shutdown;
+pub mod sink;
+mod stores;
+mod tasks;
+
+pub use backoff::Backoff;
+pub use config::{ConfigError, RelayConfig, StartSetting};
+pub use metrics::Metrics;
+pub use pipeline::{run_relay, RelayError, RelayHandles, RelaySummary};
+pub use shutdown::{Shutdown, ShutdownController};
+pub use sink::{
+    run_kafka_sink, KafkaSinkSettings, OutboundRecord, SinkError, SinkItem, SinkSummary,
+};
+pub use stores::open_checkpoint_store;
+pub use tasks::spawn_named;

@@ -1,0 +1,727 @@
+//! The running connector: source -> router -> Kafka sink -> ack tracker -> checkpoint store,
+//! as named tasks joined by bounded channels.
+//!
+//! # Contract
+//! * **At least once.** The checkpoint store only ever receives positions from
+//!   [`AckTracker::acked_position`], i.e. transaction ends whose every record (and every
+//!   earlier record) Kafka acknowledged. A crash at any point replays from the last
+//!   checkpoint.
+//! * **Backpressure.** The source -> router and router -> sink channels are bounded
+//!   (`pipeline.channel_capacity`) and the sink keeps at most `pipeline.max_in_flight`
+//!   records unacked, so memory is bounded however far behind Kafka is.
+//! * **Definite errors stop the relay**: a routing error (naming event id, table and
+//!   column), a definite source error, a permanent Kafka rejection, a checkpoint store
+//!   failure. The acked prefix is still committed before returning the error.
+//!
+//! # Resumption
+//! * With a stored checkpoint the stream starts at its binlog position (on the server that
+//!   wrote it) or at its GTID set (when the relay now talks to another server, e.g. after a
+//!   failover). `source.start` is ignored then.
+//! * Without one, it starts at `source.start` (`latest` by default).
+//! * After a transient source error the source reconnects with backoff and resumes from
+//!   the reader's own [`BinlogReader::resume_point`] (the last transaction boundary it
+//!   handed out): rows of a transaction that was open when the stream broke are read again
+//!   and sent again (duplicates, never loss). The checkpoint is only used at process start.
+//!
+//! # Shutdown
+//! The shutdown signal stops the source; the router stops forwarding; the sink waits up to
+//! `pipeline.shutdown_timeout_ms` for records in flight; then the committer stores the
+//! final acked position and [`run_relay`] returns.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use outbox_binlog::{
+    BinlogError, BinlogPosition, BinlogReader, GtidSet, ReaderConfig, StartPosition, StreamItem,
+};
+use outbox_checkpoint::{
+    AckToken, AckTracker, Checkpoint, CheckpointCommitter, CheckpointPosition,
+    CheckpointStoreError, CommitPolicy, SharedCheckpointStore, SourceIdentity,
+};
+use outbox_router::{RouteOutcome, Router, RoutingError};
+use tokio::sync::{mpsc, Notify};
+
+use crate::backoff::Backoff;
+use crate::config::{RelayConfig, StartSetting};
+use crate::internal_events::{
+    CheckpointCommitted, InternalEvent, RecordRouted, RowRead, RowSkipped, SourceConnected,
+    SourceReconnecting, TransactionRead,
+};
+use crate::metrics::Metrics;
+use crate::shutdown::{Shutdown, ShutdownController};
+use crate::sink::{run_kafka_sink, KafkaSinkSettings, OutboundRecord, SinkError, SinkItem};
+use crate::stores::open_checkpoint_store;
+use crate::tasks::spawn_named;
+
+/// Why the relay stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// The router configuration is inconsistent.
+    #[error("invalid [[outbox]]/[route] configuration: {0}")]
+    RouterConfig(String),
+    /// The binlog source failed definitely (or could not connect at startup).
+    #[error("binlog source: {0}")]
+    Source(#[source] BinlogError),
+    /// The start position in `source.start` does not fit the server.
+    #[error("config key `source.start`: {0}")]
+    StartPosition(String),
+    /// A row could not be routed; the relay stops so nothing is skipped.
+    #[error("{}", describe_routing_error(.0))]
+    Routing(#[source] Box<RoutingError>),
+    /// The Kafka sink stopped.
+    #[error("Kafka sink: {0}")]
+    Sink(#[source] SinkError),
+    /// The checkpoint store failed.
+    #[error("checkpoint store: {0}")]
+    Checkpoint(#[source] CheckpointStoreError),
+    /// The checkpoint was written for another server and has no GTID set to move over with.
+    #[error("the stored checkpoint belongs to server {stored} but the relay is connected to {connected}, and the checkpoint has no GTID set to resume from; point source.url at the original server, or `outbox-relay checkpoint set --gtid ...`")]
+    ForeignCheckpoint {
+        /// The server the checkpoint names.
+        stored: String,
+        /// The server the relay reached.
+        connected: String,
+    },
+    /// The metrics listener could not be bound.
+    #[error("cannot listen on metrics.listen {listen}: {source}")]
+    MetricsListen {
+        /// The configured address.
+        listen: String,
+        /// The bind error.
+        source: std::io::Error,
+    },
+    /// A pipeline task panicked (a bug).
+    #[error("pipeline task `{task}` failed: {message}")]
+    TaskFailed {
+        /// The task name.
+        task: &'static str,
+        /// The panic or cancellation.
+        message: String,
+    },
+}
+
+/// The operator-facing message for a routing error: event id, table, column, then the fix.
+///
+/// **Dead-letter seam:** this is the one place a routing error is turned into a stop; a
+/// later dead-letter topic replaces the `Err` in the router task's `RoutingFailure` handling
+/// with a record to that topic (tracked and acked like any other).
+fn describe_routing_error(error: &RoutingError) -> String {
+    format!(
+        "cannot route event {} of table {} (column {}): {error}; fix or remove the row, then restart (the relay stopped so the event is not skipped)",
+        error.event_id.as_deref().unwrap_or("<unknown id>"),
+        error.table,
+        error.column.as_deref().unwrap_or("<none>"),
+    )
+}
+
+/// What a relay run did, returned when it stopped cleanly.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RelaySummary {
+    /// Records Kafka acknowledged.
+    pub delivered: u64,
+    /// Records unacked when the shutdown deadline passed (replayed on the next start).
+    pub abandoned: usize,
+    /// The last checkpoint stored, if any.
+    pub checkpoint: Option<Checkpoint>,
+}
+
+/// Everything [`run_relay`] needs besides the config.
+#[derive(Clone)]
+pub struct RelayHandles {
+    /// Fires to stop the relay gracefully.
+    pub shutdown: ShutdownController,
+    /// Where counters go (and what `/metrics` serves).
+    pub metrics: Arc<Metrics>,
+}
+
+impl Default for RelayHandles {
+    fn default() -> Self {
+        Self {
+            shutdown: ShutdownController::new(),
+            metrics: Metrics::new(),
+        }
+    }
+}
+
+/// The ack tracker shared by the router task (adds records, ends transactions) and the
+/// sink (acks); a plain mutex, held for a few instructions at a time.
+type SharedTracker = Arc<Mutex<AckTracker>>;
+
+fn lock_tracker(tracker: &SharedTracker) -> std::sync::MutexGuard<'_, AckTracker> {
+    // A poisoned lock means another task panicked mid-update; the tracker's state is still
+    // consistent at instruction granularity, and that task's failure stops the relay anyway.
+    tracker
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Runs the relay until shutdown or a definite error. Commits the acked prefix in both cases.
+pub async fn run_relay(
+    config: RelayConfig,
+    handles: RelayHandles,
+) -> Result<RelaySummary, RelayError> {
+    let metrics = handles.metrics.clone();
+    let controller = handles.shutdown.clone();
+    let router = Router::new(&config.outbox, &config.route)
+        .map_err(|e| RelayError::RouterConfig(e.to_string()))?;
+    let store: SharedCheckpointStore = open_checkpoint_store(&config.checkpoint)
+        .await
+        .map_err(RelayError::Checkpoint)?;
+    let stored = store.load().await.map_err(RelayError::Checkpoint)?;
+
+    if let Some(listen) = config.metrics_listen() {
+        let (bound, serve) =
+            crate::metrics::bind_metrics_server(listen, metrics.clone(), controller.subscribe())
+                .await
+                .map_err(|source| RelayError::MetricsListen {
+                    listen: listen.to_string(),
+                    source,
+                })?;
+        tracing::info!(listen = %bound, "serving metrics at GET /metrics");
+        spawn_named("metrics-server", serve);
+    }
+
+    // Connect first: the start position of a first run and the source identity come from
+    // the server.
+    let source_url = config.source.connection_url();
+    let redacted = config.source.redacted_url();
+    let first_start = match &stored {
+        Some(checkpoint) => {
+            tracing::info!(position = %checkpoint.position.binlog, gtid_set = %checkpoint.position.gtid_set, store = %store.describe(), "resuming from the stored checkpoint");
+            if checkpoint.position.binlog == gtid_only_binlog_position() {
+                StartPosition::Gtid(checkpoint.position.gtid_set.clone())
+            } else {
+                StartPosition::Position(checkpoint.position.binlog.clone())
+            }
+        }
+        None => {
+            let setting = config
+                .source
+                .start_setting()
+                .map_err(|e| RelayError::StartPosition(e.to_string()))?;
+            tracing::info!(start = %config.source.start, store = %store.describe(), "no checkpoint stored; first run");
+            match setting {
+                StartSetting::Earliest => StartPosition::Earliest,
+                StartSetting::Latest => StartPosition::Latest,
+                StartSetting::Position(position) => StartPosition::Position(position),
+                // The flavor is not known before connecting: ask the server first.
+                StartSetting::Gtid(text) => {
+                    let report = outbox_binlog::check_server(&source_url)
+                        .await
+                        .map_err(RelayError::Source)?;
+                    StartPosition::Gtid(
+                        StartSetting::gtid_set(&text, report.identity.flavor)
+                            .map_err(RelayError::StartPosition)?,
+                    )
+                }
+            }
+        }
+    };
+    let reader_config = |start: StartPosition| ReaderConfig {
+        url: source_url.clone(),
+        server_id: config.source.server_id,
+        start,
+        filter: config.table_filter(),
+        heartbeat_interval: Duration::from_millis(config.source.heartbeat_interval_ms),
+        idle_timeout: Duration::from_millis(config.source.idle_timeout_ms),
+        connect_timeout: Duration::from_millis(config.source.connect_timeout_ms),
+    };
+    let mut reader = BinlogReader::connect(reader_config(first_start.clone()))
+        .await
+        .map_err(RelayError::Source)?;
+    let identity = source_identity(&reader);
+    if let Some(checkpoint) = &stored {
+        if checkpoint.source != identity {
+            if checkpoint.position.gtid_set.is_empty() {
+                return Err(RelayError::ForeignCheckpoint {
+                    stored: describe_identity(&checkpoint.source),
+                    connected: describe_identity(&identity),
+                });
+            }
+            tracing::warn!(stored = %describe_identity(&checkpoint.source), connected = %describe_identity(&identity), gtid_set = %checkpoint.position.gtid_set, "checkpoint was taken on another server; resuming by GTID set");
+            reader = BinlogReader::connect(reader_config(StartPosition::Gtid(
+                checkpoint.position.gtid_set.clone(),
+            )))
+            .await
+            .map_err(RelayError::Source)?;
+        }
+    }
+    SourceConnected {
+        server: &redacted,
+        start: describe_start(&reader.resume_point()),
+        reconnect: 0,
+    }
+    .emit(&metrics);
+
+    let tracker_start = match &stored {
+        Some(checkpoint) => checkpoint.position.clone(),
+        None => initial_position(&reader.resume_point()),
+    };
+    let tracker: SharedTracker = Arc::new(Mutex::new(AckTracker::new(tracker_start)));
+    let acked = Arc::new(Notify::new());
+
+    let capacity = config.pipeline.channel_capacity;
+    let (items_tx, items_rx) = mpsc::channel::<StreamItem>(capacity);
+    let (records_tx, records_rx) = mpsc::channel::<SinkItem<AckToken>>(capacity);
+
+    let source_task = spawn_named(
+        "binlog-source",
+        run_source(
+            reader,
+            SourceSettings {
+                reconnect_initial: Duration::from_millis(
+                    config.source.reconnect_initial_backoff_ms,
+                ),
+                reconnect_max: Duration::from_millis(config.source.reconnect_max_backoff_ms),
+                redacted_url: redacted.clone(),
+            },
+            reader_config(first_start),
+            items_tx,
+            metrics.clone(),
+            controller.subscribe(),
+        ),
+    );
+    let router_task = spawn_named(
+        "router",
+        run_router(
+            router,
+            items_rx,
+            records_tx,
+            tracker.clone(),
+            acked.clone(),
+            metrics.clone(),
+            controller.subscribe(),
+        ),
+    );
+    let sink_tracker = tracker.clone();
+    let sink_acked = acked.clone();
+    let sink_task = spawn_named(
+        "kafka-sink",
+        run_kafka_sink(
+            KafkaSinkSettings::from_config(&config.kafka, &config.pipeline),
+            records_rx,
+            move |token: AckToken| {
+                let result = lock_tracker(&sink_tracker).ack(token);
+                if let Err(error) = result {
+                    tracing::error!(%error, "ack tracker rejected an ack (a bug; the checkpoint is held back)");
+                }
+                sink_acked.notify_one();
+            },
+            metrics.clone(),
+            controller.subscribe(),
+        ),
+    );
+    let committer_stop = ShutdownController::new();
+    let committer_task = spawn_named(
+        "checkpoint-committer",
+        run_committer(
+            CommitterSettings {
+                identity: identity.clone(),
+                policy: CommitPolicy {
+                    max_interval: config.pipeline.commit_interval(),
+                    max_transactions: config.pipeline.commit_max_transactions,
+                },
+                resumed_from: stored.as_ref().map(|c| c.position.clone()),
+            },
+            store.clone(),
+            tracker.clone(),
+            acked.clone(),
+            metrics.clone(),
+            committer_stop.subscribe(),
+        ),
+    );
+
+    // Any task that fails stops the others; the first error is the one reported.
+    let source_and_router = async {
+        let source = source_task.await;
+        if !matches!(source, Ok(Ok(()))) {
+            controller.trigger();
+        }
+        let router = router_task.await;
+        if !matches!(router, Ok(Ok(()))) {
+            controller.trigger();
+        }
+        (source, router)
+    };
+    let sink = async {
+        let result = sink_task.await;
+        if !matches!(result, Ok(Ok(_))) {
+            controller.trigger();
+        }
+        result
+    };
+    let ((source_result, router_result), sink_result) = tokio::join!(source_and_router, sink);
+    let mut errors: Vec<RelayError> = Vec::new();
+    let mut summary = RelaySummary::default();
+    flatten_task("binlog-source", source_result, &mut errors);
+    flatten_task("router", router_result, &mut errors);
+    if let Some(sink_summary) = flatten_task(
+        "kafka-sink",
+        sink_result.map(|r| r.map_err(RelayError::Sink)),
+        &mut errors,
+    ) {
+        summary.delivered = sink_summary.delivered;
+        summary.abandoned = sink_summary.abandoned;
+    }
+    committer_stop.trigger();
+    if let Some(last) = flatten_task("checkpoint-committer", committer_task.await, &mut errors) {
+        summary.checkpoint = last;
+    }
+    let first_error = if errors.is_empty() {
+        None
+    } else {
+        for error in &errors {
+            tracing::error!(%error, "relay stopped on error");
+        }
+        Some(errors.remove(0))
+    };
+    controller.trigger();
+    match first_error {
+        Some(error) => Err(error),
+        None => {
+            tracing::info!(
+                delivered = summary.delivered,
+                abandoned = summary.abandoned,
+                checkpoint = %summary.checkpoint.as_ref().map(|c| c.position.binlog.to_string()).unwrap_or_else(|| "none".into()),
+                "relay stopped"
+            );
+            Ok(summary)
+        }
+    }
+}
+
+/// The binlog position of a checkpoint that only has a GTID set (written by
+/// `outbox-relay checkpoint set --gtid`): an empty file name, which no server uses. Such a
+/// checkpoint resumes by GTID set.
+pub fn gtid_only_binlog_position() -> BinlogPosition {
+    BinlogPosition::new("", 4)
+}
+
+/// A task's result, with panics turned into [`RelayError::TaskFailed`] and errors collected.
+fn flatten_task<T>(
+    task: &'static str,
+    joined: Result<Result<T, RelayError>, tokio::task::JoinError>,
+    errors: &mut Vec<RelayError>,
+) -> Option<T> {
+    match joined {
+        Ok(Ok(value)) => Some(value),
+        Ok(Err(error)) => {
+            errors.push(error);
+            None
+        }
+        Err(join) => {
+            errors.push(RelayError::TaskFailed {
+                task,
+                message: join.to_string(),
+            });
+            None
+        }
+    }
+}
+
+/// The identity a checkpoint records for the connected server.
+fn source_identity(reader: &BinlogReader) -> SourceIdentity {
+    let server = reader.server();
+    SourceIdentity {
+        flavor: server.flavor,
+        server_id: server.server_id,
+        server_uuid: server.server_uuid.clone(),
+    }
+}
+
+fn describe_identity(identity: &SourceIdentity) -> String {
+    match &identity.server_uuid {
+        Some(uuid) => format!(
+            "{} server_id {} uuid {uuid}",
+            identity.flavor, identity.server_id
+        ),
+        None => format!("{} server_id {}", identity.flavor, identity.server_id),
+    }
+}
+
+fn describe_start(start: &StartPosition) -> String {
+    match start {
+        StartPosition::Earliest => "earliest".into(),
+        StartPosition::Latest => "latest".into(),
+        StartPosition::Position(position) => format!("file:{position}"),
+        StartPosition::Gtid(set) => format!("gtid:{set}"),
+    }
+}
+
+/// The tracker's starting point for a first run. It is never committed as such (the tracker
+/// only reports positions it moved to), so an unknown file is harmless.
+fn initial_position(start: &StartPosition) -> CheckpointPosition {
+    match start {
+        StartPosition::Position(position) => CheckpointPosition::at(position.clone()),
+        StartPosition::Gtid(set) => CheckpointPosition {
+            gtid_set: set.clone(),
+            ..CheckpointPosition::at(gtid_only_binlog_position())
+        },
+        StartPosition::Earliest | StartPosition::Latest => CheckpointPosition {
+            gtid_set: GtidSet::Empty,
+            ..CheckpointPosition::at(gtid_only_binlog_position())
+        },
+    }
+}
+
+/// Source task settings.
+struct SourceSettings {
+    /// First reconnect delay.
+    reconnect_initial: Duration,
+    /// Largest reconnect delay.
+    reconnect_max: Duration,
+    /// For logs.
+    redacted_url: String,
+}
+
+/// Reads the binlog into `items` until shutdown or a definite error; reconnects on
+/// transient errors from the reader's resume point.
+async fn run_source(
+    mut reader: BinlogReader,
+    settings: SourceSettings,
+    mut reader_config: ReaderConfig,
+    items: mpsc::Sender<StreamItem>,
+    metrics: Arc<Metrics>,
+    mut shutdown: Shutdown,
+) -> Result<(), RelayError> {
+    let mut backoff = Backoff::new(settings.reconnect_initial, settings.reconnect_max);
+    let mut reconnects: u64 = 0;
+    loop {
+        let next = tokio::select! {
+            _ = shutdown.recv() => return Ok(()),
+            next = reader.next_item() => next,
+        };
+        match next {
+            Ok(item) => {
+                match &item {
+                    StreamItem::Row(_) => RowRead.emit(&metrics),
+                    StreamItem::Commit(_) => {
+                        TransactionRead.emit(&metrics);
+                        backoff.reset();
+                    }
+                    StreamItem::Heartbeat(_) => backoff.reset(),
+                }
+                tokio::select! {
+                    _ = shutdown.recv() => return Ok(()),
+                    sent = items.send(item) => if sent.is_err() { return Ok(()) },
+                }
+            }
+            Err(error) if error.is_transient() => {
+                // Reconnect until it works or shutdown; definite errors on reconnect stop.
+                let mut last_error = error;
+                loop {
+                    let resume = reader.resume_point();
+                    let delay = backoff.next_delay();
+                    SourceReconnecting {
+                        error: &last_error,
+                        delay,
+                        resume_from: describe_start(&resume),
+                    }
+                    .emit(&metrics);
+                    tokio::select! {
+                        _ = shutdown.recv() => return Ok(()),
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    reader_config.start = resume.clone();
+                    let connected = tokio::select! {
+                        _ = shutdown.recv() => return Ok(()),
+                        connected = BinlogReader::connect(reader_config.clone()) => connected,
+                    };
+                    match connected {
+                        Ok(new_reader) => {
+                            reconnects += 1;
+                            reader = new_reader;
+                            SourceConnected {
+                                server: &settings.redacted_url,
+                                start: describe_start(&resume),
+                                reconnect: reconnects,
+                            }
+                            .emit(&metrics);
+                            break;
+                        }
+                        Err(error) if error.is_transient() => last_error = error,
+                        Err(error) => return Err(RelayError::Source(error)),
+                    }
+                }
+            }
+            Err(error) => return Err(RelayError::Source(error)),
+        }
+    }
+}
+
+/// Routes rows into records (registering each with the tracker) and ends transactions in
+/// the tracker, in binlog order.
+async fn run_router(
+    router: Router,
+    mut items: mpsc::Receiver<StreamItem>,
+    records: mpsc::Sender<SinkItem<AckToken>>,
+    tracker: SharedTracker,
+    progress: Arc<Notify>,
+    metrics: Arc<Metrics>,
+    mut shutdown: Shutdown,
+) -> Result<(), RelayError> {
+    loop {
+        let item = tokio::select! {
+            _ = shutdown.recv() => return Ok(()),
+            item = items.recv() => match item {
+                Some(item) => item,
+                None => return Ok(()),
+            },
+        };
+        match item {
+            StreamItem::Row(row) => match router.route(&row) {
+                Ok(RouteOutcome::Record(record)) => {
+                    RecordRouted.emit(&metrics);
+                    let ticket = lock_tracker(&tracker).add_record();
+                    let item = SinkItem {
+                        record: OutboundRecord::from(record),
+                        ticket,
+                    };
+                    tokio::select! {
+                        _ = shutdown.recv() => return Ok(()),
+                        sent = records.send(item) => if sent.is_err() { return Ok(()) },
+                    }
+                }
+                Ok(RouteOutcome::Skipped { reason }) => {
+                    RowSkipped {
+                        reason: &format!("{reason:?}"),
+                    }
+                    .emit(&metrics);
+                }
+                // Dead-letter seam: see `describe_routing_error`.
+                Err(error) => return Err(RelayError::Routing(Box::new(error))),
+            },
+            StreamItem::Commit(commit) => {
+                lock_tracker(&tracker).end_transaction(CheckpointPosition::after_commit(&commit));
+                progress.notify_one();
+            }
+            StreamItem::Heartbeat(heartbeat) => {
+                lock_tracker(&tracker)
+                    .end_transaction(CheckpointPosition::at_heartbeat(&heartbeat));
+                progress.notify_one();
+            }
+        }
+    }
+}
+
+impl From<outbox_router::KafkaRecord> for OutboundRecord {
+    fn from(record: outbox_router::KafkaRecord) -> Self {
+        OutboundRecord {
+            topic: record.topic,
+            key: record.key,
+            payload: record.value,
+            headers: record.headers,
+            timestamp_ms: record.timestamp_millis,
+            partition: record.partition,
+        }
+    }
+}
+
+/// Committer settings.
+struct CommitterSettings {
+    /// Written into every checkpoint.
+    identity: SourceIdentity,
+    /// When to store: by time and by transaction count.
+    policy: CommitPolicy,
+    /// The checkpoint the relay resumed from, so it is not stored again.
+    resumed_from: Option<CheckpointPosition>,
+}
+
+/// Feeds the tracker's acked positions to a [`CheckpointCommitter`] (which batches them by
+/// `pipeline.commit_interval_ms` / `commit_max_transactions`); on `stop`, flushes the newest
+/// one and returns the last stored checkpoint.
+///
+/// A failing store is retried at the next due time (the relay keeps running: the replay
+/// after a crash grows, nothing is lost); a regression (another relay writing the same
+/// checkpoint) or a failing final flush stops the relay.
+async fn run_committer(
+    settings: CommitterSettings,
+    store: SharedCheckpointStore,
+    tracker: SharedTracker,
+    progress: Arc<Notify>,
+    metrics: Arc<Metrics>,
+    mut stop: Shutdown,
+) -> Result<Option<Checkpoint>, RelayError> {
+    let identity = settings.identity.clone();
+    let mut committer = CheckpointCommitter::new(
+        store,
+        settings.identity,
+        settings.policy,
+        settings.resumed_from,
+    );
+    let mut seen_transactions = lock_tracker(&tracker).completed_transactions();
+    let mut lag_ticker = tokio::time::interval(Duration::from_secs(1));
+    lag_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let due = committer.next_due();
+        let due_sleep = async {
+            match due {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let stopping = tokio::select! {
+            _ = stop.recv() => true,
+            _ = progress.notified() => false,
+            _ = due_sleep => false,
+            _ = lag_ticker.tick() => false,
+        };
+        let (moved, completed, caught_up) = {
+            let mut tracker = lock_tracker(&tracker);
+            (
+                tracker.acked_position(),
+                tracker.completed_transactions(),
+                tracker.tracked_transactions() == 0,
+            )
+        };
+        let before = committer.last_committed().cloned();
+        let outcome = match moved {
+            Some(position) => {
+                let transactions = completed.saturating_sub(seen_transactions);
+                seen_transactions = completed;
+                committer.offer_transactions(position, transactions).await
+            }
+            None => committer.commit_if_due().await,
+        };
+        let outcome = match (outcome, stopping) {
+            (Ok(_), true) => committer.flush().await,
+            (other, _) => other,
+        };
+        match outcome {
+            Ok(_) => {}
+            Err(error @ CheckpointStoreError::Regression { .. }) => {
+                return Err(RelayError::Checkpoint(error))
+            }
+            Err(error) if stopping => return Err(RelayError::Checkpoint(error)),
+            Err(error) => {
+                tracing::error!(%error, "checkpoint commit failed; retrying at the next commit (nothing is lost, the replay after a crash grows)");
+            }
+        }
+        let after = committer.last_committed().cloned();
+        if after != before {
+            if let Some(position) = &after {
+                CheckpointCommitted {
+                    position: &position.binlog,
+                    gtid_set: Some(position.gtid_set.to_string()),
+                    transaction_timestamp: position.timestamp,
+                    caught_up: caught_up && committer.pending().is_none(),
+                }
+                .emit(&metrics);
+            }
+        } else {
+            let timestamp = after.as_ref().map_or(0, |p| p.timestamp);
+            metrics
+                .checkpoint_lag_seconds
+                .set(crate::internal_events::lag_seconds(
+                    timestamp,
+                    caught_up && committer.pending().is_none(),
+                ));
+        }
+        if stopping {
+            if let Some(position) = &after {
+                tracing::info!(position = %position.binlog, gtid_set = %position.gtid_set, "final checkpoint stored");
+            }
+            return Ok(after.map(|position| Checkpoint::new(identity.clone(), position)));
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! Shutdown signalling shared by every task (mini-redis style).
+//!
+//! # Contract
+//! * [`ShutdownController::trigger`] is idempotent and wakes every [`Shutdown`] listener,
+//!   including those created after it fired.
+//! * Each task holds its own [`Shutdown`] and selects on [`Shutdown::recv`] next to its
+//!   work; a task that sees the signal finishes the item in hand and returns.
+//! * Operating-system signals: the first SIGINT/SIGTERM triggers a graceful shutdown; a
+//!   second one exits the process at once with status 130. That is still safe: the
+//!   checkpoint only ever covers acknowledged records, so the next start replays the rest.
+
+use tokio::sync::watch;
+
+/// Owner side of the shutdown signal.
+#[derive(Debug, Clone)]
+pub struct ShutdownController {
+    /// `true` once shutdown was requested; a watch so late subscribers see it too.
+    sender: watch::Sender<bool>,
+}
+
+/// Listener side of the shutdown signal; one per task.
+#[derive(Debug, Clone)]
+pub struct Shutdown {
+    /// Receives the flag; `changed()` wakes on the trigger.
+    receiver: watch::Receiver<bool>,
+}
+
+impl Default for ShutdownController {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ShutdownController {
+    /// A controller that has not fired.
+    pub fn new() -> Self {
+        let (sender, _receiver) = watch::channel(false);
+        Self { sender }
+    }
+
+    /// A new listener.
+    pub fn subscribe(&self) -> Shutdown {
+        Shutdown {
+            receiver: self.sender.subscribe(),
+        }
+    }
+
+    /// Requests shutdown (idempotent).
+    pub fn trigger(&self) {
+        self.sender.send_replace(true);
+    }
+
+    /// True once [`ShutdownController::trigger`] was called.
+    pub fn is_triggered(&self) -> bool {
+        *self.sender.borrow()
+    }
+}
+
+impl Shutdown {
+    /// True once shutdown was requested.
+    pub fn is_shutdown(&self) -> bool {
+        *self.receiver.borrow()
+    }
+
+    /// Completes when shutdown is requested (at once if it already was).
+    pub async fn recv(&mut self) {
+        // An error means the controller is gone: nobody can trigger any more, which we
+        // treat as a shutdown as well so no task waits forever.
+        let _ = self.receiver.wait_for(|fired| *fired).await;
+    }
+}
+
+/// Installs the SIGINT/SIGTERM handler: the first signal triggers `controller`, a second
+/// one exits the process at once (status 130).
+pub fn install_signal_handlers(controller: ShutdownController) {
+    crate::tasks::spawn_named("signal-handler", async move {
+        let mut seen = 0u32;
+        loop {
+            let which = wait_for_signal().await;
+            seen += 1;
+            if seen == 1 {
+                tracing::info!(signal = which, "shutdown requested; finishing in-flight records (send the signal again to exit at once)");
+                controller.trigger();
+            } else {
+                tracing::warn!(signal = which, "second signal: exiting at once; the next start replays from the last checkpoint");
+                std::process::exit(130);
+            }
+        }
+    });
+}
+
+#[cfg(unix)]
+async fn wait_for_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(error) => {
+            tracing::error!(%error, "cannot listen for SIGTERM; only SIGINT stops the relay");
+            let _ = tokio::signal::ctrl_c().await;
+            return "SIGINT";
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+        _ = terminate.recv() => "SIGTERM",
+    }
+}
+
+#[cfg(not(unix))]
+async fn wait_for_signal() -> &'static str {
+    let _ = tokio::signal::ctrl_c().await;
+    "SIGINT"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn late_and_early_listeners_both_see_the_trigger() {
+        let controller = ShutdownController::new();
+        let mut early = controller.subscribe();
+        assert!(!early.is_shutdown());
+        let waiter = tokio::spawn(async move {
+            early.recv().await;
+            true
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        controller.trigger();
+        controller.trigger();
+        assert!(tokio::time::timeout(Duration::from_secs(1), waiter)
+            .await
+            .unwrap()
+            .unwrap());
+        let mut late = controller.subscribe();
+        assert!(late.is_shutdown());
+        tokio::time::timeout(Duration::from_secs(1), late.recv())
+            .await
+            .unwrap();
+    }
+}

@@ -1,0 +1,643 @@
+//! The Kafka sink: sends records with an idempotent producer (`enable.idempotence=true`,
+//! `acks=all`), many in flight, and reports each acknowledged record's ticket.
+//!
+//! # Delivery contract
+//! * A record is reported (its ticket passed to `on_delivered`) only after Kafka
+//!   acknowledged it. Every record taken from the input is kept until then.
+//! * Transient failures (timeouts, broker down, leader changes) are retried without limit,
+//!   with bounded exponential backoff plus jitter. While any record waits for a resend, no
+//!   new record is taken, and waiting records are resent in input order, so per-key order
+//!   holds as far as librdkafka's own idempotent retries allow (a resend after a reported
+//!   failure may duplicate, never lose).
+//! * A fatal producer error (librdkafka's `Fatal`, e.g. an idempotence sequence gap)
+//!   rebuilds the producer and resends every unacked record in input order.
+//! * Permanent errors (record too large, authorization, invalid topic) stop the sink with
+//!   [`SinkError::Permanent`] naming the topic; nothing is skipped.
+//! * Before the first send to a topic the sink checks that it exists, creating it through
+//!   the admin API when `create_topics` is set, otherwise failing with
+//!   [`SinkError::TopicMissing`]. Known topics are cached.
+//! * At most `max_in_flight` records are unacked at any time; the bounded input channel
+//!   then applies backpressure upstream.
+//!
+//! # Shutdown
+//! When the shutdown signal fires the sink takes no new input and waits up to
+//! `drain_timeout` for the records in flight; those still unacked at the deadline are
+//! abandoned (never reported), which keeps them out of the checkpoint.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use tokio::sync::mpsc;
+
+use crate::backoff::Backoff;
+use crate::config::{KafkaConfig, PROTECTED_KAFKA_PROPERTIES};
+use crate::internal_events::{
+    DeliveryFailedTransient, InFlightChanged, InternalEvent, ProducerRecreated, RecordsDelivered,
+    TopicCreated,
+};
+use crate::metrics::Metrics;
+use crate::shutdown::Shutdown;
+
+/// A record ready for Kafka, independent of how it was routed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboundRecord {
+    /// Destination topic.
+    pub topic: String,
+    /// Record key (decides the partition, hence per-key order); `None` for no key.
+    pub key: Option<Vec<u8>>,
+    /// Record value; `None` for a tombstone.
+    pub payload: Option<Vec<u8>>,
+    /// Record headers in order (e.g. `id` = event id).
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// Record timestamp (ms since the epoch); `None` lets the producer stamp it.
+    pub timestamp_ms: Option<i64>,
+    /// Explicit partition; `None` lets the partitioner hash the key.
+    pub partition: Option<i32>,
+}
+
+/// One record plus the caller's ticket, returned through `on_delivered` once acked.
+#[derive(Debug)]
+pub struct SinkItem<T> {
+    /// The record to send.
+    pub record: OutboundRecord,
+    /// Opaque to the sink; identifies the record to the ack tracker.
+    pub ticket: T,
+}
+
+/// Sink settings derived from `[kafka]` and `[pipeline]`.
+#[derive(Debug, Clone)]
+pub struct KafkaSinkSettings {
+    /// The full librdkafka property list (bootstrap, idempotence, tuning, pass-through).
+    pub client_properties: Vec<(String, String)>,
+    /// Create missing topics through the admin API.
+    pub create_topics: bool,
+    /// Partitions of created topics.
+    pub topic_partitions: i32,
+    /// Replication factor of created topics.
+    pub topic_replication_factor: i32,
+    /// Topic configs of created topics.
+    pub topic_config: BTreeMap<String, String>,
+    /// Timeout of metadata and admin requests.
+    pub admin_timeout: Duration,
+    /// First resend delay.
+    pub retry_initial_backoff: Duration,
+    /// Largest resend delay (before jitter).
+    pub retry_max_backoff: Duration,
+    /// Most unacked records.
+    pub max_in_flight: usize,
+    /// How long shutdown waits for records in flight.
+    pub drain_timeout: Duration,
+}
+
+impl KafkaSinkSettings {
+    /// Settings from the config sections.
+    pub fn from_config(kafka: &KafkaConfig, pipeline: &crate::config::PipelineConfig) -> Self {
+        Self {
+            client_properties: producer_properties(kafka),
+            create_topics: kafka.create_topics,
+            topic_partitions: kafka.topic_partitions,
+            topic_replication_factor: kafka.topic_replication_factor,
+            topic_config: kafka.topic_config.clone(),
+            admin_timeout: Duration::from_millis(kafka.admin_timeout_ms),
+            retry_initial_backoff: Duration::from_millis(kafka.retry_initial_backoff_ms),
+            retry_max_backoff: Duration::from_millis(kafka.retry_max_backoff_ms),
+            max_in_flight: pipeline.max_in_flight,
+            drain_timeout: pipeline.shutdown_timeout(),
+        }
+    }
+
+    fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        for (key, value) in &self.client_properties {
+            config.set(key, value);
+        }
+        config
+    }
+}
+
+/// The librdkafka properties for `[kafka]`: bootstrap, the relay's tuning keys, then
+/// `[kafka.properties]`, then the protected idempotence settings.
+pub fn producer_properties(kafka: &KafkaConfig) -> Vec<(String, String)> {
+    let mut properties: BTreeMap<String, String> = BTreeMap::new();
+    properties.insert("bootstrap.servers".into(), kafka.brokers.clone());
+    properties.insert("compression.type".into(), kafka.compression.clone());
+    properties.insert("linger.ms".into(), kafka.linger_ms.to_string());
+    properties.insert(
+        "batch.num.messages".into(),
+        kafka.batch_num_messages.to_string(),
+    );
+    properties.insert(
+        "message.timeout.ms".into(),
+        kafka.message_timeout_ms.to_string(),
+    );
+    for (key, value) in &kafka.properties {
+        properties.insert(key.clone(), value.clone());
+    }
+    for (key, value) in PROTECTED_KAFKA_PROPERTIES {
+        properties.insert((*key).into(), (*value).into());
+    }
+    properties.into_iter().collect()
+}
+
+/// Why the sink stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// The producer or admin client could not be created (bad property, usually).
+    #[error("cannot create the Kafka client: {0}; check [kafka] and [kafka.properties]")]
+    Client(#[source] KafkaError),
+    /// A topic does not exist and `kafka.create_topics` is off.
+    #[error(
+        "Kafka topic `{topic}` does not exist; create it, or set `kafka.create_topics = true`"
+    )]
+    TopicMissing {
+        /// The missing topic.
+        topic: String,
+    },
+    /// Creating a topic failed.
+    #[error("cannot create Kafka topic `{topic}`: {message}")]
+    TopicCreation {
+        /// The topic.
+        topic: String,
+        /// The broker's or client's message.
+        message: String,
+    },
+    /// Kafka rejected a record for a reason retrying cannot fix.
+    #[error("Kafka rejected a record for topic `{topic}` (key {key}): {error}; the relay stopped so nothing is skipped")]
+    Permanent {
+        /// The record's topic.
+        topic: String,
+        /// The record's key, lossy UTF-8, for the operator.
+        key: String,
+        /// What Kafka said.
+        error: KafkaError,
+    },
+}
+
+/// What the sink did before it returned normally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SinkSummary {
+    /// Records acknowledged and reported.
+    pub delivered: u64,
+    /// Records still unacked when the shutdown deadline passed (never reported).
+    pub abandoned: usize,
+}
+
+/// How a failed delivery is handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// Retry after a backoff.
+    Transient,
+    /// Rebuild the producer, resend everything unacked.
+    Fatal,
+    /// Stop the relay.
+    Permanent,
+}
+
+/// Classifies a delivery error.
+pub fn classify_delivery_error(error: &KafkaError) -> FailureKind {
+    use RDKafkaErrorCode as C;
+    match error.rdkafka_error_code() {
+        Some(C::Fatal) => FailureKind::Fatal,
+        Some(
+            C::MessageSizeTooLarge
+            | C::InvalidMessageSize
+            | C::InvalidMessage
+            | C::InvalidRecord
+            | C::TopicAuthorizationFailed
+            | C::ClusterAuthorizationFailed
+            | C::TransactionalIdAuthorizationFailed
+            | C::InvalidTopic
+            | C::UnsupportedVersion
+            | C::UnsupportedCompressionType
+            | C::UnsupportedForMessageFormat
+            | C::InvalidRequiredAcks
+            | C::PolicyViolation,
+        ) => FailureKind::Permanent,
+        _ => FailureKind::Transient,
+    }
+}
+
+/// A record taken from the input and not yet acked.
+struct Pending<T> {
+    /// The record, kept for resends.
+    record: OutboundRecord,
+    /// The caller's ticket, handed back on ack.
+    ticket: T,
+}
+
+type DeliveryOutcome = (u64, u64, Result<(), KafkaError>);
+
+/// Sends records from `input` until it closes (and everything is acked) or shutdown fires
+/// (and the drain deadline passes); calls `on_delivered` with each acked record's ticket.
+pub async fn run_kafka_sink<T, F>(
+    settings: KafkaSinkSettings,
+    mut input: mpsc::Receiver<SinkItem<T>>,
+    mut on_delivered: F,
+    metrics: Arc<Metrics>,
+    mut shutdown: Shutdown,
+) -> Result<SinkSummary, SinkError>
+where
+    T: Send + 'static,
+    F: FnMut(T) + Send,
+{
+    let mut producer: FutureProducer = settings
+        .client_config()
+        .create()
+        .map_err(SinkError::Client)?;
+    let mut generation: u64 = 0;
+    let mut topics = TopicManager::new(&settings)?;
+    let mut pending: BTreeMap<u64, Pending<T>> = BTreeMap::new();
+    let mut next_sequence: u64 = 0;
+    let mut deliveries = FuturesUnordered::new();
+    let mut waiting_for_resend: BTreeSet<u64> = BTreeSet::new();
+    let mut backoff = Backoff::new(settings.retry_initial_backoff, settings.retry_max_backoff);
+    let mut resend_timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    let mut input_open = true;
+    let mut drain_deadline: Option<tokio::time::Instant> = None;
+    let mut summary = SinkSummary::default();
+
+    loop {
+        if !input_open && pending.is_empty() {
+            break;
+        }
+        if drain_deadline.is_some() && pending.is_empty() {
+            break;
+        }
+        let accepting = input_open
+            && drain_deadline.is_none()
+            && waiting_for_resend.is_empty()
+            && pending.len() < settings.max_in_flight;
+        let deadline_sleep = async {
+            match drain_deadline {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => std::future::pending().await,
+            }
+        };
+        let resend_due = async {
+            match resend_timer.as_mut() {
+                Some(timer) => timer.await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            Some((sequence, sent_generation, outcome)) = deliveries.next(), if !deliveries.is_empty() => {
+                match outcome {
+                    Ok(()) => {
+                        if let Some(done) = pending.remove(&sequence) {
+                            waiting_for_resend.remove(&sequence);
+                            on_delivered(done.ticket);
+                            summary.delivered += 1;
+                            RecordsDelivered { count: 1 }.emit(&metrics);
+                            InFlightChanged { in_flight: pending.len() }.emit(&metrics);
+                            backoff.reset();
+                        }
+                    }
+                    Err(error) if sent_generation == generation && pending.contains_key(&sequence) => {
+                        let fatal = producer.client().fatal_error();
+                        let kind = if fatal.is_some() { FailureKind::Fatal } else { classify_delivery_error(&error) };
+                        match kind {
+                            FailureKind::Permanent => {
+                                let record = pending.get(&sequence).map(|p| &p.record);
+                                return Err(SinkError::Permanent {
+                                    topic: record.map(|r| r.topic.clone()).unwrap_or_default(),
+                                    key: record.and_then(|r| r.key.as_deref()).map(|k| String::from_utf8_lossy(k).into_owned()).unwrap_or_else(|| "<none>".into()),
+                                    error,
+                                });
+                            }
+                            FailureKind::Fatal => {
+                                let reason = fatal.map(|(code, message)| format!("{code:?}: {message}")).unwrap_or_else(|| error.to_string());
+                                ProducerRecreated { reason: &reason, resending: pending.len() }.emit(&metrics);
+                                let old = std::mem::replace(&mut producer, settings.client_config().create().map_err(SinkError::Client)?);
+                                // Dropping a producer purges and flushes for up to 500 ms: not on the runtime.
+                                tokio::task::spawn_blocking(move || drop(old));
+                                generation += 1;
+                                waiting_for_resend = pending.keys().copied().collect();
+                                resend_timer = Some(Box::pin(tokio::time::sleep(backoff.next_delay())));
+                            }
+                            FailureKind::Transient => {
+                                let first_failure = waiting_for_resend.is_empty();
+                                waiting_for_resend.insert(sequence);
+                                if first_failure || resend_timer.is_none() {
+                                    let delay = backoff.next_delay();
+                                    let topic = pending.get(&sequence).map(|p| p.record.topic.as_str()).unwrap_or("");
+                                    DeliveryFailedTransient { topic, error: &error, retry_in: delay, waiting: waiting_for_resend.len() }.emit(&metrics);
+                                    resend_timer = Some(Box::pin(tokio::time::sleep(delay)));
+                                } else {
+                                    metrics.delivery_errors.with_label_values(&["transient"]).inc();
+                                }
+                            }
+                        }
+                    }
+                    Err(_) => {
+                        // A failure from a replaced producer generation: the record was resent.
+                    }
+                }
+            }
+            _ = resend_due => {
+                resend_timer = None;
+                let due: Vec<u64> = std::mem::take(&mut waiting_for_resend).into_iter().collect();
+                for sequence in due {
+                    if let Some(item) = pending.get(&sequence) {
+                        match enqueue(&producer, &item.record, sequence, generation) {
+                            Ok(delivery) => deliveries.push(delivery),
+                            Err(error) => {
+                                // Queue full or similar: try again after the next delay.
+                                waiting_for_resend.insert(sequence);
+                                if resend_timer.is_none() {
+                                    let delay = backoff.next_delay();
+                                    DeliveryFailedTransient { topic: &item.record.topic, error: &error, retry_in: delay, waiting: waiting_for_resend.len() }.emit(&metrics);
+                                    resend_timer = Some(Box::pin(tokio::time::sleep(delay)));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            _ = deadline_sleep => {
+                summary.abandoned = pending.len();
+                tracing::warn!(unacked = pending.len(), "shutdown deadline passed with records unacked; they stay out of the checkpoint and are replayed on the next start");
+                break;
+            }
+            _ = shutdown.recv(), if drain_deadline.is_none() => {
+                drain_deadline = Some(tokio::time::Instant::now() + settings.drain_timeout);
+                tracing::info!(in_flight = pending.len(), "sink draining records in flight");
+            }
+            received = input.recv(), if accepting => {
+                match received {
+                    None => input_open = false,
+                    Some(item) => {
+                        let known = topics.is_known(&item.record.topic);
+                        if !known {
+                            let mut shutdown_for_topic = shutdown.clone();
+                            tokio::select! {
+                                ensured = topics.ensure(&item.record.topic, &producer, &metrics) => ensured?,
+                                _ = shutdown_for_topic.recv() => {
+                                    // The record was never sent: not reported, so not checkpointed.
+                                    drain_deadline = Some(tokio::time::Instant::now() + settings.drain_timeout);
+                                    continue;
+                                }
+                            }
+                        }
+                        let sequence = next_sequence;
+                        next_sequence += 1;
+                        match enqueue(&producer, &item.record, sequence, generation) {
+                            Ok(delivery) => deliveries.push(delivery),
+                            Err(error) => {
+                                waiting_for_resend.insert(sequence);
+                                if resend_timer.is_none() {
+                                    let delay = backoff.next_delay();
+                                    DeliveryFailedTransient { topic: &item.record.topic, error: &error, retry_in: delay, waiting: waiting_for_resend.len() }.emit(&metrics);
+                                    resend_timer = Some(Box::pin(tokio::time::sleep(delay)));
+                                }
+                            }
+                        }
+                        pending.insert(sequence, Pending { record: item.record, ticket: item.ticket });
+                        InFlightChanged { in_flight: pending.len() }.emit(&metrics);
+                    }
+                }
+            }
+        }
+    }
+    InFlightChanged {
+        in_flight: pending.len(),
+    }
+    .emit(&metrics);
+    tokio::task::spawn_blocking(move || drop(producer));
+    Ok(summary)
+}
+
+/// Puts one record in the producer's queue; the future resolves with its delivery result.
+fn enqueue(
+    producer: &FutureProducer,
+    record: &OutboundRecord,
+    sequence: u64,
+    generation: u64,
+) -> Result<futures_util::future::BoxFuture<'static, DeliveryOutcome>, KafkaError> {
+    let mut future_record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&record.topic);
+    if let Some(key) = &record.key {
+        future_record = future_record.key(key.as_slice());
+    }
+    if let Some(payload) = &record.payload {
+        future_record = future_record.payload(payload.as_slice());
+    }
+    if let Some(partition) = record.partition {
+        future_record = future_record.partition(partition);
+    }
+    if let Some(timestamp) = record.timestamp_ms {
+        future_record = future_record.timestamp(timestamp);
+    }
+    if !record.headers.is_empty() {
+        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+        for (key, value) in &record.headers {
+            headers = headers.insert(Header {
+                key,
+                value: Some(value.as_slice()),
+            });
+        }
+        future_record = future_record.headers(headers);
+    }
+    match producer.send_result(future_record) {
+        Ok(delivery) => Ok(delivery
+            .map(move |result| {
+                let outcome = match result {
+                    Ok(Ok(_delivery)) => Ok(()),
+                    Ok(Err((error, _message))) => Err(error),
+                    Err(_canceled) => Err(KafkaError::Canceled),
+                };
+                (sequence, generation, outcome)
+            })
+            .boxed()),
+        Err((error, _record)) => Err(error),
+    }
+}
+
+/// Knows which topics exist; checks and creates them before the first send.
+struct TopicManager {
+    /// Topics confirmed to exist.
+    known: HashSet<String>,
+    /// Admin client, created only when topics may be created.
+    admin: Option<AdminClient<DefaultClientContext>>,
+    /// Settings for checking and creating.
+    create_topics: bool,
+    /// Partitions of created topics.
+    partitions: i32,
+    /// Replication factor of created topics.
+    replication: i32,
+    /// Configs of created topics.
+    topic_config: BTreeMap<String, String>,
+    /// Request timeout.
+    timeout: Duration,
+    /// Backoff between metadata attempts while the cluster is unreachable.
+    retry_initial: Duration,
+    /// Largest delay between metadata attempts.
+    retry_max: Duration,
+}
+
+impl TopicManager {
+    fn new(settings: &KafkaSinkSettings) -> Result<Self, SinkError> {
+        let admin = if settings.create_topics {
+            Some(
+                settings
+                    .client_config()
+                    .create()
+                    .map_err(SinkError::Client)?,
+            )
+        } else {
+            None
+        };
+        Ok(Self {
+            known: HashSet::new(),
+            admin,
+            create_topics: settings.create_topics,
+            partitions: settings.topic_partitions,
+            replication: settings.topic_replication_factor,
+            topic_config: settings.topic_config.clone(),
+            timeout: settings.admin_timeout,
+            retry_initial: settings.retry_initial_backoff,
+            retry_max: settings.retry_max_backoff,
+        })
+    }
+
+    fn is_known(&self, topic: &str) -> bool {
+        self.known.contains(topic)
+    }
+
+    /// Makes sure `topic` exists (creating it if allowed); retries while the cluster is
+    /// unreachable.
+    async fn ensure(
+        &mut self,
+        topic: &str,
+        producer: &FutureProducer,
+        metrics: &Metrics,
+    ) -> Result<(), SinkError> {
+        let mut backoff = Backoff::new(self.retry_initial, self.retry_max);
+        loop {
+            match topic_exists(producer, topic, self.timeout).await {
+                Ok(true) => {
+                    self.known.insert(topic.to_owned());
+                    return Ok(());
+                }
+                Ok(false) if !self.create_topics => {
+                    return Err(SinkError::TopicMissing {
+                        topic: topic.to_owned(),
+                    })
+                }
+                Ok(false) => match self.create(topic).await {
+                    Ok(created) => {
+                        if created {
+                            TopicCreated {
+                                topic,
+                                partitions: self.partitions,
+                            }
+                            .emit(metrics);
+                        }
+                        // Loop to confirm through metadata that it is visible.
+                    }
+                    Err(CreateFailure::Definite(message)) => {
+                        return Err(SinkError::TopicCreation {
+                            topic: topic.to_owned(),
+                            message,
+                        })
+                    }
+                    Err(CreateFailure::Transient(message)) => {
+                        let delay = backoff.next_delay();
+                        tracing::warn!(topic, error = %message, retry_in_ms = delay.as_millis() as u64, "creating Kafka topic failed; retrying");
+                        tokio::time::sleep(delay).await;
+                    }
+                },
+                Err(error) => {
+                    let delay = backoff.next_delay();
+                    tracing::warn!(topic, %error, retry_in_ms = delay.as_millis() as u64, "cannot read Kafka metadata; retrying");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+
+    /// Creates the topic; `Ok(false)` when it already existed.
+    async fn create(&self, topic: &str) -> Result<bool, CreateFailure> {
+        let Some(admin) = &self.admin else {
+            return Err(CreateFailure::Definite(
+                "no admin client (create_topics is off)".into(),
+            ));
+        };
+        let mut new_topic = NewTopic::new(
+            topic,
+            self.partitions,
+            TopicReplication::Fixed(self.replication),
+        );
+        for (key, value) in &self.topic_config {
+            new_topic = new_topic.set(key, value);
+        }
+        let options = AdminOptions::new().operation_timeout(Some(self.timeout));
+        match admin.create_topics([&new_topic], &options).await {
+            Ok(results) => {
+                for result in results {
+                    match result {
+                        Ok(_) => return Ok(true),
+                        Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => return Ok(false),
+                        Err((_, code @ (RDKafkaErrorCode::RequestTimedOut
+                        | RDKafkaErrorCode::NotController
+                        | RDKafkaErrorCode::BrokerTransportFailure
+                        | RDKafkaErrorCode::AllBrokersDown
+                        | RDKafkaErrorCode::OperationTimedOut))) => {
+                            return Err(CreateFailure::Transient(format!("{code:?}")))
+                        }
+                        Err((_, code)) => {
+                            return Err(CreateFailure::Definite(format!(
+                                "{code} (partitions {}, replication factor {}: check kafka.topic_partitions, kafka.topic_replication_factor, kafka.topic_config)",
+                                self.partitions, self.replication
+                            )))
+                        }
+                    }
+                }
+                Ok(true)
+            }
+            Err(error) => Err(CreateFailure::Transient(error.to_string())),
+        }
+    }
+}
+
+/// Why creating a topic failed.
+enum CreateFailure {
+    /// Worth retrying (timeouts, no controller yet).
+    Transient(String),
+    /// Retrying will not help.
+    Definite(String),
+}
+
+/// Checks the cluster metadata for `topic` without triggering broker auto-creation.
+async fn topic_exists(
+    producer: &FutureProducer,
+    topic: &str,
+    timeout: Duration,
+) -> Result<bool, KafkaError> {
+    let producer = producer.clone();
+    let topic = topic.to_owned();
+    let lookup = tokio::task::spawn_blocking(move || {
+        let metadata = producer.client().fetch_metadata(None, timeout)?;
+        Ok::<bool, KafkaError>(
+            metadata
+                .topics()
+                .iter()
+                .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()),
+        )
+    });
+    match lookup.await {
+        Ok(result) => result,
+        Err(join_error) => Err(KafkaError::MetadataFetch(match join_error.is_cancelled() {
+            true => RDKafkaErrorCode::OperationTimedOut,
+            false => RDKafkaErrorCode::Fail,
+        })),
+    }
+}
