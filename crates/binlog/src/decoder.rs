@@ -1,1 +1,907 @@
-//! (owned by the decoder work; see ARCHITECTURE.md)
+//! The binlog decoder: binlog events, in order, in; [`StreamItem`]s (rows of watched tables,
+//! commits, heartbeats) out. Pure: no I/O, shared by the live source (`live.rs`) and the file
+//! source (`file.rs`).
+//!
+//! # Contract
+//! * Feed every event exactly as received, in order, with [`Decoder::push`]. The decoder
+//!   holds one event's worth of rows at a time: rows are appended to `out` as their event is
+//!   decoded, never buffered until the commit.
+//! * Events of a MySQL compressed transaction (TRANSACTION_PAYLOAD) are fed *after* the
+//!   payload event itself, as `mysql_async`'s stream does (it yields the payload event, then
+//!   the decompressed inner events, which carry no checksum: `footer().get_checksum_enabled()`
+//!   is false on them). The file source does the same. The commit of such a transaction is
+//!   positioned at the end of the payload event.
+//! * Every event with a CRC32 is verified; a mismatch is [`BinlogError::ChecksumMismatch`].
+//! * Rows events of unwatched tables are skipped after reading their table id; the values of
+//!   watched tables are decoded with a plan precomputed per TABLE_MAP.
+//! * When a watched table's TABLE_MAP has no column names (binlog_row_metadata=MINIMAL) and
+//!   none are cached, `push` returns [`PushOutcome::NeedColumnNames`] without consuming the
+//!   event; the caller looks the names up, calls [`Decoder::set_column_names`] and pushes the
+//!   same event again. Names are forgotten when a DDL statement mentions the table.
+//!
+//! # Resumption
+//! [`Decoder::last_boundary`] is the position after the last transaction handed out as a
+//! [`Commit`] (or a heartbeat position between transactions, or the start): a new stream
+//! started there yields exactly the following transactions. Positions inside a transaction
+//! are never handed out: [`Commit::position`] is the end of the XID / COMMIT / DDL event (or
+//! of the TRANSACTION_PAYLOAD event), heartbeats are only yielded between transactions.
+//! Artificial events (log_pos 0: the rotate and format description a server sends when a
+//! dump starts) never move positions.
+
+mod charset;
+mod events;
+mod reader;
+mod rows;
+mod table_map;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use mysql_common::binlog::consts::BinlogChecksumAlg;
+use mysql_common::binlog::events::{Event, FormatDescriptionEvent, GtidEvent, QueryEvent};
+use mysql_common::proto::MySerialize;
+
+use self::events::{code, event_name};
+use self::reader::ByteReader;
+use self::rows::RowsKind;
+use self::table_map::TablePlan;
+use crate::error::BinlogError;
+use crate::gtid::Gtid;
+use crate::types::{
+    BinlogPosition, ColumnNames, Commit, Flavor, Heartbeat, RowChange, RowOperation, StreamItem,
+    TableFilter, TableName,
+};
+
+/// What [`Decoder::push`] did with an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PushOutcome {
+    /// The event was consumed; zero or more items were appended to `out`.
+    Consumed,
+    /// A TABLE_MAP of a watched table carries no column names (binlog_row_metadata=MINIMAL,
+    /// MySQL 8's default) and none are cached: the caller must look them up
+    /// (information_schema.COLUMNS ordered by ORDINAL_POSITION), call set_column_names, and
+    /// push the SAME event again.
+    NeedColumnNames(TableName),
+}
+
+/// Where the decoder is relative to transaction boundaries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Group {
+    /// Between transactions.
+    Idle,
+    /// After a GTID (or a MariaDB standalone GTID), before BEGIN or the single statement
+    /// that forms the group: a BEGIN opens a transaction, anything else ends the group.
+    AwaitingStatement,
+    /// Inside BEGIN ... COMMIT/XID (MariaDB: after a non-standalone GTID).
+    Open {
+        /// A BEGIN query was seen (a second one is a broken stream).
+        begin_seen: bool,
+    },
+    /// Rows events without any BEGIN: the group ends at the rows event flagged
+    /// end-of-statement.
+    ImplicitStatement,
+}
+
+/// The TRANSACTION_PAYLOAD event whose inner events are being fed.
+#[derive(Debug, Clone, Copy)]
+struct PayloadInProgress {
+    /// Start of the payload event (inner events are reported here).
+    start: u64,
+    /// End of the payload event: the commit position of its transaction.
+    end: u64,
+}
+
+/// A TABLE_MAP seen in the stream, by table id.
+struct MappedTable {
+    /// The TABLE_MAP body, to recognise an identical map and reuse its plan.
+    raw: Vec<u8>,
+    /// The decoding plan; `None` for tables the filter does not watch.
+    plan: Option<Arc<TablePlan>>,
+    /// Column names resolved for the last TABLE_MAP of this id.
+    names: Option<ColumnNames>,
+}
+
+/// Turns binlog events into stream items. See the module documentation for the contract.
+pub(crate) struct Decoder {
+    /// Which tables' rows are decoded.
+    filter: TableFilter,
+    /// Known once the format description event arrived.
+    flavor: Option<Flavor>,
+    /// The binlog file events are currently read from (ROTATE events change it).
+    current_file: String,
+    /// Table id width in TABLE_MAP and rows events (6, or 4 for servers before 5.1.4).
+    table_id_bytes: usize,
+    /// Whether a format description event was seen (before it, checksums are unknown).
+    seen_format_description: bool,
+    /// TABLE_MAPs by table id.
+    tables: HashMap<u64, MappedTable>,
+    /// Column names looked up by the caller (MINIMAL metadata), or positional names.
+    column_names: HashMap<TableName, ColumnNames>,
+    /// Name columns `@1`, `@2`, ... when a map has no names (file source: no server to ask).
+    positional_names: bool,
+    /// Transaction state.
+    group: Group,
+    /// GTID of the open group.
+    gtid: Option<Gtid>,
+    /// Watched rows yielded in the open group.
+    rows_in_group: u64,
+    /// Set between a TRANSACTION_PAYLOAD event and the end of its inner transaction.
+    payload: Option<PayloadInProgress>,
+    /// Last boundary handed out and its GTID.
+    last_boundary: (BinlogPosition, Option<Gtid>),
+}
+
+/// How many table ids are remembered before a rotate clears the map.
+const MAX_REMEMBERED_TABLE_IDS: usize = 1024;
+
+impl Decoder {
+    /// `start_file`: the binlog file the stream starts in (rotate events update it).
+    pub(crate) fn new(filter: TableFilter, start_file: String) -> Decoder {
+        Decoder {
+            filter,
+            flavor: None,
+            last_boundary: (BinlogPosition::new(start_file.clone(), 4), None),
+            current_file: start_file,
+            table_id_bytes: 6,
+            seen_format_description: false,
+            tables: HashMap::new(),
+            column_names: HashMap::new(),
+            positional_names: false,
+            group: Group::Idle,
+            gtid: None,
+            rows_in_group: 0,
+            payload: None,
+        }
+    }
+
+    /// Sets the boundary reported by [`Decoder::last_boundary`] before the first commit
+    /// (the position and GTID the stream was started from).
+    pub(crate) fn with_start(mut self, position: u64, gtid: Option<Gtid>) -> Decoder {
+        self.last_boundary = (
+            BinlogPosition::new(self.current_file.clone(), position),
+            gtid,
+        );
+        self
+    }
+
+    /// Names the columns of maps without names `@1`, `@2`, ... (as mysqlbinlog does)
+    /// instead of returning [`PushOutcome::NeedColumnNames`]. For sources without a server.
+    pub(crate) fn with_positional_column_names(mut self) -> Decoder {
+        self.positional_names = true;
+        self
+    }
+
+    /// The flavor, once the format description event told it.
+    pub(crate) fn flavor(&self) -> Option<Flavor> {
+        self.flavor
+    }
+
+    /// The last transaction boundary handed out (or the start), and its GTID.
+    pub(crate) fn last_boundary(&self) -> (BinlogPosition, Option<Gtid>) {
+        self.last_boundary.clone()
+    }
+
+    /// True between a transaction's first event and its commit.
+    pub(crate) fn in_transaction(&self) -> bool {
+        self.group != Group::Idle || self.payload.is_some()
+    }
+
+    /// The binlog file the decoder is currently in.
+    pub(crate) fn current_file(&self) -> &str {
+        &self.current_file
+    }
+
+    /// Column names of `table` in table order, as looked up from the server.
+    pub(crate) fn set_column_names(&mut self, table: &TableName, names: Vec<String>) {
+        self.column_names
+            .insert(table.clone(), ColumnNames::from(names));
+    }
+
+    /// Switches to another file without a ROTATE event (the file source opening the next
+    /// file): positions of the following events are offsets in it.
+    pub(crate) fn set_current_file(&mut self, name: String) {
+        self.current_file = name;
+    }
+
+    fn position(&self, offset: u64) -> BinlogPosition {
+        BinlogPosition::new(self.current_file.clone(), offset)
+    }
+
+    /// Feeds one event exactly as received (mysql_common::binlog::events::Event).
+    pub(crate) fn push(
+        &mut self,
+        event: &Event,
+        out: &mut VecDeque<StreamItem>,
+    ) -> Result<PushOutcome, BinlogError> {
+        let header = event.header();
+        let event_type = header.event_type_raw();
+        let log_pos = u64::from(header.log_pos());
+        let inner = !event.footer().get_checksum_enabled();
+        // Where the event starts and ends, for rows and errors. Inner events of a compressed
+        // transaction have no file position of their own: they report the payload's.
+        let (start, end) = match (&self.payload, inner) {
+            (Some(payload), true) => (payload.start, payload.end),
+            _ if log_pos == 0 => (0, 0),
+            _ => (
+                log_pos.saturating_sub(u64::from(header.event_size())),
+                log_pos,
+            ),
+        };
+
+        if inner && self.payload.is_none() {
+            return Err(BinlogError::BrokenTransaction {
+                position: self.position(start),
+                reason: format!(
+                    "a {} event from inside a compressed transaction arrived without its \
+                     TRANSACTION_PAYLOAD event",
+                    event_name(event_type)
+                ),
+            });
+        }
+        if !inner && self.payload.is_some() {
+            return Err(BinlogError::BrokenTransaction {
+                position: self.position(start),
+                reason: format!(
+                    "the compressed transaction before this {} event did not deliver all its \
+                     events (its payload could not be decompressed or was cut short)",
+                    event_name(event_type)
+                ),
+            });
+        }
+        if !inner {
+            self.verify_checksum(event, start)?;
+        }
+
+        match event_type {
+            code::FORMAT_DESCRIPTION => self.on_format_description(event, start)?,
+            code::ROTATE => self.on_rotate(event, start, log_pos)?,
+            code::QUERY => self.on_query(event, start, end, out)?,
+            code::MARIADB_QUERY_COMPRESSED => {
+                // The statement text is zlib-compressed; it cannot be BEGIN/COMMIT (those are
+                // shorter than the compression threshold), so treat it as a statement that
+                // may be DDL on any table.
+                self.column_names.clear();
+                if matches!(self.group, Group::Idle | Group::AwaitingStatement) {
+                    self.commit(end, header.timestamp(), start, out)?;
+                }
+            }
+            code::XID | code::XA_PREPARE => {
+                self.commit(end, header.timestamp(), start, out)?;
+            }
+            code::TABLE_MAP => return self.on_table_map(event, start),
+            code::WRITE_ROWS_V1 => self.on_rows(event, RowsKind::Write, false, start, end, out)?,
+            code::UPDATE_ROWS_V1 => {
+                self.on_rows(event, RowsKind::Update, false, start, end, out)?
+            }
+            code::DELETE_ROWS_V1 => {
+                self.on_rows(event, RowsKind::Delete, false, start, end, out)?
+            }
+            code::WRITE_ROWS => self.on_rows(event, RowsKind::Write, true, start, end, out)?,
+            code::UPDATE_ROWS => self.on_rows(event, RowsKind::Update, true, start, end, out)?,
+            code::DELETE_ROWS => self.on_rows(event, RowsKind::Delete, true, start, end, out)?,
+            code::PARTIAL_UPDATE_ROWS => {
+                let table_id = rows::read_table_id(event.data(), self.table_id_bytes)
+                    .map_err(|reason| self.malformed(event_type, start, reason))?;
+                if self.watched_plan(table_id, event_type, start)?.is_some() {
+                    return Err(self.unsupported(
+                        event_type,
+                        start,
+                        "partial JSON updates (binlog_row_value_options=PARTIAL_JSON) of a \
+                         watched table cannot be applied; set binlog_row_value_options=''",
+                    ));
+                }
+                self.note_rows_without_begin(event.data(), start, end, header.timestamp(), out)?;
+            }
+            code::GTID | code::GTID_TAGGED => {
+                let gtid_event: GtidEvent = event
+                    .read_event()
+                    .map_err(|e| self.malformed(event_type, start, e.to_string()))?;
+                let gtid = Gtid::Mysql {
+                    source_uuid: events::format_uuid(&gtid_event.sid()),
+                    tag: gtid_event.tag().map(|tag| tag.to_string()),
+                    transaction_id: gtid_event.gno(),
+                };
+                self.start_group(Some(gtid), Group::AwaitingStatement, start)?;
+            }
+            code::ANONYMOUS_GTID => self.start_group(None, Group::AwaitingStatement, start)?,
+            code::MARIADB_GTID => {
+                let parsed = events::parse_mariadb_gtid(event.data(), header.server_id())
+                    .map_err(|reason| self.malformed(event_type, start, reason))?;
+                let group = if parsed.flags & events::MARIADB_FL_STANDALONE != 0 {
+                    Group::AwaitingStatement
+                } else {
+                    Group::Open { begin_seen: false }
+                };
+                self.start_group(Some(parsed.gtid), group, start)?;
+            }
+            code::MARIADB_GTID_LIST => {
+                let list = events::parse_mariadb_gtid_list(event.data())
+                    .map_err(|reason| self.malformed(event_type, start, reason))?;
+                tracing::debug!(file = %self.current_file, gtid_list = ?list, "binlog GTID state");
+            }
+            code::TRANSACTION_PAYLOAD => {
+                if matches!(self.group, Group::Open { .. } | Group::ImplicitStatement) {
+                    return Err(BinlogError::BrokenTransaction {
+                        position: self.position(start),
+                        reason: "a compressed transaction started inside another transaction"
+                            .into(),
+                    });
+                }
+                if end == 0 {
+                    return Err(self.malformed(event_type, start, "no log position".into()));
+                }
+                self.payload = Some(PayloadInProgress { start, end });
+                if self.group == Group::Idle {
+                    self.group = Group::AwaitingStatement;
+                }
+            }
+            code::HEARTBEAT | code::HEARTBEAT_V2 => {
+                if !self.in_transaction() && log_pos != 0 {
+                    let position = self.position(log_pos);
+                    self.last_boundary.0 = position.clone();
+                    out.push_back(StreamItem::Heartbeat(Heartbeat { position }));
+                }
+            }
+            // Events without rows: statement-context values, ignorable and informational
+            // events, MariaDB annotations and checkpoints, group replication bookkeeping.
+            code::STOP
+            | code::INTVAR
+            | code::RAND
+            | code::USER_VAR
+            | code::IGNORABLE
+            | code::ROWS_QUERY
+            | code::PREVIOUS_GTIDS
+            | code::TRANSACTION_CONTEXT
+            | code::VIEW_CHANGE
+            | code::MARIADB_ANNOTATE_ROWS
+            | code::MARIADB_BINLOG_CHECKPOINT
+            | code::MARIADB_START_ENCRYPTION => {}
+            code::PRE_GA_WRITE_ROWS | code::PRE_GA_UPDATE_ROWS | code::PRE_GA_DELETE_ROWS => {
+                return Err(self.unsupported(
+                    event_type,
+                    start,
+                    "pre-GA row events of MySQL 5.1.0-5.1.15 are not supported",
+                ))
+            }
+            code::MARIADB_WRITE_ROWS_COMPRESSED_V1
+            | code::MARIADB_UPDATE_ROWS_COMPRESSED_V1
+            | code::MARIADB_DELETE_ROWS_COMPRESSED_V1
+            | code::MARIADB_WRITE_ROWS_COMPRESSED
+            | code::MARIADB_UPDATE_ROWS_COMPRESSED
+            | code::MARIADB_DELETE_ROWS_COMPRESSED => {
+                return Err(self.unsupported(
+                    event_type,
+                    start,
+                    "compressed row events are not supported; set log_bin_compress=OFF",
+                ))
+            }
+            code::LOAD
+            | code::CREATE_FILE
+            | code::APPEND_BLOCK
+            | code::EXEC_LOAD
+            | code::DELETE_FILE
+            | code::NEW_LOAD
+            | code::BEGIN_LOAD_QUERY
+            | code::EXECUTE_LOAD_QUERY => {
+                return Err(self.unsupported(
+                    event_type,
+                    start,
+                    "statement-based LOAD DATA changes rows without row events; the server \
+                     must use binlog_format=ROW",
+                ))
+            }
+            code::INCIDENT => {
+                return Err(self.unsupported(
+                    event_type,
+                    start,
+                    "the server recorded an incident (events may be missing from the binlog)",
+                ))
+            }
+            code::START_V3 | code::SLAVE | code::UNKNOWN => {
+                return Err(self.unsupported(
+                    event_type,
+                    start,
+                    "binlog format version 1-3 (MySQL before 5.0) is not supported",
+                ))
+            }
+            other => {
+                return Err(BinlogError::UnknownEvent {
+                    event_type: other,
+                    position: self.position(start),
+                })
+            }
+        }
+        Ok(PushOutcome::Consumed)
+    }
+
+    fn malformed(&self, event_type: u8, start: u64, reason: String) -> BinlogError {
+        BinlogError::MalformedEvent {
+            event_name: event_name(event_type),
+            position: self.position(start),
+            reason,
+        }
+    }
+
+    fn unsupported(&self, event_type: u8, start: u64, reason: &str) -> BinlogError {
+        BinlogError::UnsupportedEvent {
+            event_type,
+            event_name: event_name(event_type),
+            position: self.position(start),
+            reason: reason.to_owned(),
+        }
+    }
+
+    fn verify_checksum(&self, event: &Event, start: u64) -> Result<(), BinlogError> {
+        let Ok(Some(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32)) =
+            event.footer().get_checksum_alg()
+        else {
+            return Ok(());
+        };
+        let Some(stored) = event.checksum() else {
+            return Ok(());
+        };
+        let stored = u32::from_le_bytes(stored);
+        let computed = event.calc_checksum(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32);
+        if stored != computed {
+            return Err(BinlogError::ChecksumMismatch {
+                position: self.position(start),
+                stored,
+                computed,
+            });
+        }
+        Ok(())
+    }
+
+    fn on_format_description(&mut self, event: &Event, start: u64) -> Result<(), BinlogError> {
+        let fde: FormatDescriptionEvent<'_> = event
+            .read_event()
+            .map_err(|e| self.malformed(code::FORMAT_DESCRIPTION, start, e.to_string()))?;
+        let version = fde.server_version();
+        let flavor = if version.contains("MariaDB") || version.contains("mariadb") {
+            Flavor::Mariadb
+        } else {
+            Flavor::Mysql
+        };
+        self.flavor = Some(flavor);
+        let table_map_post_header = fde
+            .event_type_header_lengths()
+            .get(usize::from(code::TABLE_MAP) - 1);
+        self.table_id_bytes = if table_map_post_header == Some(&6) {
+            4
+        } else {
+            6
+        };
+        self.seen_format_description = true;
+        tracing::debug!(server_version = %version, %flavor, "binlog format description");
+        Ok(())
+    }
+
+    fn on_rotate(&mut self, event: &Event, start: u64, log_pos: u64) -> Result<(), BinlogError> {
+        let mut header_bytes = Vec::with_capacity(19);
+        event.header().serialize(&mut header_bytes);
+        let (_, name) = events::parse_rotate(&header_bytes, event.data()).ok_or_else(|| {
+            self.malformed(
+                code::ROTATE,
+                start,
+                "the rotate event names no printable file".into(),
+            )
+        })?;
+        if self.in_transaction() && log_pos != 0 {
+            tracing::warn!(from = %self.current_file, to = %name, "rotate inside a transaction");
+        }
+        if name != self.current_file {
+            if self.tables.len() > MAX_REMEMBERED_TABLE_IDS {
+                self.tables.clear();
+            }
+            self.current_file = name;
+        }
+        Ok(())
+    }
+
+    fn start_group(
+        &mut self,
+        gtid: Option<Gtid>,
+        group: Group,
+        start: u64,
+    ) -> Result<(), BinlogError> {
+        if self.group != Group::Idle {
+            return Err(BinlogError::BrokenTransaction {
+                position: self.position(start),
+                reason: "a new transaction started before the previous one committed".into(),
+            });
+        }
+        self.group = group;
+        self.gtid = gtid;
+        self.rows_in_group = 0;
+        Ok(())
+    }
+
+    fn commit(
+        &mut self,
+        end: u64,
+        timestamp: u32,
+        start: u64,
+        out: &mut VecDeque<StreamItem>,
+    ) -> Result<(), BinlogError> {
+        if end == 0 {
+            return Err(BinlogError::BrokenTransaction {
+                position: self.position(start),
+                reason: "a commit event without a log position".into(),
+            });
+        }
+        let position = self.position(end);
+        let gtid = self.gtid.take();
+        self.last_boundary = (position.clone(), gtid.clone());
+        out.push_back(StreamItem::Commit(Commit {
+            position,
+            gtid,
+            timestamp,
+            row_count: self.rows_in_group,
+        }));
+        self.group = Group::Idle;
+        self.rows_in_group = 0;
+        self.payload = None;
+        Ok(())
+    }
+
+    fn on_query(
+        &mut self,
+        event: &Event,
+        start: u64,
+        end: u64,
+        out: &mut VecDeque<StreamItem>,
+    ) -> Result<(), BinlogError> {
+        let query_event: QueryEvent<'_> = event
+            .read_event()
+            .map_err(|e| self.malformed(code::QUERY, start, e.to_string()))?;
+        let kind = classify_query(query_event.query_raw());
+        let timestamp = event.header().timestamp();
+        match (kind, self.group) {
+            (QueryKind::Begin, Group::Idle | Group::AwaitingStatement) => {
+                self.group = Group::Open { begin_seen: true };
+            }
+            (QueryKind::Begin, Group::Open { begin_seen: false }) => {
+                self.group = Group::Open { begin_seen: true };
+            }
+            (QueryKind::Begin, _) => {
+                return Err(BinlogError::BrokenTransaction {
+                    position: self.position(start),
+                    reason: "BEGIN inside an open transaction".into(),
+                })
+            }
+            (QueryKind::Commit, _) => self.commit(end, timestamp, start, out)?,
+            (QueryKind::InTransaction, Group::Open { .. } | Group::ImplicitStatement) => {}
+            (QueryKind::InTransaction, Group::Idle | Group::AwaitingStatement) => {
+                // XA START after a GTID (or without one) opens the XA transaction.
+                self.group = Group::Open { begin_seen: true };
+            }
+            (QueryKind::Statement { ddl }, group) => {
+                if ddl {
+                    self.forget_names_mentioned_in(query_event.query_raw());
+                }
+                if matches!(group, Group::Idle | Group::AwaitingStatement) {
+                    self.commit(end, timestamp, start, out)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets cached column names of every table the DDL statement mentions by name, so
+    /// the next TABLE_MAP asks again (over-forgetting only costs a lookup).
+    fn forget_names_mentioned_in(&mut self, query: &[u8]) {
+        if self.column_names.is_empty() {
+            return;
+        }
+        let query = String::from_utf8_lossy(query).to_lowercase();
+        self.column_names
+            .retain(|table, _| !query.contains(&table.table.to_lowercase()));
+    }
+
+    fn on_table_map(&mut self, event: &Event, start: u64) -> Result<PushOutcome, BinlogError> {
+        let data = event.data();
+        let head = table_map::read_head(data, self.table_id_bytes)
+            .map_err(|reason| self.malformed(code::TABLE_MAP, start, reason))?;
+        let table_id = head.table_id;
+        let reuse = self
+            .tables
+            .get(&table_id)
+            .is_some_and(|mapped| mapped.raw == data);
+        if !reuse {
+            let database = String::from_utf8_lossy(head.database);
+            let table = String::from_utf8_lossy(head.table);
+            let plan = if self.filter.matches(&database, &table) {
+                let plan = table_map::build_plan(data, &head, self.flavor.unwrap_or(Flavor::Mysql))
+                    .map_err(|reason| BinlogError::RowImageMismatch {
+                        table: TableName::new(database.as_ref(), table.as_ref()),
+                        position: self.position(start),
+                        reason: format!("its TABLE_MAP cannot be decoded: {reason}"),
+                    })?;
+                Some(Arc::new(plan))
+            } else {
+                None
+            };
+            self.tables.insert(
+                table_id,
+                MappedTable {
+                    raw: data.to_vec(),
+                    plan,
+                    names: None,
+                },
+            );
+        }
+        let Some(mapped) = self.tables.get(&table_id) else {
+            return Ok(PushOutcome::Consumed);
+        };
+        let Some(plan) = mapped.plan.clone() else {
+            return Ok(PushOutcome::Consumed);
+        };
+        let names = match &plan.names_from_metadata {
+            Some(names) => names.clone(),
+            None => match self.column_names.get(&*plan.table) {
+                Some(names) => names.clone(),
+                None if self.positional_names => {
+                    let names: ColumnNames =
+                        (1..=plan.columns.len()).map(|i| format!("@{i}")).collect();
+                    self.column_names
+                        .insert(TableName::clone(&plan.table), names.clone());
+                    names
+                }
+                None => {
+                    if let Some(mapped) = self.tables.get_mut(&table_id) {
+                        mapped.names = None;
+                    }
+                    return Ok(PushOutcome::NeedColumnNames(TableName::clone(&plan.table)));
+                }
+            },
+        };
+        if names.len() != plan.columns.len() {
+            return Err(BinlogError::RowImageMismatch {
+                table: TableName::clone(&plan.table),
+                position: self.position(start),
+                reason: format!(
+                    "the binlog has {} columns but {} column names are known ({}); the table \
+                     was probably altered after this event was written",
+                    plan.columns.len(),
+                    names.len(),
+                    names.join(", ")
+                ),
+            });
+        }
+        if let Some(mapped) = self.tables.get_mut(&table_id) {
+            mapped.names = Some(names);
+        }
+        Ok(PushOutcome::Consumed)
+    }
+
+    /// The plan of a watched table id, `None` for unwatched; an error for an unknown id.
+    fn watched_plan(
+        &self,
+        table_id: u64,
+        event_type: u8,
+        start: u64,
+    ) -> Result<Option<(&Arc<TablePlan>, &ColumnNames)>, BinlogError> {
+        match self.tables.get(&table_id) {
+            Some(MappedTable { plan: None, .. }) => Ok(None),
+            Some(MappedTable {
+                plan: Some(plan),
+                names: Some(names),
+                ..
+            }) => Ok(Some((plan, names))),
+            Some(MappedTable {
+                plan: Some(plan),
+                names: None,
+                ..
+            }) => Err(BinlogError::RowImageMismatch {
+                table: TableName::clone(&plan.table),
+                position: self.position(start),
+                reason: "rows arrived before the column names of their TABLE_MAP were set".into(),
+            }),
+            None => Err(self.malformed(
+                event_type,
+                start,
+                format!("table id {table_id} has no preceding TABLE_MAP event"),
+            )),
+        }
+    }
+
+    /// Group bookkeeping for a rows event: rows outside BEGIN form a statement group that
+    /// ends with the event flagged end-of-statement.
+    fn note_rows_without_begin(
+        &mut self,
+        data: &[u8],
+        start: u64,
+        end: u64,
+        timestamp: u32,
+        out: &mut VecDeque<StreamItem>,
+    ) -> Result<(), BinlogError> {
+        if self.group == Group::Idle {
+            self.group = Group::ImplicitStatement;
+        }
+        if matches!(
+            self.group,
+            Group::ImplicitStatement | Group::AwaitingStatement
+        ) {
+            let flags = ByteReader::new(data.get(self.table_id_bytes..).unwrap_or_default())
+                .uint_le(2)
+                .unwrap_or(0) as u16;
+            if flags & rows::STMT_END_F != 0 {
+                self.commit(end, timestamp, start, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn on_rows(
+        &mut self,
+        event: &Event,
+        kind: RowsKind,
+        version2: bool,
+        start: u64,
+        end: u64,
+        out: &mut VecDeque<StreamItem>,
+    ) -> Result<(), BinlogError> {
+        let data = event.data();
+        let event_type = event.header().event_type_raw();
+        let timestamp = event.header().timestamp();
+        let table_id = rows::read_table_id(data, self.table_id_bytes)
+            .map_err(|reason| self.malformed(event_type, start, reason))?;
+        if let Some((plan, names)) = self.watched_plan(table_id, event_type, start)? {
+            let plan = Arc::clone(plan);
+            let names = names.clone();
+            let mismatch = |reason: String| BinlogError::RowImageMismatch {
+                table: TableName::clone(&plan.table),
+                position: BinlogPosition::new(self.current_file.clone(), start),
+                reason,
+            };
+            let head = rows::read_head(data, self.table_id_bytes, kind, version2)
+                .map_err(|reason| self.malformed(event_type, start, reason))?;
+            if head.column_count != plan.columns.len() {
+                return Err(mismatch(format!(
+                    "the rows event has {} columns, its TABLE_MAP {}",
+                    head.column_count,
+                    plan.columns.len()
+                )));
+            }
+            let before_names = head
+                .before_present
+                .map(|bitmap| rows::image_names(bitmap, &names));
+            let after_names = head
+                .after_present
+                .map(|bitmap| rows::image_names(bitmap, &names));
+            let operation = match kind {
+                RowsKind::Write => RowOperation::Insert,
+                RowsKind::Update => RowOperation::Update,
+                RowsKind::Delete => RowOperation::Delete,
+            };
+            let event_position = self.position(start);
+            let mut reader = ByteReader::new(head.rows);
+            let mut decoded = 0u64;
+            while !reader.rest().is_empty() {
+                let before = match (head.before_present, &before_names) {
+                    (Some(bitmap), Some(image_names)) => Some(
+                        rows::decode_image(&mut reader, &plan, bitmap, image_names)
+                            .map_err(mismatch)?,
+                    ),
+                    _ => None,
+                };
+                let after = match (head.after_present, &after_names) {
+                    (Some(bitmap), Some(image_names)) => Some(
+                        rows::decode_image(&mut reader, &plan, bitmap, image_names)
+                            .map_err(mismatch)?,
+                    ),
+                    _ => None,
+                };
+                out.push_back(StreamItem::Row(RowChange {
+                    table: Arc::clone(&plan.table),
+                    operation,
+                    before,
+                    after,
+                    event_timestamp: timestamp,
+                    event_position: event_position.clone(),
+                }));
+                decoded += 1;
+            }
+            self.rows_in_group += decoded;
+        }
+        self.note_rows_without_begin(data, start, end, timestamp, out)
+    }
+}
+
+/// What a QUERY event means for transaction boundaries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum QueryKind {
+    /// `BEGIN` / `START TRANSACTION`: opens a transaction.
+    Begin,
+    /// `COMMIT`, `ROLLBACK` (non-transactional changes were kept), `XA PREPARE`: ends it.
+    Commit,
+    /// `SAVEPOINT`, `ROLLBACK TO`, `XA START/END`: part of an open transaction.
+    InTransaction,
+    /// Any other statement: inside a transaction part of it, outside one a group of its
+    /// own (DDL). `ddl` when it may change a table's columns.
+    Statement {
+        /// The statement starts with ALTER, CREATE, DROP, RENAME or TRUNCATE.
+        ddl: bool,
+    },
+}
+
+/// Skips leading whitespace and comments (`/* */`, `-- `, `#`) of a statement.
+fn skip_leading_noise(mut query: &[u8]) -> &[u8] {
+    loop {
+        let trimmed = query.trim_ascii_start();
+        if let Some(rest) = trimmed.strip_prefix(b"/*") {
+            // MySQL executable comments `/*!40000 ... */` hold statement text; keep them.
+            if rest.first() == Some(&b'!') {
+                return trimmed;
+            }
+            match rest.windows(2).position(|w| w == b"*/") {
+                Some(end) => query = &rest[end + 2..],
+                None => return &[],
+            }
+        } else if trimmed.starts_with(b"#") || trimmed.starts_with(b"-- ") {
+            match trimmed.iter().position(|&b| b == b'\n') {
+                Some(end) => query = &trimmed[end + 1..],
+                None => return &[],
+            }
+        } else {
+            return trimmed;
+        }
+    }
+}
+
+fn starts_with_word(text: &[u8], word: &[u8]) -> bool {
+    text.len() >= word.len()
+        && text[..word.len()].eq_ignore_ascii_case(word)
+        && text
+            .get(word.len())
+            .is_none_or(|b| !b.is_ascii_alphanumeric() && *b != b'_')
+}
+
+fn classify_query(query: &[u8]) -> QueryKind {
+    let text = skip_leading_noise(query);
+    let after_word = |word: &[u8]| skip_leading_noise(&text[word.len()..]);
+    if starts_with_word(text, b"BEGIN") {
+        QueryKind::Begin
+    } else if starts_with_word(text, b"START")
+        && starts_with_word(after_word(b"START"), b"TRANSACTION")
+    {
+        QueryKind::Begin
+    } else if starts_with_word(text, b"COMMIT") {
+        QueryKind::Commit
+    } else if starts_with_word(text, b"ROLLBACK") {
+        if starts_with_word(after_word(b"ROLLBACK"), b"TO") {
+            QueryKind::InTransaction
+        } else {
+            QueryKind::Commit
+        }
+    } else if starts_with_word(text, b"SAVEPOINT") || starts_with_word(text, b"RELEASE") {
+        QueryKind::InTransaction
+    } else if starts_with_word(text, b"XA") {
+        let rest = after_word(b"XA");
+        if starts_with_word(rest, b"PREPARE") {
+            QueryKind::Commit
+        } else if starts_with_word(rest, b"START")
+            || starts_with_word(rest, b"BEGIN")
+            || starts_with_word(rest, b"END")
+        {
+            QueryKind::InTransaction
+        } else {
+            // XA COMMIT / XA ROLLBACK of a prepared transaction: a group of its own.
+            QueryKind::Statement { ddl: false }
+        }
+    } else {
+        let ddl = [
+            b"ALTER".as_slice(),
+            b"CREATE",
+            b"DROP",
+            b"RENAME",
+            b"TRUNCATE",
+        ]
+        .iter()
+        .any(|word| starts_with_word(text, word));
+        QueryKind::Statement { ddl }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -38,7 +38,9 @@ pub enum BinlogError {
     /// An event type that can change table data but that this reader cannot decode
     /// (compressed or pre-GA row events, statement-based LOAD DATA, incidents, partial JSON
     /// updates of a watched table, encrypted files). Definite: skipping it could lose rows.
-    #[error("cannot decode the {event_name} event (type {event_type:#04x}) at {position}: {reason}")]
+    #[error(
+        "cannot decode the {event_name} event (type {event_type:#04x}) at {position}: {reason}"
+    )]
     UnsupportedEvent {
         /// The raw event type code from the header.
         event_type: u8,

@@ -1,0 +1,239 @@
+//! Decoder tests on synthetic events (the fixture and server tests live in `tests/`).
+
+use std::collections::VecDeque;
+
+use mysql_common::binlog::consts::BinlogVersion;
+use mysql_common::binlog::events::{Event, FormatDescriptionEvent};
+
+use super::*;
+
+/// Builds an event from its parts (no checksum: the default format description has none).
+fn event(event_type: u8, log_pos: u32, body: &[u8]) -> Event {
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&1_700_000_000u32.to_le_bytes());
+    bytes.push(event_type);
+    bytes.extend_from_slice(&7u32.to_le_bytes());
+    bytes.extend_from_slice(&((19 + body.len()) as u32).to_le_bytes());
+    bytes.extend_from_slice(&log_pos.to_le_bytes());
+    bytes.extend_from_slice(&0u16.to_le_bytes());
+    bytes.extend_from_slice(body);
+    let fde = FormatDescriptionEvent::new(BinlogVersion::Version4);
+    Event::read(&fde, &bytes[..]).unwrap()
+}
+
+fn query_body(query: &str) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend_from_slice(&1u32.to_le_bytes()); // thread id
+    body.extend_from_slice(&0u32.to_le_bytes()); // execution time
+    body.push(4); // schema length
+    body.extend_from_slice(&0u16.to_le_bytes()); // error code
+    body.extend_from_slice(&0u16.to_le_bytes()); // status vars length
+    body.extend_from_slice(b"shop\0");
+    body.extend_from_slice(query.as_bytes());
+    body
+}
+
+fn mariadb_gtid_body(sequence: u64, domain: u32, flags: u8) -> Vec<u8> {
+    let mut body = sequence.to_le_bytes().to_vec();
+    body.extend_from_slice(&domain.to_le_bytes());
+    body.push(flags);
+    body.extend_from_slice(&[0u8; 6]);
+    body
+}
+
+fn push_all(decoder: &mut Decoder, events: &[Event]) -> Result<Vec<StreamItem>, BinlogError> {
+    let mut out = VecDeque::new();
+    for event in events {
+        assert_eq!(decoder.push(event, &mut out)?, PushOutcome::Consumed);
+    }
+    Ok(out.into_iter().collect())
+}
+
+#[test]
+fn artificial_rotate_with_trailing_checksum_yields_the_clean_name() {
+    // The first rotate of a dump arrives before the format description, so the client cannot
+    // strip its CRC32: the 4 checksum bytes end up after the name (mysql_async issue #189).
+    let mut body = 4u64.to_le_bytes().to_vec();
+    body.extend_from_slice(b"mariadb-bin.000007");
+    let mut header = Vec::new();
+    header.extend_from_slice(&0u32.to_le_bytes());
+    header.push(code::ROTATE);
+    header.extend_from_slice(&7u32.to_le_bytes());
+    header.extend_from_slice(&((19 + body.len() + 4) as u32).to_le_bytes());
+    header.extend_from_slice(&0u32.to_le_bytes());
+    header.extend_from_slice(&0x20u16.to_le_bytes());
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&header);
+    hasher.update(&body);
+    let crc = hasher.finalize();
+    let mut bytes = header;
+    bytes.extend_from_slice(&body);
+    bytes.extend_from_slice(&crc.to_le_bytes());
+    let fde = FormatDescriptionEvent::new(BinlogVersion::Version4);
+    let rotate = Event::read(&fde, &bytes[..]).unwrap();
+    assert_eq!(
+        rotate.data().len(),
+        8 + 18 + 4,
+        "the CRC is still in the data"
+    );
+
+    let mut decoder = Decoder::new(TableFilter::all(), String::new());
+    push_all(&mut decoder, &[rotate]).unwrap();
+    assert_eq!(decoder.current_file(), "mariadb-bin.000007");
+    assert!(!decoder.in_transaction());
+
+    // Garbage that is not a valid CRC is cut at the first unprintable byte.
+    let mut body = 4u64.to_le_bytes().to_vec();
+    body.extend_from_slice(b"binlog.000002\x00\xff\x13");
+    let mut decoder = Decoder::new(TableFilter::all(), String::new());
+    push_all(&mut decoder, &[event(code::ROTATE, 0, &body)]).unwrap();
+    assert_eq!(decoder.current_file(), "binlog.000002");
+}
+
+#[test]
+fn mariadb_groups_commit_at_their_last_event() {
+    let mut decoder = Decoder::new(TableFilter::all(), "binlog.000001".into());
+    let items = push_all(
+        &mut decoder,
+        &[
+            // Standalone DDL: GTID with FL_STANDALONE, then the statement ends the group.
+            event(code::MARIADB_GTID, 400, &mariadb_gtid_body(5, 0, 1)),
+            event(code::QUERY, 500, &query_body("CREATE TABLE t (a INT)")),
+            // A transaction: GTID (acts as BEGIN), then XID.
+            event(code::MARIADB_GTID, 600, &mariadb_gtid_body(6, 0, 0)),
+            event(code::HEARTBEAT, 600, b"binlog.000001"),
+            event(code::XID, 700, &9u64.to_le_bytes()),
+            event(code::HEARTBEAT, 700, b"binlog.000001"),
+        ],
+    )
+    .unwrap();
+    let gtid = |sequence| Gtid::Mariadb {
+        domain_id: 0,
+        server_id: 7,
+        sequence,
+    };
+    assert_eq!(
+        items,
+        vec![
+            StreamItem::Commit(Commit {
+                position: BinlogPosition::new("binlog.000001", 500),
+                gtid: Some(gtid(5)),
+                timestamp: 1_700_000_000,
+                row_count: 0,
+            }),
+            StreamItem::Commit(Commit {
+                position: BinlogPosition::new("binlog.000001", 700),
+                gtid: Some(gtid(6)),
+                timestamp: 1_700_000_000,
+                row_count: 0,
+            }),
+            StreamItem::Heartbeat(Heartbeat {
+                position: BinlogPosition::new("binlog.000001", 700),
+            }),
+        ]
+    );
+    assert_eq!(
+        decoder.last_boundary(),
+        (BinlogPosition::new("binlog.000001", 700), Some(gtid(6)))
+    );
+}
+
+#[test]
+fn non_transactional_begin_commit_queries_form_one_group() {
+    let mut decoder = Decoder::new(TableFilter::all(), "binlog.000001".into());
+    let items = push_all(
+        &mut decoder,
+        &[
+            event(code::QUERY, 300, &query_body("BEGIN")),
+            event(code::QUERY, 350, &query_body("SAVEPOINT a")),
+            event(code::QUERY, 380, &query_body("ROLLBACK TO a")),
+        ],
+    )
+    .unwrap();
+    assert!(items.is_empty());
+    assert!(decoder.in_transaction());
+    let items = push_all(
+        &mut decoder,
+        &[event(code::QUERY, 400, &query_body("COMMIT"))],
+    )
+    .unwrap();
+    assert!(matches!(&items[..], [StreamItem::Commit(c)] if c.position.position == 400));
+    assert!(!decoder.in_transaction());
+}
+
+#[test]
+fn a_new_transaction_inside_an_open_one_is_an_error() {
+    let mut decoder = Decoder::new(TableFilter::all(), "binlog.000001".into());
+    let error = push_all(
+        &mut decoder,
+        &[
+            event(code::MARIADB_GTID, 400, &mariadb_gtid_body(5, 0, 0)),
+            event(code::MARIADB_GTID, 500, &mariadb_gtid_body(6, 0, 0)),
+        ],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(error, BinlogError::BrokenTransaction { .. }),
+        "{error}"
+    );
+}
+
+#[test]
+fn row_carrying_events_that_cannot_be_decoded_are_errors() {
+    for event_type in [
+        code::MARIADB_WRITE_ROWS_COMPRESSED_V1,
+        code::MARIADB_DELETE_ROWS_COMPRESSED,
+        code::PRE_GA_WRITE_ROWS,
+        code::EXECUTE_LOAD_QUERY,
+    ] {
+        let mut decoder = Decoder::new(TableFilter::all(), "binlog.000003".into());
+        let error = push_all(&mut decoder, &[event(event_type, 1000, &[0u8; 12])]).unwrap_err();
+        match error {
+            BinlogError::UnsupportedEvent {
+                event_type: reported,
+                position,
+                ..
+            } => {
+                assert_eq!(reported, event_type);
+                assert_eq!(position, BinlogPosition::new("binlog.000003", 1000 - 31));
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+    let mut decoder = Decoder::new(TableFilter::all(), "binlog.000003".into());
+    let error = push_all(&mut decoder, &[event(0x77, 1000, &[])]).unwrap_err();
+    assert!(matches!(
+        error,
+        BinlogError::UnknownEvent {
+            event_type: 0x77,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn rows_of_unmapped_tables_are_errors_not_skips() {
+    let mut decoder = Decoder::new(TableFilter::all(), "binlog.000001".into());
+    let mut body = 42u64.to_le_bytes()[..6].to_vec();
+    body.extend_from_slice(&[1, 0, 1, 1, 0]);
+    let error = push_all(&mut decoder, &[event(code::WRITE_ROWS_V1, 900, &body)]).unwrap_err();
+    assert!(error.to_string().contains("table id 42"), "{error}");
+}
+
+#[test]
+fn queries_are_classified() {
+    assert_eq!(classify_query(b"BEGIN"), QueryKind::Begin);
+    assert_eq!(classify_query(b"  /* x */ begin"), QueryKind::Begin);
+    assert_eq!(classify_query(b"COMMIT"), QueryKind::Commit);
+    assert_eq!(classify_query(b"ROLLBACK"), QueryKind::Commit);
+    assert_eq!(classify_query(b"ROLLBACK TO sp1"), QueryKind::InTransaction);
+    assert_eq!(classify_query(b"XA PREPARE 'x'"), QueryKind::Commit);
+    assert_eq!(
+        classify_query(b"# comment\nALTER TABLE t ADD c INT"),
+        QueryKind::Statement { ddl: true }
+    );
+    assert_eq!(
+        classify_query(b"BEGINNING"),
+        QueryKind::Statement { ddl: false }
+    );
+}
