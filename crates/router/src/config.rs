@@ -1,0 +1,680 @@
+//! Configuration: which outbox tables are watched and how their rows become Kafka records.
+//!
+//! Both structs are embedded in the relay's TOML file: each `[[outbox]]` table is an
+//! [`OutboxTableConfig`], the `[route]` section is a [`RouteConfig`]. Unknown keys are
+//! rejected (`deny_unknown_fields`), every key has a default except `table`, and
+//! [`validate_router_config`] reports every clash at once with a hint how to fix it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use outbox_binlog::TableName;
+use serde::{Deserialize, Serialize};
+
+use crate::topic::{TopicTemplate, TopicTemplateProblem};
+
+/// The default topic template, Debezium's default shape.
+pub const DEFAULT_TOPIC_TEMPLATE: &str = "outbox.event.${aggregate_type}";
+
+/// Header name used for a tracing span context column that holds a W3C trace context.
+pub const TRACEPARENT_HEADER: &str = "traceparent";
+
+/// One watched outbox table (`[[outbox]]` in the relay's config) and its column mapping.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboxTableConfig {
+    /// The table, written `"database.table"`: rows of exactly this table are routed, so the
+    /// relay knows which binlog rows to decode.
+    #[serde(with = "table_name_as_text")]
+    pub table: TableName,
+    /// Starting point of the column mapping, so common schemas need no `columns` section:
+    /// `"seeds"` (`event_id`, `aggregate_type`, ...) or `"debezium"` (`id`, `aggregatetype`, ...).
+    #[serde(default = "default_preset")]
+    pub preset: ColumnPreset,
+    /// Column names that differ from the preset, for tables with their own naming.
+    #[serde(default)]
+    pub columns: ColumnOverrides,
+    /// Topic template for this table, replacing `[route] topic`, for tables whose events go
+    /// to their own topic family. Per-aggregate-type `topic_overrides` still win.
+    #[serde(default)]
+    pub topic: Option<String>,
+    /// Where the Kafka timestamp comes from, because not every table has a usable time column.
+    #[serde(default = "default_timestamp_source")]
+    pub timestamp_source: TimestampSource,
+}
+
+impl OutboxTableConfig {
+    /// A table with the given preset and nothing overridden.
+    pub fn new(table: TableName, preset: ColumnPreset) -> Self {
+        Self {
+            table,
+            preset,
+            columns: ColumnOverrides::default(),
+            topic: None,
+            timestamp_source: default_timestamp_source(),
+        }
+    }
+
+    /// The effective column names: the preset's, replaced by every override that is set.
+    pub fn column_mapping(&self) -> ColumnMapping {
+        let preset = self.preset.mapping();
+        let pick = |over: &Option<String>, default: String| over.clone().unwrap_or(default);
+        ColumnMapping {
+            event_id: pick(&self.columns.event_id, preset.event_id),
+            aggregate_type: pick(&self.columns.aggregate_type, preset.aggregate_type),
+            aggregate_id: pick(&self.columns.aggregate_id, preset.aggregate_id),
+            event_type: pick(&self.columns.event_type, preset.event_type),
+            payload: pick(&self.columns.payload, preset.payload),
+            timestamp: pick(&self.columns.timestamp, preset.timestamp),
+            partition: self.columns.partition.clone(),
+        }
+    }
+
+    /// Checks this table's settings alone; see [`validate_router_config`] for the whole set.
+    pub fn validate(&self) -> Result<(), RouterConfigError> {
+        let mut problems = Vec::new();
+        self.collect_problems(&mut problems);
+        RouterConfigError::from_problems(problems)
+    }
+
+    /// Appends this table's problems to `problems`.
+    fn collect_problems(&self, problems: &mut Vec<ConfigProblem>) {
+        let mapping = self.column_mapping();
+        for (key, name) in mapping.named_columns() {
+            if name.is_empty() {
+                problems.push(ConfigProblem::EmptyColumnName {
+                    table: self.table.clone(),
+                    key,
+                });
+            }
+        }
+        if let Some(topic) = &self.topic {
+            if let Err(problem) = TopicTemplate::parse(topic) {
+                problems.push(ConfigProblem::TopicTemplate {
+                    setting: format!("[[outbox]] table = \"{}\": topic", self.table),
+                    template: topic.clone(),
+                    problem,
+                });
+            }
+        }
+    }
+}
+
+/// Named column layouts of common outbox schemas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ColumnPreset {
+    /// The project's seed schema: `event_id`, `aggregate_type`, `aggregate_id`,
+    /// `event_type`, `payload`, `created_at`.
+    #[default]
+    Seeds,
+    /// Debezium Outbox Event Router defaults: `id`, `aggregatetype`, `aggregateid`, `type`,
+    /// `payload`, `timestamp`.
+    Debezium,
+}
+
+impl ColumnPreset {
+    /// The preset's column names (no partition column).
+    pub fn mapping(self) -> ColumnMapping {
+        let names = match self {
+            ColumnPreset::Seeds => [
+                "event_id",
+                "aggregate_type",
+                "aggregate_id",
+                "event_type",
+                "payload",
+                "created_at",
+            ],
+            ColumnPreset::Debezium => [
+                "id",
+                "aggregatetype",
+                "aggregateid",
+                "type",
+                "payload",
+                "timestamp",
+            ],
+        };
+        let [event_id, aggregate_type, aggregate_id, event_type, payload, timestamp] =
+            names.map(String::from);
+        ColumnMapping {
+            event_id,
+            aggregate_type,
+            aggregate_id,
+            event_type,
+            payload,
+            timestamp,
+            partition: None,
+        }
+    }
+}
+
+impl fmt::Display for ColumnPreset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ColumnPreset::Seeds => "seeds",
+            ColumnPreset::Debezium => "debezium",
+        })
+    }
+}
+
+/// Column names that replace the preset's (`[outbox.columns]`). Unset keys keep the preset.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnOverrides {
+    /// Column holding the unique event id, sent as header `id` so consumers can dedupe.
+    #[serde(default)]
+    pub event_id: Option<String>,
+    /// Column holding the aggregate type, which picks the topic.
+    #[serde(default)]
+    pub aggregate_type: Option<String>,
+    /// Column holding the aggregate id, which becomes the record key (per-aggregate order).
+    #[serde(default)]
+    pub aggregate_id: Option<String>,
+    /// Column holding the event type, sent as a header and usable in topic templates.
+    #[serde(default)]
+    pub event_type: Option<String>,
+    /// Column holding the event payload, which becomes the record value.
+    #[serde(default)]
+    pub payload: Option<String>,
+    /// Column holding the event time, which becomes the Kafka timestamp.
+    #[serde(default)]
+    pub timestamp: Option<String>,
+    /// Optional column holding an explicit Kafka partition (integer), for producers that
+    /// pin events to partitions themselves. No preset has one.
+    #[serde(default)]
+    pub partition: Option<String>,
+}
+
+/// The effective column names of one outbox table (preset plus overrides).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnMapping {
+    /// Event id column (required in every row).
+    pub event_id: String,
+    /// Aggregate type column (required).
+    pub aggregate_type: String,
+    /// Aggregate id column (required; the key).
+    pub aggregate_id: String,
+    /// Event type column (required).
+    pub event_type: String,
+    /// Payload column (required; NULL only with `tombstone_on_empty_payload`).
+    pub payload: String,
+    /// Timestamp column (used as `timestamp_source` says).
+    pub timestamp: String,
+    /// Explicit partition column, when configured.
+    pub partition: Option<String>,
+}
+
+impl ColumnMapping {
+    /// `(config key, column name)` of every configured column, for checks.
+    fn named_columns(&self) -> Vec<(&'static str, &str)> {
+        let mut named = vec![
+            ("event_id", self.event_id.as_str()),
+            ("aggregate_type", self.aggregate_type.as_str()),
+            ("aggregate_id", self.aggregate_id.as_str()),
+            ("event_type", self.event_type.as_str()),
+            ("payload", self.payload.as_str()),
+            ("timestamp", self.timestamp.as_str()),
+        ];
+        if let Some(partition) = &self.partition {
+            named.push(("partition", partition.as_str()));
+        }
+        named
+    }
+}
+
+/// Where a record's Kafka timestamp comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimestampSource {
+    /// The timestamp column when the table has it and the row's value is not NULL,
+    /// else the binlog event time.
+    #[default]
+    ColumnOrEventTime,
+    /// The timestamp column only: a missing column or NULL value is a routing error.
+    Column,
+    /// Always the binlog event time (seconds precision); the column is not read.
+    EventTime,
+}
+
+/// How the `[route]` section maps rows to records; shared by every outbox table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Topic template; `${aggregate_type}`, `${event_type}`, `${table}` and `${database}`
+    /// are replaced per row, so one table can feed a topic per aggregate.
+    #[serde(default = "default_topic_template")]
+    pub topic: String,
+    /// Topic template per aggregate type (exact match), for aggregates whose topic does not
+    /// follow the template, e.g. `{ order = "orders" }`.
+    #[serde(default)]
+    pub topic_overrides: BTreeMap<String, String>,
+    /// How a binary (BINARY/VARBINARY/BLOB) aggregate id becomes the key bytes, because
+    /// binary ids have no single obvious text form.
+    #[serde(default = "default_key_encoding")]
+    pub key_encoding: BinaryEncoding,
+    /// How a binary event id becomes text (header `id`, logs, dead letters); `raw` is not
+    /// allowed because the id must be text.
+    #[serde(default = "default_event_id_encoding")]
+    pub event_id_encoding: BinaryEncoding,
+    /// Whether payloads pass unchecked or must be JSON, for pipelines whose consumers
+    /// cannot cope with anything else.
+    #[serde(default = "default_payload_mode")]
+    pub payload: PayloadMode,
+    /// Emit a tombstone (no value) for a NULL or empty payload, as Debezium's
+    /// `route.tombstone.on.empty.payload`; when false a NULL payload is a routing error.
+    #[serde(default = "default_tombstone_on_empty_payload")]
+    pub tombstone_on_empty_payload: bool,
+    /// Names of the standard headers, for consumers that expect other names.
+    #[serde(default)]
+    pub headers: HeaderNames,
+    /// Extra columns sent as headers (Debezium's `table.fields.additional.placement` with
+    /// header placement), so consumers can filter without parsing payloads.
+    #[serde(default)]
+    pub additional_headers: Vec<AdditionalHeader>,
+    /// Column holding a tracing span context (Debezium's `tracingspancontext`), carried as
+    /// header `traceparent` when it is a W3C trace context, else under the column's name,
+    /// so traces continue across the relay.
+    #[serde(default)]
+    pub tracing_span_context_column: Option<String>,
+    /// What to do with UPDATE and DELETE rows of an outbox table (Debezium's
+    /// `table.op.invalid.behavior`); cleanup jobs delete sent rows, hence `ignore`.
+    #[serde(default = "default_invalid_operation")]
+    pub invalid_operation: InvalidOperationBehavior,
+}
+
+impl Default for RouteConfig {
+    fn default() -> Self {
+        Self {
+            topic: default_topic_template(),
+            topic_overrides: BTreeMap::new(),
+            key_encoding: default_key_encoding(),
+            event_id_encoding: default_event_id_encoding(),
+            payload: default_payload_mode(),
+            tombstone_on_empty_payload: default_tombstone_on_empty_payload(),
+            headers: HeaderNames::default(),
+            additional_headers: Vec::new(),
+            tracing_span_context_column: None,
+            invalid_operation: default_invalid_operation(),
+        }
+    }
+}
+
+impl RouteConfig {
+    /// Checks the `[route]` section alone; see [`validate_router_config`] for the whole set.
+    pub fn validate(&self) -> Result<(), RouterConfigError> {
+        let mut problems = Vec::new();
+        self.collect_problems(&mut problems);
+        RouterConfigError::from_problems(problems)
+    }
+
+    /// Appends this section's problems to `problems`.
+    fn collect_problems(&self, problems: &mut Vec<ConfigProblem>) {
+        if let Err(problem) = TopicTemplate::parse(&self.topic) {
+            problems.push(ConfigProblem::TopicTemplate {
+                setting: "[route] topic".to_string(),
+                template: self.topic.clone(),
+                problem,
+            });
+        }
+        for (aggregate_type, template) in &self.topic_overrides {
+            if aggregate_type.is_empty() {
+                problems.push(ConfigProblem::EmptyTopicOverrideKey);
+            }
+            if let Err(problem) = TopicTemplate::parse(template) {
+                problems.push(ConfigProblem::TopicTemplate {
+                    setting: format!("[route] topic_overrides.{aggregate_type}"),
+                    template: template.clone(),
+                    problem,
+                });
+            }
+        }
+        if self.event_id_encoding == BinaryEncoding::Raw {
+            problems.push(ConfigProblem::RawEventIdEncoding);
+        }
+        if self.headers.id.is_empty() {
+            problems.push(ConfigProblem::EmptyIdHeaderName);
+        }
+        for (index, extra) in self.additional_headers.iter().enumerate() {
+            if extra.column.is_empty() {
+                problems.push(ConfigProblem::EmptyAdditionalHeaderColumn { index });
+            }
+            if extra.header.as_deref() == Some("") {
+                problems.push(ConfigProblem::EmptyAdditionalHeaderName {
+                    column: extra.column.clone(),
+                });
+            }
+        }
+        if self.tracing_span_context_column.as_deref() == Some("") {
+            problems.push(ConfigProblem::EmptyTracingColumn);
+        }
+        // Every header name may be produced by one setting only, else consumers could not
+        // tell the values apart.
+        let mut claims: Vec<(&str, String)> = vec![
+            (self.headers.id.as_str(), "headers.id".to_string()),
+            (
+                self.headers.event_type.as_str(),
+                "headers.event_type".to_string(),
+            ),
+            (
+                self.headers.aggregate_type.as_str(),
+                "headers.aggregate_type".to_string(),
+            ),
+            (
+                self.headers.aggregate_id.as_str(),
+                "headers.aggregate_id".to_string(),
+            ),
+        ];
+        for extra in &self.additional_headers {
+            claims.push((
+                extra.header_name(),
+                format!("additional_headers (column `{}`)", extra.column),
+            ));
+        }
+        if let Some(column) = &self.tracing_span_context_column {
+            claims.push((
+                TRACEPARENT_HEADER,
+                "tracing_span_context_column (W3C trace context)".to_string(),
+            ));
+            if column != TRACEPARENT_HEADER {
+                claims.push((
+                    column.as_str(),
+                    "tracing_span_context_column (other span context)".to_string(),
+                ));
+            }
+        }
+        for (index, (name, setting)) in claims.iter().enumerate() {
+            if name.is_empty() {
+                continue;
+            }
+            if let Some((_, first)) = claims[..index].iter().find(|(taken, _)| taken == name) {
+                problems.push(ConfigProblem::DuplicateHeaderName {
+                    header: name.to_string(),
+                    first: first.clone(),
+                    second: setting.clone(),
+                });
+            }
+        }
+    }
+}
+
+/// How a binary column value (BINARY, VARBINARY, BLOB) becomes key, id or header bytes.
+/// Text, number and date columns ignore it (see the crate docs for their renderings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BinaryEncoding {
+    /// The bytes must be valid UTF-8 and are used as that text; anything else is a
+    /// routing error (ids stored in VARBINARY as text).
+    #[default]
+    Utf8,
+    /// Lowercase hexadecimal, two characters per byte.
+    Hex,
+    /// Canonical UUID text `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`; the value must be
+    /// exactly 16 bytes (`BINARY(16)` UUIDs, as MySQL's `UUID_TO_BIN(uuid)` without swap).
+    Uuid,
+    /// The bytes as they are (keys and headers only; not allowed for the event id).
+    Raw,
+}
+
+/// Whether payloads are checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PayloadMode {
+    /// Emit the payload byte-exact, whatever it holds (JSON, Avro, Protobuf, text).
+    #[default]
+    AsIs,
+    /// The payload must be a JSON document (JSON columns always are; text and binary
+    /// columns are parsed to check); it is still emitted byte-exact.
+    RequireJson,
+}
+
+/// Names of the standard headers (`[route.headers]`). An empty name leaves that header
+/// out, except `id`, which is always sent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderNames {
+    /// Header carrying the event id; Debezium-compatible consumers dedupe on `id`.
+    #[serde(default = "default_id_header")]
+    pub id: String,
+    /// Header carrying the event type, so consumers can dispatch without the payload.
+    #[serde(default = "default_event_type_header")]
+    pub event_type: String,
+    /// Header carrying the aggregate type, which is otherwise only implied by the topic.
+    #[serde(default = "default_aggregate_type_header")]
+    pub aggregate_type: String,
+    /// Header carrying the aggregate id (as in the key), for consumers that ignore keys.
+    #[serde(default = "default_aggregate_id_header")]
+    pub aggregate_id: String,
+}
+
+impl Default for HeaderNames {
+    fn default() -> Self {
+        Self {
+            id: default_id_header(),
+            event_type: default_event_type_header(),
+            aggregate_type: default_aggregate_type_header(),
+            aggregate_id: default_aggregate_id_header(),
+        }
+    }
+}
+
+/// One extra column sent as a header.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdditionalHeader {
+    /// The column to read; it must exist in every watched table. A NULL value sends no
+    /// header (absence is how Kafka headers say "no value").
+    pub column: String,
+    /// Header name; the column name when unset, as Debezium does.
+    #[serde(default)]
+    pub header: Option<String>,
+    /// How a binary column becomes header bytes; headers are bytes, so `raw` is the default.
+    #[serde(default = "default_additional_header_encoding")]
+    pub encoding: BinaryEncoding,
+}
+
+impl AdditionalHeader {
+    /// The header name this column is sent under.
+    pub fn header_name(&self) -> &str {
+        self.header.as_deref().unwrap_or(&self.column)
+    }
+}
+
+/// What happens to UPDATE and DELETE rows of an outbox table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InvalidOperationBehavior {
+    /// Skip them silently (cleanup jobs delete sent rows).
+    #[default]
+    Ignore,
+    /// Skip them and log a warning naming table and event id.
+    Warn,
+    /// Return a routing error, so the relay dead-letters or stops.
+    Fail,
+}
+
+fn default_preset() -> ColumnPreset {
+    ColumnPreset::Seeds
+}
+fn default_timestamp_source() -> TimestampSource {
+    TimestampSource::ColumnOrEventTime
+}
+fn default_topic_template() -> String {
+    DEFAULT_TOPIC_TEMPLATE.to_string()
+}
+fn default_key_encoding() -> BinaryEncoding {
+    BinaryEncoding::Utf8
+}
+fn default_event_id_encoding() -> BinaryEncoding {
+    BinaryEncoding::Utf8
+}
+fn default_payload_mode() -> PayloadMode {
+    PayloadMode::AsIs
+}
+fn default_tombstone_on_empty_payload() -> bool {
+    false
+}
+fn default_invalid_operation() -> InvalidOperationBehavior {
+    InvalidOperationBehavior::Ignore
+}
+fn default_id_header() -> String {
+    "id".to_string()
+}
+fn default_event_type_header() -> String {
+    "event_type".to_string()
+}
+fn default_aggregate_type_header() -> String {
+    "aggregate_type".to_string()
+}
+fn default_aggregate_id_header() -> String {
+    "aggregate_id".to_string()
+}
+fn default_additional_header_encoding() -> BinaryEncoding {
+    BinaryEncoding::Raw
+}
+
+/// One thing wrong with the router configuration, with a hint how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigProblem {
+    /// No `[[outbox]]` table: the relay would route nothing.
+    #[error("no outbox table is configured; add at least one [[outbox]] section with `table = \"database.table\"`")]
+    NoTables,
+    /// The same table listed twice: which mapping applies would be ambiguous.
+    #[error("table `{table}` is listed in more than one [[outbox]] section; merge them into one")]
+    DuplicateTable {
+        /// The repeated table.
+        table: TableName,
+    },
+    /// A column override set to `""`.
+    #[error("[[outbox]] table = \"{table}\": columns.{key} is empty; name the column or remove the key to use the preset's")]
+    EmptyColumnName {
+        /// The table whose mapping is wrong.
+        table: TableName,
+        /// The `columns` key.
+        key: &'static str,
+    },
+    /// A topic template that cannot be parsed.
+    #[error("{setting} = \"{template}\" is not a usable topic template: {problem}")]
+    TopicTemplate {
+        /// Where the template is configured.
+        setting: String,
+        /// The template text.
+        template: String,
+        /// What is wrong with it.
+        problem: TopicTemplateProblem,
+    },
+    /// `topic_overrides` with an empty aggregate type.
+    #[error("[route] topic_overrides has an empty aggregate type as key; use the aggregate type the rows carry")]
+    EmptyTopicOverrideKey,
+    /// `event_id_encoding = "raw"`.
+    #[error("[route] event_id_encoding = \"raw\" is not allowed because the event id must be text; use \"utf8\", \"hex\" or \"uuid\"")]
+    RawEventIdEncoding,
+    /// `headers.id = ""`.
+    #[error("[route] headers.id is empty; the event id header is always sent (Debezium consumers dedupe on `id`), give it a name")]
+    EmptyIdHeaderName,
+    /// An additional header without a column.
+    #[error("[route] additional_headers[{index}] has an empty `column`; name the column to send")]
+    EmptyAdditionalHeaderColumn {
+        /// Position in the list.
+        index: usize,
+    },
+    /// An additional header with `header = ""`.
+    #[error("[route] additional_headers: column `{column}` has an empty `header`; remove `header` to use the column name")]
+    EmptyAdditionalHeaderName {
+        /// The column.
+        column: String,
+    },
+    /// `tracing_span_context_column = ""`.
+    #[error("[route] tracing_span_context_column is empty; name the column or remove the key")]
+    EmptyTracingColumn,
+    /// Two settings produce the same header name.
+    #[error("header `{header}` would be written by both {first} and {second}; rename one of them (an empty standard header name turns that header off)")]
+    DuplicateHeaderName {
+        /// The clashing header name.
+        header: String,
+        /// The setting that claimed it first.
+        first: String,
+        /// The setting that claimed it again.
+        second: String,
+    },
+}
+
+/// The router configuration cannot be used; lists every problem found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouterConfigError {
+    /// Every problem, in configuration order, so the user can fix them in one go.
+    pub problems: Vec<ConfigProblem>,
+}
+
+impl RouterConfigError {
+    /// `Ok` when there are no problems.
+    fn from_problems(problems: Vec<ConfigProblem>) -> Result<(), RouterConfigError> {
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(RouterConfigError { problems })
+        }
+    }
+}
+
+impl fmt::Display for RouterConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.problems.as_slice() {
+            [single] => write!(f, "invalid router configuration: {single}"),
+            problems => {
+                write!(
+                    f,
+                    "invalid router configuration ({} problems):",
+                    problems.len()
+                )?;
+                for problem in problems {
+                    write!(f, "\n  - {problem}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for RouterConfigError {}
+
+/// Checks the tables and the route section together: each one's own rules plus the
+/// cross-checks (at least one table, no table twice). [`crate::Router::new`] calls it.
+pub fn validate_router_config(
+    tables: &[OutboxTableConfig],
+    route: &RouteConfig,
+) -> Result<(), RouterConfigError> {
+    let mut problems = Vec::new();
+    if tables.is_empty() {
+        problems.push(ConfigProblem::NoTables);
+    }
+    for (index, table) in tables.iter().enumerate() {
+        if tables[..index].iter().any(|t| t.table == table.table) {
+            if !problems.contains(&ConfigProblem::DuplicateTable {
+                table: table.table.clone(),
+            }) {
+                problems.push(ConfigProblem::DuplicateTable {
+                    table: table.table.clone(),
+                });
+            }
+            continue;
+        }
+        table.collect_problems(&mut problems);
+    }
+    route.collect_problems(&mut problems);
+    RouterConfigError::from_problems(problems)
+}
+
+/// Serde for [`TableName`] as one `"database.table"` string, as users write it.
+mod table_name_as_text {
+    use outbox_binlog::TableName;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(table: &TableName, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(table)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<TableName, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}

@@ -1,0 +1,60 @@
+//! What routing produces: a Kafka record, or a deliberate skip.
+
+use outbox_binlog::RowOperation;
+
+/// One record to produce to Kafka, built from one outbox row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaRecord {
+    /// Target topic; always a legal Kafka topic name.
+    pub topic: String,
+    /// Record key: the aggregate id bytes, so all events of an aggregate share a partition
+    /// and stay ordered. Always set by the router today; optional for the producer's sake.
+    pub key: Option<Vec<u8>>,
+    /// Record value: the payload bytes, or `None` for a tombstone.
+    pub value: Option<Vec<u8>>,
+    /// Headers in a fixed order: `id`, event type, aggregate type, aggregate id, the
+    /// additional columns in configuration order, then the tracing span context.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// Kafka timestamp in milliseconds since the epoch (CreateTime); `None` lets the
+    /// producer stamp it. Always set by the router today.
+    pub timestamp_millis: Option<i64>,
+    /// Explicit partition from the partition column, when one is configured and not NULL;
+    /// `None` lets the producer's partitioner hash the key.
+    pub partition: Option<i32>,
+    /// The event id as text (also in the `id` header), for logs, dead letters and dedupe.
+    pub event_id: String,
+}
+
+impl KafkaRecord {
+    /// The value of the first header called `name`, if any.
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(header, _)| header == name)
+            .map(|(_, value)| value.as_slice())
+    }
+}
+
+/// The result of routing one row change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteOutcome {
+    /// The row is an event: produce this record.
+    Record(KafkaRecord),
+    /// The row is deliberately not an event (configured behaviour); nothing to produce.
+    Skipped {
+        /// Why, for counters and debug logs.
+        reason: SkipReason,
+    },
+}
+
+/// Why a row change produced no record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SkipReason {
+    /// An UPDATE or DELETE on an outbox table with `invalid_operation = "ignore"` or `"warn"`.
+    InvalidOperation {
+        /// The row's operation (never `Insert`).
+        operation: RowOperation,
+        /// The row's event id, when it could be read from the row image.
+        event_id: Option<String>,
+    },
+}

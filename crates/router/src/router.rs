@@ -1,0 +1,606 @@
+//! The [`Router`]: one outbox row change in, one Kafka record (or a skip, or an error) out.
+//!
+//! # Contract
+//! * Pure: no I/O; the same row and configuration always give the same result.
+//! * Total: every input gives `Ok` or a [`RoutingError`]; no panic, no silent drop. Inserts
+//!   always give a record or an error; only UPDATE/DELETE rows may be skipped, and only
+//!   when `invalid_operation` says so.
+//! * A routed record's topic is always a legal Kafka topic name.
+//!
+//! # Performance
+//! Column positions are resolved once per column list: rows of one TABLE_MAP share an
+//! `Arc` of column names, so the cache check is a pointer comparison (with a slice
+//! comparison as fallback when the reader re-creates an identical list).
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use outbox_binlog::{ColumnNames, Row, RowChange, RowOperation, TableFilter, TableName, Value};
+
+use crate::config::{
+    validate_router_config, AdditionalHeader, BinaryEncoding, ColumnMapping,
+    InvalidOperationBehavior, OutboxTableConfig, PayloadMode, RouteConfig, RouterConfigError,
+    TimestampSource, TRACEPARENT_HEADER,
+};
+use crate::error::{RoutingError, RoutingErrorKind};
+use crate::record::{KafkaRecord, RouteOutcome, SkipReason};
+use crate::render::{
+    find_traceparent, render_value_bytes, render_value_text, timestamp_millis, value_type_name,
+};
+use crate::topic::{check_topic_name, TopicPlaceholder, TopicTemplate, TopicValues};
+
+/// Routes rows of the configured outbox tables to Kafka records. Cheap to share between
+/// threads (`Send + Sync`); build it once with [`Router::new`].
+#[derive(Debug)]
+pub struct Router {
+    /// Per-table mapping and column cache, looked up by the row's table.
+    tables: HashMap<TableName, TableRoute>,
+    /// The watched tables in configuration order, for [`Router::watched_tables`].
+    watched: Vec<TableName>,
+    /// The compiled `[route]` section.
+    settings: RouteSettings,
+}
+
+/// The `[route]` section with templates parsed.
+#[derive(Debug)]
+struct RouteSettings {
+    /// Default topic template.
+    topic: TopicTemplate,
+    /// Topic template per aggregate type.
+    topic_overrides: HashMap<String, TopicTemplate>,
+    /// Binary aggregate id to key bytes.
+    key_encoding: BinaryEncoding,
+    /// Binary event id to text.
+    event_id_encoding: BinaryEncoding,
+    /// Payload checks.
+    payload: PayloadMode,
+    /// NULL/empty payload becomes a tombstone.
+    tombstone_on_empty_payload: bool,
+    /// Standard header names (empty = off, except `id`).
+    id_header: String,
+    /// Event type header name, empty when off.
+    event_type_header: String,
+    /// Aggregate type header name, empty when off.
+    aggregate_type_header: String,
+    /// Aggregate id header name, empty when off.
+    aggregate_id_header: String,
+    /// Extra columns sent as headers.
+    additional_headers: Vec<AdditionalHeader>,
+    /// Tracing span context column.
+    tracing_span_context_column: Option<String>,
+    /// UPDATE/DELETE handling.
+    invalid_operation: InvalidOperationBehavior,
+    /// True when some route-level template uses `${event_type}`.
+    templates_use_event_type: bool,
+}
+
+/// One watched table: its mapping, topic and column position cache.
+#[derive(Debug)]
+struct TableRoute {
+    /// The table, for errors (an `Arc` so errors clone it cheaply).
+    table: Arc<TableName>,
+    /// Effective column names.
+    mapping: ColumnMapping,
+    /// Table-level topic template replacing the route's.
+    topic: Option<TopicTemplate>,
+    /// Where the Kafka timestamp comes from.
+    timestamp_source: TimestampSource,
+    /// The event type column must be read (a header or a template needs it).
+    event_type_needed: bool,
+    /// Column positions of the last column list seen.
+    column_cache: Mutex<Option<Arc<ColumnIndexes>>>,
+}
+
+/// Positions of the mapped columns in one column list (`None`: the table lacks it).
+#[derive(Debug, Clone)]
+struct ColumnIndexes {
+    /// The column list these positions belong to (compared by pointer first).
+    columns: ColumnNames,
+    /// Event id column position.
+    event_id: Option<usize>,
+    /// Aggregate type column position.
+    aggregate_type: Option<usize>,
+    /// Aggregate id column position.
+    aggregate_id: Option<usize>,
+    /// Event type column position.
+    event_type: Option<usize>,
+    /// Payload column position.
+    payload: Option<usize>,
+    /// Timestamp column position.
+    timestamp: Option<usize>,
+    /// Partition column position.
+    partition: Option<usize>,
+    /// Tracing span context column position.
+    tracing: Option<usize>,
+    /// Additional header column positions, in configuration order.
+    additional: Vec<Option<usize>>,
+}
+
+impl TableRoute {
+    /// The column positions for `columns`, from the cache when the list is unchanged.
+    fn indexes(&self, columns: &ColumnNames, settings: &RouteSettings) -> Arc<ColumnIndexes> {
+        let mut cache = self
+            .column_cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(cached) = cache.as_ref() {
+            if Arc::ptr_eq(&cached.columns, columns) {
+                return Arc::clone(cached);
+            }
+            if cached.columns[..] == columns[..] {
+                // Same names in a new list: adopt the new pointer so later rows hit fast.
+                let mut adopted = ColumnIndexes::clone(cached);
+                adopted.columns = Arc::clone(columns);
+                let adopted = Arc::new(adopted);
+                *cache = Some(Arc::clone(&adopted));
+                return adopted;
+            }
+        }
+        let position = |name: &str| columns.iter().position(|column| column == name);
+        let resolved = Arc::new(ColumnIndexes {
+            columns: Arc::clone(columns),
+            event_id: position(&self.mapping.event_id),
+            aggregate_type: position(&self.mapping.aggregate_type),
+            aggregate_id: position(&self.mapping.aggregate_id),
+            event_type: position(&self.mapping.event_type),
+            payload: position(&self.mapping.payload),
+            timestamp: position(&self.mapping.timestamp),
+            partition: self.mapping.partition.as_deref().and_then(position),
+            tracing: settings
+                .tracing_span_context_column
+                .as_deref()
+                .and_then(position),
+            additional: settings
+                .additional_headers
+                .iter()
+                .map(|extra| position(&extra.column))
+                .collect(),
+        });
+        *cache = Some(Arc::clone(&resolved));
+        resolved
+    }
+}
+
+/// Builds errors for one row: knows the table and, once read, the event id.
+struct ErrorContext<'a> {
+    /// The row's table.
+    table: &'a Arc<TableName>,
+    /// The event id, once it has been read.
+    event_id: Option<&'a str>,
+}
+
+impl ErrorContext<'_> {
+    /// An error about `column`.
+    fn error(&self, column: &str, kind: RoutingErrorKind) -> RoutingError {
+        RoutingError {
+            event_id: self.event_id.map(str::to_string),
+            table: Arc::clone(self.table),
+            column: Some(column.to_string()),
+            kind,
+        }
+    }
+
+    /// The value at `index`, or a missing-column error naming `column`.
+    fn present<'r>(
+        &self,
+        row: &'r Row,
+        index: Option<usize>,
+        column: &str,
+    ) -> Result<&'r Value, RoutingError> {
+        index
+            .and_then(|index| row.values.get(index))
+            .ok_or_else(|| self.error(column, RoutingErrorKind::MissingColumn))
+    }
+
+    /// The non-NULL value at `index`, or an error naming `column`.
+    fn required<'r>(
+        &self,
+        row: &'r Row,
+        index: Option<usize>,
+        column: &str,
+    ) -> Result<&'r Value, RoutingError> {
+        match self.present(row, index, column)? {
+            Value::Null => Err(self.error(column, RoutingErrorKind::NullColumn)),
+            value => Ok(value),
+        }
+    }
+}
+
+impl Router {
+    /// Validates the configuration (see [`validate_router_config`]) and builds the router.
+    pub fn new(
+        tables: &[OutboxTableConfig],
+        route: &RouteConfig,
+    ) -> Result<Router, RouterConfigError> {
+        validate_router_config(tables, route)?;
+        // Validation parsed every template already; parse again keeping the result.
+        let parse = |template: &str| {
+            TopicTemplate::parse(template).map_err(|problem| RouterConfigError {
+                problems: vec![crate::config::ConfigProblem::TopicTemplate {
+                    setting: "topic".to_string(),
+                    template: template.to_string(),
+                    problem,
+                }],
+            })
+        };
+        let topic = parse(&route.topic)?;
+        let mut topic_overrides = HashMap::with_capacity(route.topic_overrides.len());
+        for (aggregate_type, template) in &route.topic_overrides {
+            topic_overrides.insert(aggregate_type.clone(), parse(template)?);
+        }
+        let templates_use_event_type = topic.uses(TopicPlaceholder::EventType)
+            || topic_overrides
+                .values()
+                .any(|template| template.uses(TopicPlaceholder::EventType));
+        let settings = RouteSettings {
+            topic,
+            topic_overrides,
+            key_encoding: route.key_encoding,
+            event_id_encoding: route.event_id_encoding,
+            payload: route.payload,
+            tombstone_on_empty_payload: route.tombstone_on_empty_payload,
+            id_header: route.headers.id.clone(),
+            event_type_header: route.headers.event_type.clone(),
+            aggregate_type_header: route.headers.aggregate_type.clone(),
+            aggregate_id_header: route.headers.aggregate_id.clone(),
+            additional_headers: route.additional_headers.clone(),
+            tracing_span_context_column: route.tracing_span_context_column.clone(),
+            invalid_operation: route.invalid_operation,
+            templates_use_event_type,
+        };
+        let mut routes = HashMap::with_capacity(tables.len());
+        let mut watched = Vec::with_capacity(tables.len());
+        for table in tables {
+            let topic = table.topic.as_deref().map(parse).transpose()?;
+            let event_type_needed = !settings.event_type_header.is_empty()
+                || settings.templates_use_event_type
+                || topic
+                    .as_ref()
+                    .is_some_and(|template| template.uses(TopicPlaceholder::EventType));
+            watched.push(table.table.clone());
+            routes.insert(
+                table.table.clone(),
+                TableRoute {
+                    table: Arc::new(table.table.clone()),
+                    mapping: table.column_mapping(),
+                    topic,
+                    timestamp_source: table.timestamp_source,
+                    event_type_needed,
+                    column_cache: Mutex::new(None),
+                },
+            );
+        }
+        Ok(Router {
+            tables: routes,
+            watched,
+            settings,
+        })
+    }
+
+    /// The configured outbox tables, in configuration order.
+    pub fn watched_tables(&self) -> Vec<TableName> {
+        self.watched.clone()
+    }
+
+    /// A binlog table filter selecting exactly the configured outbox tables.
+    pub fn table_filter(&self) -> TableFilter {
+        TableFilter::tables(self.watched.iter().cloned())
+    }
+
+    /// Routes one row change: a record for an insert, a skip or an error for an update or
+    /// delete (per `invalid_operation`), a [`RoutingError`] for a row that cannot be routed.
+    pub fn route(&self, change: &RowChange) -> Result<RouteOutcome, RoutingError> {
+        let Some(table) = self.tables.get(&*change.table) else {
+            return Err(RoutingError {
+                event_id: None,
+                table: Arc::clone(&change.table),
+                column: None,
+                kind: RoutingErrorKind::UnknownTable,
+            });
+        };
+        if change.operation != RowOperation::Insert {
+            return self.route_invalid_operation(table, change);
+        }
+        let Some(row) = &change.after else {
+            return Err(RoutingError {
+                event_id: None,
+                table: Arc::clone(&table.table),
+                column: None,
+                kind: RoutingErrorKind::MissingRowImage {
+                    operation: change.operation,
+                },
+            });
+        };
+        self.route_insert(table, change, row)
+            .map(RouteOutcome::Record)
+    }
+
+    /// Builds the record of an inserted row.
+    fn route_insert(
+        &self,
+        table: &TableRoute,
+        change: &RowChange,
+        row: &Row,
+    ) -> Result<KafkaRecord, RoutingError> {
+        let settings = &self.settings;
+        let mapping = &table.mapping;
+        let indexes = table.indexes(&row.columns, settings);
+        let mut context = ErrorContext {
+            table: &table.table,
+            event_id: None,
+        };
+
+        let event_id_value = context.required(row, indexes.event_id, &mapping.event_id)?;
+        let event_id = render_value_text(event_id_value, settings.event_id_encoding)
+            .map_err(|kind| context.error(&mapping.event_id, kind))?
+            .into_owned();
+        context.event_id = Some(&event_id);
+
+        let aggregate_type_value =
+            context.required(row, indexes.aggregate_type, &mapping.aggregate_type)?;
+        let aggregate_type = render_value_text(aggregate_type_value, BinaryEncoding::Utf8)
+            .map_err(|kind| context.error(&mapping.aggregate_type, kind))?;
+
+        let aggregate_id_value =
+            context.required(row, indexes.aggregate_id, &mapping.aggregate_id)?;
+        let key = render_value_bytes(aggregate_id_value, settings.key_encoding)
+            .map_err(|kind| context.error(&mapping.aggregate_id, kind))?
+            .into_owned();
+
+        let event_type = if table.event_type_needed {
+            let value = context.required(row, indexes.event_type, &mapping.event_type)?;
+            render_value_text(value, BinaryEncoding::Utf8)
+                .map_err(|kind| context.error(&mapping.event_type, kind))?
+        } else {
+            Cow::Borrowed("")
+        };
+
+        let template = settings
+            .topic_overrides
+            .get(aggregate_type.as_ref())
+            .or(table.topic.as_ref())
+            .unwrap_or(&settings.topic);
+        let topic = template.render(&TopicValues {
+            aggregate_type: &aggregate_type,
+            event_type: &event_type,
+            table: &change.table.table,
+            database: &change.table.database,
+        });
+        if let Err(problem) = check_topic_name(&topic) {
+            return Err(RoutingError {
+                event_id: Some(event_id),
+                table: Arc::clone(&table.table),
+                column: Some(mapping.aggregate_type.clone()),
+                kind: RoutingErrorKind::InvalidTopic { topic, problem },
+            });
+        }
+
+        let payload_value = context.present(row, indexes.payload, &mapping.payload)?;
+        let value = self
+            .payload_bytes(payload_value)
+            .map_err(|kind| context.error(&mapping.payload, kind))?;
+
+        let timestamp_millis = self.timestamp(table, change, row, &indexes, &context)?;
+
+        let partition = match (&mapping.partition, indexes.partition) {
+            (None, _) => None,
+            (Some(column), index) => partition_number(context.present(row, index, column)?)
+                .map_err(|kind| context.error(column, kind))?,
+        };
+
+        let mut headers = Vec::with_capacity(4 + settings.additional_headers.len() + 1);
+        headers.push((settings.id_header.clone(), event_id.as_bytes().to_vec()));
+        if !settings.event_type_header.is_empty() {
+            headers.push((
+                settings.event_type_header.clone(),
+                event_type.as_bytes().to_vec(),
+            ));
+        }
+        if !settings.aggregate_type_header.is_empty() {
+            headers.push((
+                settings.aggregate_type_header.clone(),
+                aggregate_type.as_bytes().to_vec(),
+            ));
+        }
+        if !settings.aggregate_id_header.is_empty() {
+            headers.push((settings.aggregate_id_header.clone(), key.clone()));
+        }
+        for (extra, index) in settings.additional_headers.iter().zip(&indexes.additional) {
+            match context.present(row, *index, &extra.column)? {
+                Value::Null => {}
+                value => {
+                    let bytes = render_value_bytes(value, extra.encoding)
+                        .map_err(|kind| context.error(&extra.column, kind))?;
+                    headers.push((extra.header_name().to_string(), bytes.into_owned()));
+                }
+            }
+        }
+        if let Some(column) = &settings.tracing_span_context_column {
+            if let Some(header) = tracing_header(context.present(row, indexes.tracing, column)?)
+                .map_err(|kind| context.error(column, kind))?
+            {
+                headers.push(match header {
+                    TracingHeader::Traceparent(traceparent) => {
+                        (TRACEPARENT_HEADER.to_string(), traceparent)
+                    }
+                    TracingHeader::Other(bytes) => (column.clone(), bytes),
+                });
+            }
+        }
+
+        drop(aggregate_type);
+        drop(event_type);
+        Ok(KafkaRecord {
+            topic,
+            key: Some(key),
+            value,
+            headers,
+            timestamp_millis,
+            partition,
+            event_id,
+        })
+    }
+
+    /// The record value for a payload column value (`None`: tombstone).
+    fn payload_bytes(&self, value: &Value) -> Result<Option<Vec<u8>>, RoutingErrorKind> {
+        let tombstone = self.settings.tombstone_on_empty_payload;
+        let bytes: &[u8] = match value {
+            Value::Null if tombstone => return Ok(None),
+            Value::Null => return Err(RoutingErrorKind::NullPayload),
+            Value::Json(document) => {
+                // Already a JSON document: emit its JSON text (never a quoted string).
+                return serde_json::to_vec(document).map(Some).map_err(|error| {
+                    RoutingErrorKind::PayloadNotJson {
+                        reason: error.to_string(),
+                    }
+                });
+            }
+            Value::Text(text) => text.as_bytes(),
+            Value::Bytes(bytes) => bytes,
+            Value::UndecodableText { bytes, charset } => {
+                return Err(RoutingErrorKind::UndecodableText {
+                    charset: charset.clone(),
+                    length: bytes.len(),
+                })
+            }
+            other => {
+                return Err(RoutingErrorKind::UnsupportedType {
+                    value_type: value_type_name(other),
+                    usage: "the payload (use a JSON, text or binary column)",
+                })
+            }
+        };
+        if bytes.is_empty() && tombstone {
+            return Ok(None);
+        }
+        if self.settings.payload == PayloadMode::RequireJson {
+            serde_json::from_slice::<serde::de::IgnoredAny>(bytes).map_err(|error| {
+                RoutingErrorKind::PayloadNotJson {
+                    reason: error.to_string(),
+                }
+            })?;
+        }
+        Ok(Some(bytes.to_vec()))
+    }
+
+    /// The Kafka timestamp per the table's `timestamp_source`.
+    fn timestamp(
+        &self,
+        table: &TableRoute,
+        change: &RowChange,
+        row: &Row,
+        indexes: &ColumnIndexes,
+        context: &ErrorContext<'_>,
+    ) -> Result<Option<i64>, RoutingError> {
+        let event_time = Some(i64::from(change.event_timestamp) * 1000);
+        let column = &table.mapping.timestamp;
+        let value = match table.timestamp_source {
+            TimestampSource::EventTime => return Ok(event_time),
+            TimestampSource::ColumnOrEventTime => {
+                match indexes.timestamp.and_then(|index| row.values.get(index)) {
+                    None => return Ok(event_time),
+                    Some(value) => value,
+                }
+            }
+            TimestampSource::Column => context.required(row, indexes.timestamp, column)?,
+        };
+        match timestamp_millis(value).map_err(|kind| context.error(column, kind))? {
+            Some(millis) => Ok(Some(millis)),
+            None => Ok(event_time),
+        }
+    }
+
+    /// Skips or rejects an UPDATE/DELETE row per `invalid_operation`.
+    fn route_invalid_operation(
+        &self,
+        table: &TableRoute,
+        change: &RowChange,
+    ) -> Result<RouteOutcome, RoutingError> {
+        let operation = change.operation;
+        let event_id = change
+            .after
+            .as_ref()
+            .or(change.before.as_ref())
+            .and_then(|row| {
+                let indexes = table.indexes(&row.columns, &self.settings);
+                let value = indexes.event_id.and_then(|index| row.values.get(index))?;
+                render_value_text(value, self.settings.event_id_encoding)
+                    .ok()
+                    .map(Cow::into_owned)
+            });
+        match self.settings.invalid_operation {
+            InvalidOperationBehavior::Ignore => Ok(RouteOutcome::Skipped {
+                reason: SkipReason::InvalidOperation {
+                    operation,
+                    event_id,
+                },
+            }),
+            InvalidOperationBehavior::Warn => {
+                tracing::warn!(
+                    table = %table.table,
+                    event_id = event_id.as_deref().unwrap_or("<unreadable>"),
+                    ?operation,
+                    "skipping a non-insert row on an outbox table (only inserts are events)"
+                );
+                Ok(RouteOutcome::Skipped {
+                    reason: SkipReason::InvalidOperation {
+                        operation,
+                        event_id,
+                    },
+                })
+            }
+            InvalidOperationBehavior::Fail => Err(RoutingError {
+                event_id,
+                table: Arc::clone(&table.table),
+                column: None,
+                kind: RoutingErrorKind::InvalidOperation { operation },
+            }),
+        }
+    }
+}
+
+/// A partition number from the partition column (`None` for NULL).
+fn partition_number(value: &Value) -> Result<Option<i32>, RoutingErrorKind> {
+    let number = match value {
+        Value::Null => return Ok(None),
+        Value::Int(number) => i128::from(*number),
+        Value::UInt(number) => i128::from(*number),
+        other => {
+            return Err(RoutingErrorKind::UnsupportedType {
+                value_type: value_type_name(other),
+                usage: "a partition (use an integer column)",
+            })
+        }
+    };
+    match i32::try_from(number) {
+        Ok(partition) if partition >= 0 => Ok(Some(partition)),
+        _ => Err(RoutingErrorKind::InvalidPartition {
+            reason: format!("{number} is not between 0 and {}", i32::MAX),
+        }),
+    }
+}
+
+/// The header a tracing span context value becomes.
+enum TracingHeader {
+    /// A W3C `traceparent` value.
+    Traceparent(Vec<u8>),
+    /// Any other span context, sent under the column's name.
+    Other(Vec<u8>),
+}
+
+/// The tracing header for a span context column value (`None` for NULL).
+fn tracing_header(value: &Value) -> Result<Option<TracingHeader>, RoutingErrorKind> {
+    let text: Cow<'_, str> = match value {
+        Value::Null => return Ok(None),
+        Value::Bytes(bytes) => match std::str::from_utf8(bytes) {
+            Ok(text) => Cow::Borrowed(text),
+            Err(_) => return Ok(Some(TracingHeader::Other(bytes.clone()))),
+        },
+        other => render_value_text(other, BinaryEncoding::Utf8)?,
+    };
+    Ok(Some(match find_traceparent(&text) {
+        Some(traceparent) => TracingHeader::Traceparent(traceparent.as_bytes().to_vec()),
+        None => TracingHeader::Other(text.as_bytes().to_vec()),
+    }))
+}
