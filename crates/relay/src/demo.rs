@@ -52,8 +52,8 @@ pub const DEMO_SCHEMA: &[&str] = &[
 ];
 
 /// The relay config of the demo (and of in-process tests): source at `source_url` from
-/// the earliest binlog, Kafka at `brokers` with topic creation, file checkpoint at
-/// `checkpoint_path`.
+/// the earliest binlog, Kafka at `brokers` (topics must exist: the mock cluster has no
+/// CreateTopics API), file checkpoint at `checkpoint_path`.
 pub fn demo_config_text(source_url: &str, brokers: &str, checkpoint_path: &str) -> String {
     format!(
         r#"
@@ -73,7 +73,7 @@ topic = "outbox.event.${{aggregate_type}}"
 
 [kafka]
 brokers = "{brokers}"
-create_topics = true
+create_topics = false
 topic_partitions = 1
 topic_replication_factor = 1
 retry_initial_backoff_ms = 50
@@ -200,6 +200,9 @@ pub async fn run_demo(orders: u32) -> anyhow::Result<DemoOutcome> {
         .context("creating the demo tables")?;
     let cluster = MockCluster::new(1).context("starting the in-process Kafka mock cluster")?;
     let brokers = cluster.bootstrap_servers();
+    cluster
+        .create_topic(DEMO_TOPIC, 1, 1)
+        .context("creating the demo topic")?;
     let scratch = tempfile::tempdir().context("creating a temporary directory")?;
     let checkpoint_path = scratch.path().join("checkpoint.json");
     let config = RelayConfig::parse(&demo_config_text(

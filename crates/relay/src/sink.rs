@@ -579,7 +579,9 @@ impl TopicManager {
         for (key, value) in &self.topic_config {
             new_topic = new_topic.set(key, value);
         }
-        let options = AdminOptions::new().operation_timeout(Some(self.timeout));
+        let options = AdminOptions::new()
+            .operation_timeout(Some(self.timeout))
+            .request_timeout(Some(self.timeout));
         match admin.create_topics([&new_topic], &options).await {
             Ok(results) => {
                 for result in results {

@@ -1,0 +1,746 @@
+//! Shared harness of the relay's process-level tests: a shop schema on a scratch MariaDB, a
+//! transaction writer that remembers what it committed and rolled back, the relay binary as a
+//! child process (`outbox-relay run --config FILE`), `checkpoint show`, and the delivery
+//! verdict (no loss, no rolled-back event, duplicates identical, per-key order) computed from
+//! an independent rdkafka consumer's view ([`outbox_testkit::tansu::read_all`]).
+//!
+//! Every failure message carries the evidence: counts, missing ids, the checkpoint, the tail of
+//! the relay's log.
+
+#![allow(dead_code)] // Each test binary uses a different part of the harness.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+use outbox_testkit::tansu::{read_all, ConsumedRecord, ReadStop};
+use outbox_testkit::ScratchMariadb;
+
+/// The relay binary under test.
+pub const RELAY_BIN: &str = env!("CARGO_BIN_EXE_outbox-relay");
+
+/// The schema every test uses: an orders table, the outbox, and a look-alike table that is
+/// **not** configured as an outbox (its rows must never reach Kafka).
+pub const SHOP_SCHEMA: &[&str] = &[
+    "CREATE DATABASE shop",
+    "CREATE TABLE shop.orders (id BIGINT NOT NULL PRIMARY KEY, customer VARCHAR(64) NOT NULL, \
+     total DECIMAL(12,2) NOT NULL) ENGINE=InnoDB",
+    "CREATE TABLE shop.outbox (event_id VARCHAR(64) NOT NULL PRIMARY KEY, \
+     aggregate_type VARCHAR(64) NOT NULL, aggregate_id VARCHAR(64) NOT NULL, \
+     event_type VARCHAR(64) NOT NULL, payload JSON NOT NULL, \
+     created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB",
+    "CREATE TABLE shop.outbox_archive LIKE shop.outbox",
+];
+
+/// The topic the relay's route template gives an aggregate type.
+pub fn topic_for(aggregate_type: &str) -> String {
+    format!("outbox.event.{aggregate_type}")
+}
+
+/// Starts a scratch MariaDB with [`SHOP_SCHEMA`].
+pub async fn start_shop_database() -> ScratchMariadb {
+    let db = ScratchMariadb::start()
+        .await
+        .expect("scratch MariaDB starts");
+    db.exec(SHOP_SCHEMA).await.expect("shop schema");
+    db
+}
+
+/// One outbox event as the test wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// `event_id`: expected as header `id`.
+    pub id: String,
+    /// `aggregate_type`: selects the topic.
+    pub aggregate_type: String,
+    /// `aggregate_id`: expected as the record key.
+    pub aggregate_id: String,
+    /// `event_type`.
+    pub event_type: String,
+    /// `payload`: expected byte-exact as the record value.
+    pub payload: String,
+}
+
+impl Event {
+    /// The topic this event must arrive on.
+    pub fn topic(&self) -> String {
+        topic_for(&self.aggregate_type)
+    }
+}
+
+/// A JSON payload with characters that catch re-encoding: odd whitespace, escapes, non-ASCII.
+pub fn tricky_payload(order_id: u64, sequence: u64) -> String {
+    format!(
+        "{{\"orderId\": {order_id},  \"seq\":{sequence}, \"note\": \"caf\u{e9} \u{2603} \\\"quoted\\\" \\n tab\\t\", \
+         \"amount\": 12.50, \"tags\": [ \"a\",\"b\" ]}}"
+    )
+}
+
+/// Commits (or rolls back) shop transactions on one connection and remembers every event it
+/// wrote, in commit order.
+pub struct ShopWriter {
+    /// The writer's own connection: transactions are sequential, so commit order is known.
+    conn: mysql_async::Conn,
+    /// Makes ids unique across writers and test phases.
+    prefix: String,
+    /// Next order id / event sequence number.
+    next: u64,
+    /// Events of committed transactions, in commit order.
+    pub committed: Vec<Event>,
+    /// Events of rolled-back transactions: must never arrive.
+    pub rolled_back: Vec<Event>,
+    /// Rows written to `shop.outbox_archive` (not an outbox table): must never arrive.
+    pub not_outbox: Vec<Event>,
+}
+
+impl ShopWriter {
+    /// Connects to the scratch database.
+    pub async fn connect(db_url: &str, prefix: &str) -> ShopWriter {
+        let conn = mysql_async::Conn::from_url(db_url)
+            .await
+            .expect("writer connects");
+        ShopWriter {
+            conn,
+            prefix: prefix.to_string(),
+            next: 0,
+            committed: Vec::new(),
+            rolled_back: Vec::new(),
+            not_outbox: Vec::new(),
+        }
+    }
+
+    /// One business transaction: an order row plus `events` outbox rows for aggregate
+    /// `aggregate_type`/`aggregate_id`, and (when `with_archive_row`) a row in the non-outbox
+    /// look-alike table; committed or rolled back.
+    pub async fn transaction(
+        &mut self,
+        aggregate_type: &str,
+        aggregate_id: &str,
+        events: usize,
+        commit: bool,
+        with_archive_row: bool,
+    ) -> Vec<Event> {
+        self.next += 1;
+        let order_id = self.next;
+        let mut written = Vec::with_capacity(events);
+        self.conn
+            .query_drop("START TRANSACTION")
+            .await
+            .expect("begin");
+        self.conn
+            .exec_drop(
+                "INSERT INTO shop.orders (id, customer, total) VALUES (?, ?, ?)",
+                (
+                    order_id + hash_prefix(&self.prefix),
+                    format!("customer-{aggregate_id}"),
+                    "19.99",
+                ),
+            )
+            .await
+            .expect("insert order");
+        for _ in 0..events {
+            self.next += 1;
+            let event = Event {
+                id: format!("{}-{:07}", self.prefix, self.next),
+                aggregate_type: aggregate_type.to_string(),
+                aggregate_id: aggregate_id.to_string(),
+                event_type: if commit {
+                    "OrderCreated"
+                } else {
+                    "OrderDoomed"
+                }
+                .to_string(),
+                payload: tricky_payload(order_id, self.next),
+            };
+            self.conn
+                .exec_drop(
+                    "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+                     VALUES (?, ?, ?, ?, ?)",
+                    (
+                        &event.id,
+                        &event.aggregate_type,
+                        &event.aggregate_id,
+                        &event.event_type,
+                        &event.payload,
+                    ),
+                )
+                .await
+                .expect("insert outbox row");
+            written.push(event);
+        }
+        if with_archive_row {
+            self.next += 1;
+            let archived = Event {
+                id: format!("{}-archive-{:07}", self.prefix, self.next),
+                aggregate_type: aggregate_type.to_string(),
+                aggregate_id: aggregate_id.to_string(),
+                event_type: "Archived".to_string(),
+                payload: "{\"archived\":true}".to_string(),
+            };
+            self.conn
+                .exec_drop(
+                    "INSERT INTO shop.outbox_archive (event_id, aggregate_type, aggregate_id, event_type, payload) \
+                     VALUES (?, ?, ?, ?, ?)",
+                    (
+                        &archived.id,
+                        &archived.aggregate_type,
+                        &archived.aggregate_id,
+                        &archived.event_type,
+                        &archived.payload,
+                    ),
+                )
+                .await
+                .expect("insert archive row");
+            if commit {
+                self.not_outbox.push(archived);
+            }
+        }
+        if commit {
+            self.conn.query_drop("COMMIT").await.expect("commit");
+            self.committed.extend(written.iter().cloned());
+        } else {
+            self.conn.query_drop("ROLLBACK").await.expect("rollback");
+            self.rolled_back.extend(written.iter().cloned());
+        }
+        written
+    }
+
+    /// The server's binlog position now (after everything this writer committed).
+    pub async fn master_position(&mut self) -> BinlogPoint {
+        master_position(&mut self.conn).await
+    }
+
+    /// Closes the connection.
+    pub async fn close(self) {
+        let _ = self.conn.disconnect().await;
+    }
+}
+
+/// Spreads order ids of different writers apart (orders.id is a primary key).
+fn hash_prefix(prefix: &str) -> u64 {
+    prefix.bytes().fold(0u64, |acc, b| {
+        acc.wrapping_mul(31).wrapping_add(u64::from(b))
+    }) % 1_000_000
+        * 1_000_000
+}
+
+/// A binlog file + position, comparable (binlog file names are zero-padded).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BinlogPoint {
+    /// e.g. `binlog.000001`.
+    pub file: String,
+    /// Byte offset.
+    pub position: u64,
+}
+
+impl std::fmt::Display for BinlogPoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.file, self.position)
+    }
+}
+
+/// `SHOW MASTER STATUS` on `conn`.
+pub async fn master_position(conn: &mut mysql_async::Conn) -> BinlogPoint {
+    let row: mysql_async::Row = conn
+        .query_first("SHOW MASTER STATUS")
+        .await
+        .expect("SHOW MASTER STATUS")
+        .expect("binlog enabled");
+    BinlogPoint {
+        file: row.get::<String, _>(0).expect("File column"),
+        position: row.get::<u64, _>(1).expect("Position column"),
+    }
+}
+
+/// The relay's config file, written in the fixed shape the relay documents.
+#[derive(Debug, Clone)]
+pub struct RelaySetup {
+    /// `[source] url`.
+    pub mysql_url: String,
+    /// `[kafka] brokers`.
+    pub brokers: String,
+    /// `[kafka] create_topics` (false against the mock cluster, which has no CreateTopics).
+    pub create_topics: bool,
+    /// Extra `[kafka.properties]` besides `linger.ms`.
+    pub kafka_properties: Vec<(String, String)>,
+    /// `[pipeline] commit_interval_ms`.
+    pub commit_interval_ms: u64,
+}
+
+impl RelaySetup {
+    /// The usual setup against `brokers`: earliest start, topics created by the relay.
+    pub fn new(mysql_url: &str, brokers: &str) -> RelaySetup {
+        RelaySetup {
+            mysql_url: mysql_url.to_string(),
+            brokers: brokers.to_string(),
+            create_topics: true,
+            kafka_properties: Vec::new(),
+            commit_interval_ms: 200,
+        }
+    }
+}
+
+/// A relay's working directory: config, checkpoint file, log; and the running process.
+pub struct Relay {
+    /// Owns config, checkpoint and log files for the test's lifetime.
+    pub dir: tempfile::TempDir,
+    /// The config file passed with `--config`.
+    pub config_path: PathBuf,
+    /// The checkpoint file the config names.
+    pub checkpoint_path: PathBuf,
+    /// All runs' stdout+stderr, appended (one log for the whole test).
+    pub log_path: PathBuf,
+    /// The running relay process, if any.
+    child: Option<Child>,
+    /// How many times the relay was started.
+    pub starts: u32,
+}
+
+impl Relay {
+    /// Writes the config; does not start the process.
+    pub fn prepare(setup: &RelaySetup) -> Relay {
+        let dir = tempfile::Builder::new()
+            .prefix("outbox-relay-test-")
+            .tempdir()
+            .expect("tempdir");
+        let config_path = dir.path().join("relay.toml");
+        let checkpoint_path = dir.path().join("checkpoint.json");
+        let log_path = dir.path().join("relay.log");
+        let mut properties = String::from("\"linger.ms\" = \"5\"\n");
+        for (key, value) in &setup.kafka_properties {
+            properties.push_str(&format!("\"{key}\" = \"{value}\"\n"));
+        }
+        let config = format!(
+            r#"[source]
+url = "{url}"
+server_id = 4242
+start = "earliest"
+heartbeat_interval_ms = 1000
+idle_timeout_ms = 30000
+
+[[outbox]]
+table = "shop.outbox"
+preset = "seeds"
+
+[route]
+topic = "outbox.event.${{aggregate_type}}"
+
+[kafka]
+brokers = "{brokers}"
+create_topics = {create_topics}
+topic_partitions = 1
+topic_replication_factor = 1
+
+[kafka.properties]
+{properties}
+[checkpoint]
+store = "file"
+path = "{checkpoint}"
+
+[pipeline]
+max_in_flight = 10000
+commit_interval_ms = {commit_interval_ms}
+"#,
+            url = setup.mysql_url,
+            brokers = setup.brokers,
+            create_topics = setup.create_topics,
+            checkpoint = checkpoint_path.display(),
+            commit_interval_ms = setup.commit_interval_ms,
+        );
+        std::fs::write(&config_path, config).expect("write config");
+        Relay {
+            dir,
+            config_path,
+            checkpoint_path,
+            log_path,
+            child: None,
+            starts: 0,
+        }
+    }
+
+    /// Starts `outbox-relay run --config FILE` (stdout/stderr appended to the log).
+    pub fn start(&mut self) {
+        assert!(self.child.is_none(), "relay already running");
+        self.starts += 1;
+        let mut log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .expect("open relay log");
+        use std::io::Write;
+        writeln!(
+            log,
+            "===== test harness: relay start #{} =====",
+            self.starts
+        )
+        .ok();
+        let stderr = log.try_clone().expect("dup log");
+        let child = Command::new(RELAY_BIN)
+            .arg("run")
+            .arg("--config")
+            .arg(&self.config_path)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(stderr))
+            .spawn()
+            .expect("spawn outbox-relay");
+        self.child = Some(child);
+    }
+
+    /// The running process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// If the relay exited on its own, its status (and the process is forgotten).
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().expect("try_wait")?;
+        self.child = None;
+        Some(status)
+    }
+
+    /// Panics with the log tail when the relay process died on its own.
+    pub fn assert_running(&mut self, context: &str) {
+        if let Some(status) = self.exited() {
+            panic!(
+                "{context}: the relay exited on its own with {status}; log tail:\n{}",
+                self.log_tail(40)
+            );
+        }
+    }
+
+    /// SIGTERM, then waits up to `limit` for the exit status (SIGKILL and panic on timeout).
+    pub async fn terminate(&mut self, limit: Duration) -> ExitStatus {
+        let mut child = self.child.take().expect("relay running");
+        signal(child.id(), "TERM");
+        let started = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                return status;
+            }
+            if started.elapsed() > limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "relay did not exit within {limit:?} after SIGTERM; log tail:\n{}",
+                    self.log_tail(40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// `kill -9`: a crash, no final checkpoint.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// The last `lines` lines of the relay log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// `outbox-relay checkpoint show --config FILE`.
+    pub fn checkpoint(&self) -> CheckpointView {
+        checkpoint_show(&self.config_path)
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{name} {pid} failed: {status}");
+}
+
+/// What `checkpoint show` printed, and the binlog position found in it.
+#[derive(Debug, Clone)]
+pub struct CheckpointView {
+    /// stdout, verbatim (evidence for messages).
+    pub raw: String,
+    /// The binlog file/position inside the JSON (`None` when no checkpoint exists).
+    pub position: Option<BinlogPoint>,
+}
+
+/// Runs `outbox-relay checkpoint show --config FILE` and finds the binlog position in its JSON
+/// (the first object with a string `binlog_file` and a numeric `binlog_position`, or
+/// `file`/`position`).
+pub fn checkpoint_show(config: &Path) -> CheckpointView {
+    let output = Command::new(RELAY_BIN)
+        .arg("checkpoint")
+        .arg("show")
+        .arg("--config")
+        .arg(config)
+        .output()
+        .expect("run outbox-relay checkpoint show");
+    let raw = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "checkpoint show failed ({}): stdout {raw} stderr {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let position = serde_json::from_str::<serde_json::Value>(raw.trim())
+        .ok()
+        .and_then(|json| find_binlog_point(&json));
+    CheckpointView { raw, position }
+}
+
+fn find_binlog_point(json: &serde_json::Value) -> Option<BinlogPoint> {
+    match json {
+        serde_json::Value::Object(map) => {
+            for (file_key, position_key) in
+                [("binlog_file", "binlog_position"), ("file", "position")]
+            {
+                if let (Some(file), Some(position)) = (
+                    map.get(file_key).and_then(|v| v.as_str()),
+                    map.get(position_key).and_then(|v| v.as_u64()),
+                ) {
+                    return Some(BinlogPoint {
+                        file: file.to_string(),
+                        position,
+                    });
+                }
+            }
+            map.values().find_map(find_binlog_point)
+        }
+        serde_json::Value::Array(items) => items.iter().find_map(find_binlog_point),
+        _ => None,
+    }
+}
+
+/// Waits until the checkpoint reaches at least `target` (or panics after `limit`).
+pub async fn wait_for_checkpoint(
+    relay: &Relay,
+    target: &BinlogPoint,
+    limit: Duration,
+) -> CheckpointView {
+    let started = Instant::now();
+    loop {
+        let view = relay.checkpoint();
+        if view.position.as_ref().is_some_and(|p| p >= target) {
+            return view;
+        }
+        if started.elapsed() > limit {
+            panic!(
+                "checkpoint did not reach {target} within {limit:?}; checkpoint show: {}\nrelay log tail:\n{}",
+                view.raw,
+                relay.log_tail(30)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Topics of `events`' aggregate types (deduplicated).
+pub fn topics_of(events: &[Event]) -> Vec<String> {
+    let set: BTreeSet<String> = events.iter().map(Event::topic).collect();
+    set.into_iter().collect()
+}
+
+/// Reads `topics` until every id in `expected` was seen at least once (or `limit` passed),
+/// then keeps reading for `linger` more to catch late duplicates or strays.
+pub async fn read_until_ids(
+    bootstrap: &str,
+    topics: &[String],
+    expected: &[Event],
+    limit: Duration,
+) -> Vec<ConsumedRecord> {
+    let wanted: Arc<BTreeSet<String>> = Arc::new(expected.iter().map(|e| e.id.clone()).collect());
+    let predicate = {
+        let wanted = Arc::clone(&wanted);
+        Arc::new(move |records: &[ConsumedRecord]| {
+            let seen: BTreeSet<String> =
+                records.iter().filter_map(|r| r.header_str("id")).collect();
+            wanted.iter().all(|id| seen.contains(id))
+        })
+    };
+    let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
+    read_all(bootstrap, &topic_refs, ReadStop::When(predicate), limit)
+        .await
+        .expect("read back from the broker")
+}
+
+/// The verdict on what the broker holds.
+#[derive(Debug, Default)]
+pub struct DeliverySummary {
+    /// Records read.
+    pub records: usize,
+    /// Distinct event ids among them.
+    pub distinct: usize,
+    /// Records that repeat an id already seen (allowed: at-least-once).
+    pub duplicates: usize,
+}
+
+/// Checks the records against what was committed (in commit order) and what must never
+/// arrive. Returns the problems found (empty = all good) and a summary.
+///
+/// * every committed event arrived at least once;
+/// * every record carries header `id` of a committed event (rolled-back and non-outbox rows
+///   never arrive) on the right topic with key = aggregate id and the payload byte-exact (so
+///   duplicates are identical);
+/// * per key, the first occurrences of ids (in offset order) follow commit order.
+pub fn check_delivery(
+    committed: &[Event],
+    must_not_arrive: &[Event],
+    records: &[ConsumedRecord],
+) -> (Vec<String>, DeliverySummary) {
+    let mut problems = Vec::new();
+    let by_id: HashMap<&str, &Event> = committed.iter().map(|e| (e.id.as_str(), e)).collect();
+    let forbidden: HashMap<&str, &Event> =
+        must_not_arrive.iter().map(|e| (e.id.as_str(), e)).collect();
+
+    let mut sorted: Vec<&ConsumedRecord> = records.iter().collect();
+    sorted
+        .sort_by(|a, b| (&a.topic, a.partition, a.offset).cmp(&(&b.topic, b.partition, b.offset)));
+
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    let mut duplicates = 0usize;
+    let mut bad_records = Vec::new();
+    let mut first_order_per_key: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for record in &sorted {
+        let Some(id) = record.header_str("id") else {
+            bad_records.push(format!(
+                "record without header id at {}/{}@{}",
+                record.topic, record.partition, record.offset
+            ));
+            continue;
+        };
+        if let Some(event) = forbidden.get(id.as_str()) {
+            bad_records.push(format!(
+                "event {id} must never arrive (rolled back or not an outbox row: {:?}) but did at {}/{}@{}",
+                event.event_type, record.topic, record.partition, record.offset
+            ));
+            continue;
+        }
+        let Some(event) = by_id.get(id.as_str()) else {
+            bad_records.push(format!(
+                "unknown event id {id} at {}/{}@{}",
+                record.topic, record.partition, record.offset
+            ));
+            continue;
+        };
+        if record.topic != event.topic() {
+            bad_records.push(format!(
+                "event {id} on topic {} instead of {}",
+                record.topic,
+                event.topic()
+            ));
+        }
+        if record.key.as_deref() != Some(event.aggregate_id.as_bytes()) {
+            bad_records.push(format!(
+                "event {id}: key {:?} instead of {:?}",
+                record.key_str(),
+                event.aggregate_id
+            ));
+        }
+        if record.value.as_deref() != Some(event.payload.as_bytes()) {
+            bad_records.push(format!(
+                "event {id}: payload {:?} instead of {:?}",
+                record.value.as_deref().map(String::from_utf8_lossy),
+                event.payload
+            ));
+        }
+        if seen.insert(id.clone()) {
+            first_order_per_key
+                .entry((record.topic.clone(), event.aggregate_id.clone()))
+                .or_default()
+                .push(id);
+        } else {
+            duplicates += 1;
+        }
+    }
+    if !bad_records.is_empty() {
+        problems.push(format!(
+            "{} bad records, first: {:#?}",
+            bad_records.len(),
+            &bad_records[..bad_records.len().min(10)]
+        ));
+    }
+
+    let missing: Vec<&str> = committed
+        .iter()
+        .map(|e| e.id.as_str())
+        .filter(|id| !seen.contains(*id))
+        .collect();
+    if !missing.is_empty() {
+        problems.push(format!(
+            "{} of {} committed events missing, first: {:?}, last: {:?}",
+            missing.len(),
+            committed.len(),
+            &missing[..missing.len().min(10)],
+            missing.last()
+        ));
+    }
+
+    let mut expected_per_key: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for event in committed {
+        if seen.contains(&event.id) {
+            expected_per_key
+                .entry((event.topic(), event.aggregate_id.clone()))
+                .or_default()
+                .push(event.id.clone());
+        }
+    }
+    for (key, expected_order) in &expected_per_key {
+        let actual = first_order_per_key.get(key).cloned().unwrap_or_default();
+        if &actual != expected_order {
+            let first_difference = actual
+                .iter()
+                .zip(expected_order)
+                .position(|(a, e)| a != e)
+                .unwrap_or(actual.len().min(expected_order.len()));
+            problems.push(format!(
+                "per-key order broken for {key:?}: first difference at index {first_difference}: \
+                 got {:?}, expected {:?}",
+                actual.get(first_difference),
+                expected_order.get(first_difference)
+            ));
+        }
+    }
+
+    let summary = DeliverySummary {
+        records: records.len(),
+        distinct: seen.len(),
+        duplicates,
+    };
+    (problems, summary)
+}
+
+/// Panics with all the evidence when [`check_delivery`] found problems.
+pub fn assert_delivery(
+    context: &str,
+    committed: &[Event],
+    must_not_arrive: &[Event],
+    records: &[ConsumedRecord],
+    relay: &Relay,
+) -> DeliverySummary {
+    let (problems, summary) = check_delivery(committed, must_not_arrive, records);
+    assert!(
+        problems.is_empty(),
+        "{context}: delivery check failed: {summary:?}\n{}\ncheckpoint: {}\nrelay log tail:\n{}",
+        problems.join("\n"),
+        relay.checkpoint().raw,
+        relay.log_tail(40)
+    );
+    summary
+}

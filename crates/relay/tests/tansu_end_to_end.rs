@@ -1,0 +1,175 @@
+//! End to end through real processes: scratch MariaDB -> `outbox-relay run` -> Tansu broker,
+//! read back with an independent rdkafka consumer.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use outbox_testkit::tansu::{read_all, ReadStop, TansuBroker};
+
+/// Orders + outbox rows committed together arrive on `outbox.event.<type>`, key = aggregate
+/// id, header `id` = event id, payload byte-exact; other tables' rows and rolled-back
+/// transactions never arrive; the checkpoint ends at the server's binlog position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_outbox_rows_arrive_routed_and_byte_exact() {
+    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
+    let broker = broker.expect("tansu starts");
+    let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
+
+    let mut writer = ShopWriter::connect(&db.url(), "e2e").await;
+    // Written before the relay starts (start = earliest picks them up) ...
+    writer.transaction("order", "order-1", 1, true, true).await;
+    writer.transaction("order", "order-2", 3, true, false).await;
+    writer.transaction("order", "order-3", 2, false, true).await;
+    relay.start();
+    // ... and while it runs.
+    writer
+        .transaction("customer", "customer-9", 2, true, true)
+        .await;
+    writer.transaction("order", "order-1", 2, true, false).await;
+    writer
+        .transaction("ghost", "ghost-1", 2, false, false)
+        .await;
+    writer.transaction("order", "order-2", 1, true, false).await;
+    let end = writer.master_position().await;
+
+    let topics = vec![
+        topic_for("order"),
+        topic_for("customer"),
+        topic_for("ghost"),
+    ];
+    let records = read_until_ids(
+        &broker.bootstrap(),
+        &topics,
+        &writer.committed,
+        Duration::from_secs(30),
+    )
+    .await;
+    relay.assert_running("after delivery");
+    // Nothing more may trickle in (no rolled-back or archive-table events, no duplicates).
+    let settled = read_all(
+        &broker.bootstrap(),
+        &topics.iter().map(String::as_str).collect::<Vec<_>>(),
+        ReadStop::Quiet(Duration::from_millis(1500)),
+        Duration::from_secs(20),
+    )
+    .await
+    .unwrap();
+    assert!(settled.len() >= records.len());
+    let mut forbidden = writer.rolled_back.clone();
+    forbidden.extend(writer.not_outbox.iter().cloned());
+    let summary = assert_delivery(
+        "end to end",
+        &writer.committed,
+        &forbidden,
+        &settled,
+        &relay,
+    );
+    assert_eq!(
+        summary.records,
+        writer.committed.len(),
+        "a clean run delivers each event exactly once: {summary:?}"
+    );
+    assert!(
+        settled.iter().all(|r| r.topic != topic_for("ghost")),
+        "rolled-back aggregate type reached Kafka"
+    );
+
+    let checkpoint = wait_for_checkpoint(&relay, &end, Duration::from_secs(15)).await;
+    let status = relay.terminate(Duration::from_secs(20)).await;
+    assert!(
+        status.success(),
+        "graceful stop exit status {status}; log:\n{}",
+        relay.log_tail(30)
+    );
+    let after_stop = relay.checkpoint();
+    assert!(
+        after_stop.position >= checkpoint.position,
+        "checkpoint went back on stop: {} -> {}",
+        checkpoint.raw,
+        after_stop.raw
+    );
+    writer.close().await;
+}
+
+/// SIGTERM stops gracefully (exit 0, final checkpoint committed); a new process resumes
+/// from it: every event delivered exactly once across the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_restart_neither_loses_nor_duplicates() {
+    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
+    let broker = broker.expect("tansu starts");
+    let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
+    let mut writer = ShopWriter::connect(&db.url(), "restart").await;
+    let topics = vec![topic_for("order"), topic_for("customer")];
+
+    relay.start();
+    for round in 0..3u32 {
+        for index in 0..20u32 {
+            let aggregate = format!("order-{}", index % 5);
+            let kind = if index % 4 == 0 { "customer" } else { "order" };
+            writer
+                .transaction(
+                    kind,
+                    &aggregate,
+                    1 + (index % 3) as usize,
+                    index % 7 != 3,
+                    index % 5 == 0,
+                )
+                .await;
+        }
+        // Stop while the last transactions may still be in flight.
+        let status = relay.terminate(Duration::from_secs(30)).await;
+        assert!(
+            status.success(),
+            "round {round}: SIGTERM exit status {status}; log:\n{}",
+            relay.log_tail(30)
+        );
+        let stored = relay.checkpoint();
+        assert!(
+            stored.position.is_some(),
+            "round {round}: no checkpoint after a graceful stop: {}",
+            stored.raw
+        );
+        // More work while the relay is down.
+        for index in 0..10u32 {
+            writer
+                .transaction(
+                    "order",
+                    &format!("order-{}", index % 5),
+                    1,
+                    index % 6 != 2,
+                    false,
+                )
+                .await;
+        }
+        relay.start();
+    }
+    let end = writer.master_position().await;
+    wait_for_checkpoint(&relay, &end, Duration::from_secs(30)).await;
+    let records = read_all(
+        &broker.bootstrap(),
+        &topics.iter().map(String::as_str).collect::<Vec<_>>(),
+        ReadStop::Quiet(Duration::from_millis(1000)),
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let mut forbidden = writer.rolled_back.clone();
+    forbidden.extend(writer.not_outbox.iter().cloned());
+    let summary = assert_delivery(
+        "graceful restarts",
+        &writer.committed,
+        &forbidden,
+        &records,
+        &relay,
+    );
+    assert_eq!(
+        summary.duplicates, 0,
+        "graceful stops commit the final checkpoint, so nothing is sent twice: {summary:?}; checkpoint {}",
+        relay.checkpoint().raw
+    );
+    let status = relay.terminate(Duration::from_secs(30)).await;
+    assert!(status.success(), "final stop: {status}");
+    writer.close().await;
+}

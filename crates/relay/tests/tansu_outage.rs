@@ -1,0 +1,263 @@
+//! Broker outages against a real Tansu process: a frozen broker (SIGSTOP for 10 s mid-stream)
+//! and a broker killed and restarted empty on the same port.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use outbox_testkit::tansu::{read_all, ReadStop, TansuBroker};
+use tokio::sync::Mutex;
+
+/// Commits a transaction every few milliseconds into a shared writer until `stop` is set.
+async fn stream_into(writer: Arc<Mutex<ShopWriter>>, stop: Arc<AtomicBool>) {
+    let mut index = 0u32;
+    while !stop.load(Ordering::Relaxed) {
+        index += 1;
+        let kind = if index % 3 == 0 { "customer" } else { "order" };
+        let aggregate = format!("{kind}-{}", index % 6);
+        writer
+            .lock()
+            .await
+            .transaction(
+                kind,
+                &aggregate,
+                1 + (index % 2) as usize,
+                index % 9 != 4,
+                index % 10 == 0,
+            )
+            .await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// SIGSTOP the broker for 10 s mid-stream: the checkpoint must not move while it is frozen
+/// (nothing new can be acknowledged), and after SIGCONT every committed event arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_broker_holds_the_checkpoint_and_loses_nothing() {
+    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
+    let mut broker = broker.expect("tansu starts");
+    let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
+    let writer = Arc::new(Mutex::new(ShopWriter::connect(&db.url(), "freeze").await));
+    // Warm up: a first event delivered proves the relay and topics are in place.
+    let first = writer
+        .lock()
+        .await
+        .transaction("order", "order-0", 1, true, false)
+        .await;
+    writer
+        .lock()
+        .await
+        .transaction("customer", "customer-0", 1, true, false)
+        .await;
+    relay.start();
+    let warmup = read_until_ids(
+        &broker.bootstrap(),
+        &[topic_for("order")],
+        &first,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(
+        !warmup.is_empty(),
+        "warm-up event never arrived; relay log:\n{}",
+        relay.log_tail(30)
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let streaming = tokio::spawn(stream_into(Arc::clone(&writer), Arc::clone(&stop)));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let frozen_at = Instant::now();
+    broker.freeze().unwrap();
+    // Acks that were already on their way settle into the checkpoint within the commit
+    // interval; after that nothing may move.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let committed_before = writer.lock().await.committed.len();
+    let held = relay.checkpoint();
+    tokio::time::sleep(
+        Duration::from_secs(10).saturating_sub(frozen_at.elapsed() + Duration::from_millis(500)),
+    )
+    .await;
+    let near_end = relay.checkpoint();
+    let committed_during = writer.lock().await.committed.len() - committed_before;
+    broker.thaw().unwrap();
+    let frozen_for = frozen_at.elapsed();
+    relay.assert_running("after the freeze");
+    assert!(
+        committed_during > 20,
+        "the writer should have committed events during the freeze, got {committed_during}"
+    );
+    assert!(
+        held.position.is_some(),
+        "no checkpoint before the freeze: {}",
+        held.raw
+    );
+    assert_eq!(
+        held.position, near_end.position,
+        "checkpoint advanced while the broker was frozen ({frozen_for:?}, {committed_during} events \
+         committed meanwhile): {} -> {}",
+        held.raw, near_end.raw
+    );
+
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.store(true, Ordering::Relaxed);
+    streaming.await.unwrap();
+    let mut writer = Arc::try_unwrap(writer)
+        .unwrap_or_else(|_| panic!("writer still shared"))
+        .into_inner();
+    let end = writer.master_position().await;
+    let caught_up = wait_for_checkpoint(&relay, &end, Duration::from_secs(60)).await;
+    assert!(caught_up.position > held.position);
+
+    let topics = vec![topic_for("order"), topic_for("customer")];
+    let records = read_until_ids(
+        &broker.bootstrap(),
+        &topics,
+        &writer.committed,
+        Duration::from_secs(30),
+    )
+    .await;
+    let mut forbidden = writer.rolled_back.clone();
+    forbidden.extend(writer.not_outbox.iter().cloned());
+    let summary = assert_delivery(
+        "broker frozen 10 s",
+        &writer.committed,
+        &forbidden,
+        &records,
+        &relay,
+    );
+    eprintln!(
+        "freeze test: {} committed ({committed_during} during the {frozen_for:?} freeze), {summary:?}; \
+         checkpoint held at {:?}, caught up to {:?}",
+        writer.committed.len(),
+        held.position,
+        caught_up.position
+    );
+    let status = relay.terminate(Duration::from_secs(30)).await;
+    assert!(status.success(), "graceful stop after the outage: {status}");
+    writer.close().await;
+}
+
+/// The broker is killed (all data gone) and later restarted empty on the same port with its
+/// topics recreated: the relay reconnects and delivers everything committed after its last
+/// checkpoint, including what was committed while the broker was down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_restarted_empty_gets_everything_after_the_checkpoint() {
+    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
+    let mut broker = broker.expect("tansu starts");
+    let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
+    let mut writer = ShopWriter::connect(&db.url(), "lost").await;
+    let topics = vec![topic_for("order"), topic_for("customer")];
+
+    relay.start();
+    for index in 0..30u32 {
+        let kind = if index % 3 == 0 { "customer" } else { "order" };
+        writer
+            .transaction(
+                kind,
+                &format!("{kind}-{}", index % 4),
+                2,
+                index % 8 != 5,
+                false,
+            )
+            .await;
+    }
+    let before_outage = writer.committed.len();
+    let end_of_first_batch = writer.master_position().await;
+    let settled = wait_for_checkpoint(&relay, &end_of_first_batch, Duration::from_secs(30)).await;
+
+    broker.kill();
+    for index in 0..30u32 {
+        writer
+            .transaction(
+                "order",
+                &format!("order-{}", index % 4),
+                1,
+                index % 6 != 1,
+                index % 5 == 0,
+            )
+            .await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    relay.assert_running("while the broker was down");
+    let during_outage = relay.checkpoint();
+    assert_eq!(
+        during_outage.position, settled.position,
+        "checkpoint moved while the broker was dead: {} -> {}",
+        settled.raw, during_outage.raw
+    );
+
+    broker.restart_empty().await.expect("broker restarts");
+    for topic in &topics {
+        broker.create_topic(topic, 1).await.expect("recreate topic");
+    }
+    for index in 0..20u32 {
+        writer
+            .transaction(
+                "customer",
+                &format!("customer-{}", index % 4),
+                1,
+                true,
+                false,
+            )
+            .await;
+    }
+    let end = writer.master_position().await;
+    wait_for_checkpoint(&relay, &end, Duration::from_secs(60)).await;
+
+    let after_checkpoint = &writer.committed[before_outage..];
+    let records = read_until_ids(
+        &broker.bootstrap(),
+        &topics,
+        after_checkpoint,
+        Duration::from_secs(30),
+    )
+    .await;
+    let settled_records = read_all(
+        &broker.bootstrap(),
+        &topics.iter().map(String::as_str).collect::<Vec<_>>(),
+        ReadStop::Quiet(Duration::from_millis(800)),
+        Duration::from_secs(20),
+    )
+    .await
+    .unwrap();
+    let records = if settled_records.len() > records.len() {
+        settled_records
+    } else {
+        records
+    };
+    // Events delivered to the old broker (before the checkpoint) may be re-sent but need not;
+    // everything after the checkpoint must be on the new broker.
+    let mut forbidden = writer.rolled_back.clone();
+    forbidden.extend(writer.not_outbox.iter().cloned());
+    let (problems, summary) = check_delivery(&writer.committed, &forbidden, &records);
+    let missing_after: Vec<&str> = after_checkpoint
+        .iter()
+        .map(|event| event.id.as_str())
+        .filter(|id| {
+            !records
+                .iter()
+                .any(|r| r.header_str("id").as_deref() == Some(*id))
+        })
+        .collect();
+    let unexpected: Vec<&String> = problems
+        .iter()
+        .filter(|problem| !problem.contains("committed events missing"))
+        .collect();
+    assert!(
+        missing_after.is_empty() && unexpected.is_empty(),
+        "after the empty restart: {} of {} events committed after the checkpoint missing (first {:?}); \
+         other problems {unexpected:?}; {summary:?}; checkpoint {}; relay log:\n{}",
+        missing_after.len(),
+        after_checkpoint.len(),
+        &missing_after[..missing_after.len().min(10)],
+        relay.checkpoint().raw,
+        relay.log_tail(40)
+    );
+    let status = relay.terminate(Duration::from_secs(30)).await;
+    assert!(status.success(), "graceful stop: {status}");
+    writer.close().await;
+}
