@@ -77,6 +77,9 @@ pub enum RoutingErrorKind {
         "the payload is NULL (set [route] tombstone_on_empty_payload = true to send a tombstone)"
     )]
     NullPayload,
+    /// The event id renders as empty text; consumers dedupe on it, so it must not be empty.
+    #[error("the event id is empty")]
+    EmptyEventId,
     /// Text whose bytes are invalid in the column's charset.
     #[error("the text is not valid in its charset `{charset}` ({length} bytes)")]
     UndecodableText {

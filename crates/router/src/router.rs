@@ -335,6 +335,9 @@ impl Router {
         let event_id = render_value_text(event_id_value, settings.event_id_encoding)
             .map_err(|kind| context.error(&mapping.event_id, kind))?
             .into_owned();
+        if event_id.is_empty() {
+            return Err(context.error(&mapping.event_id, RoutingErrorKind::EmptyEventId));
+        }
         context.event_id = Some(&event_id);
 
         let aggregate_type_value =
