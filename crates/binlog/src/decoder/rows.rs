@@ -275,6 +275,17 @@ pub(crate) fn decode_value(
             let len = read_length(reader, *length_bytes)?;
             decode_text(reader.bytes(len)?, encoding)
         }
+        ColumnKind::FixedBinary {
+            length_bytes,
+            width,
+        } => {
+            let len = read_length(reader, *length_bytes)?;
+            let mut bytes = reader.bytes(len)?.to_vec();
+            if bytes.len() < usize::from(*width) {
+                bytes.resize(usize::from(*width), 0);
+            }
+            Value::Bytes(bytes)
+        }
         ColumnKind::Json { length_bytes } => {
             let len = read_length(reader, *length_bytes)?;
             Value::Json(decode_json(reader.bytes(len)?)?)

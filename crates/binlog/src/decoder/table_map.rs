@@ -104,6 +104,15 @@ pub(crate) enum ColumnKind {
         /// How the bytes become a value.
         encoding: TextEncoding,
     },
+    /// BINARY(n): like `ShortString`, but the server strips trailing 0x00 bytes when it
+    /// writes the row, so the value is padded back to its `width` (as the server does when
+    /// it reads the column).
+    FixedBinary {
+        /// Bytes of the length prefix.
+        length_bytes: u8,
+        /// The column's byte width n.
+        width: u16,
+    },
     /// BLOB/TEXT (and MariaDB JSON): a 1-4 byte length, then the bytes.
     Blob {
         /// Bytes of the length prefix.
@@ -228,7 +237,9 @@ struct OptionalMetadata {
     enum_values: Option<Vec<Vec<Vec<u8>>>>,
 }
 
-fn is_numeric(real_type: u8, flavor: Flavor) -> bool {
+/// Columns the SIGNEDNESS metadata has a flag for. YEAR is included: MariaDB 10.11 writes a
+/// flag for it (checked by `tests/decode_mariadb_types.rs`), as does MySQL per mysql_common.
+fn is_numeric(real_type: u8) -> bool {
     matches!(
         real_type,
         ct::TINY
@@ -239,7 +250,8 @@ fn is_numeric(real_type: u8, flavor: Flavor) -> bool {
             | ct::NEWDECIMAL
             | ct::FLOAT
             | ct::DOUBLE
-    ) || (real_type == ct::YEAR && flavor == Flavor::Mysql)
+            | ct::YEAR
+    )
 }
 
 fn is_character(real_type: u8, flavor: Flavor) -> bool {
@@ -353,7 +365,7 @@ pub(crate) fn build_plan(
 
     let numeric_count = raw_columns
         .iter()
-        .filter(|c| is_numeric(c.real_type, flavor))
+        .filter(|c| is_numeric(c.real_type))
         .count();
     if let Some(flags) = &optional.unsigned_flags {
         if flags.len() < numeric_count {
@@ -391,7 +403,7 @@ pub(crate) fn build_plan(
     let mut enum_or_set_index = 0usize;
     let mut columns = Vec::with_capacity(column_count);
     for (index, raw) in raw_columns.iter().enumerate() {
-        let unsigned = if is_numeric(raw.real_type, flavor) {
+        let unsigned = if is_numeric(raw.real_type) {
             let flag = optional
                 .unsigned_flags
                 .as_ref()
@@ -499,9 +511,17 @@ pub(crate) fn build_plan(
                 } else {
                     u16::from(raw.meta[1])
                 };
-                ColumnKind::ShortString {
-                    length_bytes: if max_len < 256 { 1 } else { 2 },
-                    encoding,
+                let length_bytes = if max_len < 256 { 1 } else { 2 };
+                if encoding == TextEncoding::Binary {
+                    ColumnKind::FixedBinary {
+                        length_bytes,
+                        width: max_len,
+                    }
+                } else {
+                    ColumnKind::ShortString {
+                        length_bytes,
+                        encoding,
+                    }
                 }
             }
             ct::BLOB | ct::TINY_BLOB | ct::MEDIUM_BLOB | ct::LONG_BLOB => {
