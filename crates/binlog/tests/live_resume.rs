@@ -51,7 +51,10 @@ async fn rotation_moves_positions_to_the_new_file_and_positions_resume_exactly()
     .await;
     let third = next_transaction_with_rows(&mut reader).await;
     assert_eq!(ids(&third), vec![3]);
-    assert_ne!(third.commit.position.file, old_file, "rotation to a new file");
+    assert_ne!(
+        third.commit.position.file, old_file,
+        "rotation to a new file"
+    );
     assert!(third.commit.position.file > old_file);
     assert_eq!(
         reader.resume_point(),

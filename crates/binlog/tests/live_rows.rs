@@ -42,7 +42,10 @@ async fn inserts_updates_deletes_of_watched_tables_arrive_with_their_commits() {
     assert_eq!(text(after(&single.rows[0], "payload")), "one");
     assert!(single.rows[0].before.is_none());
     assert_eq!(single.commit.row_count, 1);
-    assert!(single.commit.gtid.is_some(), "MariaDB GTIDs arrive as GTIDs");
+    assert!(
+        single.commit.gtid.is_some(),
+        "MariaDB GTIDs arrive as GTIDs"
+    );
     assert_eq!(
         reader.resume_point(),
         StartPosition::Position(single.commit.position.clone())
@@ -107,7 +110,11 @@ async fn inserts_updates_deletes_of_watched_tables_arrive_with_their_commits() {
     )
     .await;
     let mixed = next_transaction(&mut reader).await;
-    assert_eq!(ids(&mixed), vec![5, 50, 51], "rolled back id 100 must not appear");
+    assert_eq!(
+        ids(&mixed),
+        vec![5, 50, 51],
+        "rolled back id 100 must not appear"
+    );
     assert_eq!(mixed.commit.row_count, 3);
     let tables: Vec<String> = mixed.rows.iter().map(|r| r.table.to_string()).collect();
     assert_eq!(
@@ -116,7 +123,11 @@ async fn inserts_updates_deletes_of_watched_tables_arrive_with_their_commits() {
     );
 
     // A transaction touching only unwatched tables still commits (row_count 0).
-    sql(&server, &["INSERT INTO shop.other VALUES (3, 'only other')"]).await;
+    sql(
+        &server,
+        &["INSERT INTO shop.other VALUES (3, 'only other')"],
+    )
+    .await;
     let other_only = next_transaction(&mut reader).await;
     assert!(other_only.rows.is_empty());
     assert_eq!(other_only.commit.row_count, 0);

@@ -330,6 +330,11 @@ impl ScratchMariadb {
                 .arg("-TERM")
                 .arg(child.id().to_string())
                 .status();
+            // A paused (SIGSTOP) server only acts on SIGTERM once it runs again.
+            let _ = Command::new("kill")
+                .arg("-CONT")
+                .arg(child.id().to_string())
+                .status();
             let deadline = Instant::now() + Duration::from_secs(30);
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = child.try_wait() {
@@ -339,6 +344,27 @@ impl ScratchMariadb {
             }
             let _ = child.kill();
             let _ = child.wait();
+        }
+    }
+
+    /// Freezes the server process (SIGSTOP): connections stay open but nothing is sent, like
+    /// a hung server or a silently dead network path. Undo with [`ScratchMariadb::resume`].
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a paused server run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    /// Sends a signal (as a `kill` argument, e.g. `-STOP`) to the server process, if running.
+    fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .arg(signal)
+                .arg(child.id().to_string())
+                .status();
         }
     }
 
@@ -403,3 +429,4 @@ mod tests {
         assert_eq!(value, Some(42));
     }
 }
+pub mod tansu;

@@ -38,6 +38,14 @@ pub(crate) async fn current_end(
     }))
 }
 
+/// ER_MASTER_FATAL_ERROR_READING_BINLOG: the dump thread stopped (purged position,
+/// duplicate server_id on MySQL, corrupt binlog, ...); the message says which.
+const MYSQL_FATAL_BINLOG_READ: u16 = 1236;
+
+/// ER_SLAVE_SAME_ID (MariaDB 10.6+): sent to the *older* dump connection when a replica with
+/// the same server_id connects; the newer one takes over.
+const MARIADB_SLAVE_SAME_ID: u16 = 4052;
+
 /// What kind of error 1236 ("fatal error reading binlog") the server sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FatalReadKind {
@@ -118,8 +126,9 @@ pub(crate) async fn oldest_available(conn: &mut Conn, flavor: Flavor) -> String 
     description
 }
 
-/// Turns a stream error into the most specific [`BinlogError`]; for error 1236 this asks
-/// the server (on `side`, a normal connection, opened if needed) what is still available.
+/// Turns a stream error into the most specific [`BinlogError`]. Errors 1236 and 4052 are
+/// sorted by their message; for an unavailable start this asks the server (on `side`, a
+/// normal connection, opened if needed) what it still has.
 pub(crate) async fn explain_stream_error(
     endpoint: &ServerEndpoint,
     side: &mut Option<Conn>,
@@ -131,7 +140,7 @@ pub(crate) async fn explain_stream_error(
 ) -> BinlogError {
     let mapped = endpoint.stream_error(error, position);
     let BinlogError::Server {
-        code: 1236,
+        code: code @ (MYSQL_FATAL_BINLOG_READ | MARIADB_SLAVE_SAME_ID),
         message,
         server,
         position,
@@ -164,7 +173,7 @@ pub(crate) async fn explain_stream_error(
         FatalReadKind::Other => BinlogError::Server {
             server,
             position,
-            code: 1236,
+            code,
             message,
         },
     }
@@ -217,6 +226,7 @@ mod tests {
             ("Cannot replicate because the source purged required binary logs.", PositionUnavailable),
             ("A slave with the same server_uuid/server_id as this slave has connected to the master; the first event 'binlog.000001' at 4", DuplicateServerId),
             ("A replica with the same server_uuid/server_id as this replica has connected to the source", DuplicateServerId),
+            ("A slave with the same server_uuid/server_id is already connected; the first event 'binlog.000001' at 624", DuplicateServerId),
             ("binlog truncated in the middle of event; consider out of disk space on master", Other),
         ];
         for (message, expected) in cases {
