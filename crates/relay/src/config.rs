@@ -552,6 +552,8 @@ impl RelayConfig {
                 "no outbox table configured: add a `[[outbox]]` section with `table = \"db.outbox\"`",
             ));
         }
+        outbox_router::validate_router_config(&self.outbox, &self.route)
+            .map_err(|e| invalid("outbox/route", e.to_string()))?;
 
         let kafka = &self.kafka;
         if kafka.brokers.trim().is_empty() {
@@ -712,5 +714,300 @@ impl PipelineConfig {
     /// `commit_interval_ms` as a duration.
     pub fn commit_interval(&self) -> Duration {
         Duration::from_millis(self.commit_interval_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+[source]
+url = "mysql://root@127.0.0.1:3306"
+
+[[outbox]]
+table = "shop.outbox"
+
+[kafka]
+brokers = "127.0.0.1:9092"
+
+[checkpoint]
+path = "/tmp/checkpoint.json"
+"#;
+
+    const FULL: &str = r#"
+[source]
+url = "mysql://root@127.0.0.1:3306"
+server_id = 4242
+start = "latest"
+heartbeat_interval_ms = 1000
+idle_timeout_ms = 30000
+
+[[outbox]]
+table = "shop.outbox"
+preset = "seeds"
+
+[route]
+topic = "outbox.event.${aggregate_type}"
+
+[kafka]
+brokers = "127.0.0.1:9092"
+create_topics = true
+topic_partitions = 1
+topic_replication_factor = 1
+[kafka.properties]
+"linger.ms" = "5"
+
+[checkpoint]
+store = "file"
+path = "/var/lib/outbox-relay/checkpoint.json"
+
+[metrics]
+listen = "127.0.0.1:9187"
+
+[pipeline]
+max_in_flight = 10000
+shutdown_timeout_ms = 30000
+commit_interval_ms = 1000
+commit_max_transactions = 1000
+"#;
+
+    #[test]
+    fn the_documented_example_parses_with_its_values() {
+        let config = RelayConfig::parse(FULL).unwrap();
+        assert_eq!(config.source.server_id, 4242);
+        assert_eq!(config.source.start_setting().unwrap(), StartSetting::Latest);
+        assert_eq!(config.outbox.len(), 1);
+        assert_eq!(
+            config.outbox_tables(),
+            vec![TableName::new("shop", "outbox")]
+        );
+        assert!(config.table_filter().matches("shop", "outbox"));
+        assert!(!config.table_filter().matches("shop", "orders"));
+        assert!(config.kafka.create_topics);
+        assert_eq!(config.kafka.properties["linger.ms"], "5");
+        assert_eq!(
+            config.metrics_listen(),
+            Some("127.0.0.1:9187".parse().unwrap())
+        );
+        assert_eq!(config.pipeline.max_in_flight, 10_000);
+        assert_eq!(config.pipeline.commit_interval(), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn the_deploy_example_config_is_valid() {
+        let text = include_str!("../../../deploy/outbox-relay.toml");
+        let config = RelayConfig::parse(text).unwrap();
+        assert_eq!(config.kafka.compression, "lz4");
+    }
+
+    #[test]
+    fn defaults_fill_every_optional_key() {
+        let config = RelayConfig::parse(MINIMAL).unwrap();
+        assert_eq!(config.source.server_id, 4242);
+        assert_eq!(config.source.start, "latest");
+        assert_eq!(config.source.heartbeat_interval_ms, 1000);
+        assert_eq!(config.source.idle_timeout_ms, 30_000);
+        assert!(!config.kafka.create_topics);
+        assert_eq!(config.kafka.topic_partitions, 1);
+        assert_eq!(config.checkpoint.store, "file");
+        assert_eq!(config.checkpoint.database, "outbox_relay");
+        assert_eq!(config.checkpoint.table, "relay_checkpoints");
+        assert_eq!(config.checkpoint.connector, "default");
+        assert_eq!(config.metrics.listen, None);
+        assert_eq!(config.pipeline.max_in_flight, 10_000);
+        assert_eq!(config.pipeline.shutdown_timeout_ms, 30_000);
+        assert_eq!(config.pipeline.commit_max_transactions, 1000);
+    }
+
+    /// Each case: a replacement applied to MINIMAL (or extra lines appended) and a piece
+    /// of the expected error message (the key it names).
+    #[test]
+    fn invalid_values_name_the_key() {
+        let cases: &[(&str, &str, &str)] = &[
+            (
+                "url = \"mysql://root@127.0.0.1:3306\"",
+                "url = \"postgres://x\"",
+                "source.url",
+            ),
+            (
+                "[source]\n",
+                "[source]\nserver_id = 0\n",
+                "source.server_id",
+            ),
+            (
+                "[source]\n",
+                "[source]\nstart = \"middle\"\n",
+                "source.start",
+            ),
+            (
+                "[source]\n",
+                "[source]\nstart = \"file:binlog.000001\"\n",
+                "source.start",
+            ),
+            (
+                "[source]\n",
+                "[source]\nstart = \"file:binlog.000001:2\"\n",
+                "source.start",
+            ),
+            (
+                "[source]\n",
+                "[source]\nstart = \"gtid:nonsense\"\n",
+                "source.start",
+            ),
+            (
+                "[source]\n",
+                "[source]\nheartbeat_interval_ms = 5000\nidle_timeout_ms = 1000\n",
+                "source.idle_timeout_ms",
+            ),
+            (
+                "brokers = \"127.0.0.1:9092\"",
+                "brokers = \" \"",
+                "kafka.brokers",
+            ),
+            (
+                "brokers = \"127.0.0.1:9092\"",
+                "brokers = \"b:9092\"\ntopic_partitions = 0",
+                "kafka.topic_partitions",
+            ),
+            (
+                "brokers = \"127.0.0.1:9092\"",
+                "brokers = \"b:9092\"\ncompression = \"brotli\"",
+                "kafka.compression",
+            ),
+            (
+                "brokers = \"127.0.0.1:9092\"",
+                "brokers = \"b:9092\"\n[kafka.properties]\n\"acks\" = \"1\"",
+                "kafka.properties.\"acks\"",
+            ),
+            (
+                "brokers = \"127.0.0.1:9092\"",
+                "brokers = \"b:9092\"\n[kafka.properties]\n\"enable.idempotence\" = \"false\"",
+                "enable.idempotence",
+            ),
+            (
+                "path = \"/tmp/checkpoint.json\"",
+                "store = \"file\"",
+                "checkpoint.path",
+            ),
+            (
+                "path = \"/tmp/checkpoint.json\"",
+                "store = \"mysql\"",
+                "checkpoint.url",
+            ),
+            (
+                "path = \"/tmp/checkpoint.json\"",
+                "store = \"mysql\"\nurl = \"mysql://x@y\"\ntable = \"bad name\"",
+                "checkpoint.table",
+            ),
+            (
+                "path = \"/tmp/checkpoint.json\"",
+                "store = \"redis\"",
+                "checkpoint.store",
+            ),
+        ];
+        for (from, to, key) in cases {
+            assert!(MINIMAL.contains(from), "case {to}: `{from}` not in MINIMAL");
+            let text = MINIMAL.replacen(from, to, 1);
+            let error = RelayConfig::parse(&text).expect_err(to).to_string();
+            assert!(
+                error.contains(key),
+                "case {to}: `{error}` does not name {key}"
+            );
+        }
+        let appended: &[(&str, &str)] = &[
+            ("[metrics]\nlisten = \"localhost\"\n", "metrics.listen"),
+            ("[pipeline]\nmax_in_flight = 0\n", "pipeline.max_in_flight"),
+            (
+                "[pipeline]\ncommit_interval_ms = 0\n",
+                "pipeline.commit_interval_ms",
+            ),
+            (
+                "[pipeline]\ncommit_max_transactions = 0\n",
+                "pipeline.commit_max_transactions",
+            ),
+            (
+                "[pipeline]\nchannel_capacity = 0\n",
+                "pipeline.channel_capacity",
+            ),
+        ];
+        for (extra, key) in appended {
+            let text = format!("{MINIMAL}{extra}");
+            let error = RelayConfig::parse(&text).expect_err(extra).to_string();
+            assert!(
+                error.contains(key),
+                "case {extra}: `{error}` does not name {key}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_keys_and_missing_sections_are_rejected() {
+        let typo = MINIMAL.replace("[kafka]\n", "[kafka]\nbroker_list = \"x\"\n");
+        let error = RelayConfig::parse(&typo).unwrap_err().to_string();
+        assert!(error.contains("broker_list"), "{error}");
+        let top = format!("{MINIMAL}\n[extra]\nx = 1\n");
+        assert!(RelayConfig::parse(&top).is_err());
+        let no_outbox = MINIMAL.replace("[[outbox]]\ntable = \"shop.outbox\"\n", "");
+        let error = RelayConfig::parse(&no_outbox).unwrap_err().to_string();
+        assert!(error.contains("outbox"), "{error}");
+        let bad_table = MINIMAL.replace("shop.outbox", "outbox");
+        assert!(RelayConfig::parse(&bad_table).is_err());
+        let twice = MINIMAL.replace(
+            "[[outbox]]\ntable = \"shop.outbox\"\n",
+            "[[outbox]]\ntable = \"shop.outbox\"\n[[outbox]]\ntable = \"shop.outbox\"\n",
+        );
+        assert!(
+            RelayConfig::parse(&twice).is_err(),
+            "duplicate table accepted"
+        );
+    }
+
+    #[test]
+    fn start_settings_parse() {
+        assert_eq!(StartSetting::parse("earliest"), Ok(StartSetting::Earliest));
+        assert_eq!(
+            StartSetting::parse("file:binlog.000001:4"),
+            Ok(StartSetting::Position(BinlogPosition::new(
+                "binlog.000001",
+                4
+            )))
+        );
+        assert_eq!(
+            StartSetting::parse("gtid:0-1-5"),
+            Ok(StartSetting::Gtid("0-1-5".into()))
+        );
+        assert_eq!(
+            StartSetting::parse("gtid:3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5"),
+            Ok(StartSetting::Gtid(
+                "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5".into()
+            ))
+        );
+        assert!(StartSetting::parse("gtid:").is_err());
+        assert!(StartSetting::parse("file::4").is_err());
+    }
+
+    #[test]
+    fn passwords_are_merged_from_env_and_never_shown() {
+        assert_eq!(
+            redact_url("mysql://repl:s3cret@db:3306/x"),
+            "mysql://repl:***@db:3306/x"
+        );
+        assert_eq!(redact_url("mysql://repl@db:3306"), "mysql://repl@db:3306");
+        assert_eq!(
+            with_password("mysql://repl@db:3306", "p@ss word"),
+            "mysql://repl:p%40ss%20word@db:3306"
+        );
+        assert_eq!(
+            with_password("mysql://repl:given@db:3306", "other"),
+            "mysql://repl:given@db:3306"
+        );
+        let config = RelayConfig::parse(&MINIMAL.replace(
+            "mysql://root@127.0.0.1:3306",
+            "mysql://root:hunter2@127.0.0.1:3306",
+        ))
+        .unwrap();
+        let debug = format!("{:?}", config.source);
+        assert!(!debug.contains("hunter2"), "{debug}");
     }
 }
