@@ -643,3 +643,236 @@ async fn topic_exists(
         })),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shutdown::ShutdownController;
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+    use std::sync::Mutex;
+
+    fn settings(brokers: &str) -> KafkaSinkSettings {
+        KafkaSinkSettings {
+            client_properties: vec![
+                ("bootstrap.servers".into(), brokers.into()),
+                ("enable.idempotence".into(), "true".into()),
+                ("acks".into(), "all".into()),
+                ("linger.ms".into(), "1".into()),
+                ("message.timeout.ms".into(), "1000".into()),
+            ],
+            create_topics: false,
+            topic_partitions: 1,
+            topic_replication_factor: 1,
+            topic_config: BTreeMap::new(),
+            admin_timeout: Duration::from_secs(5),
+            retry_initial_backoff: Duration::from_millis(50),
+            retry_max_backoff: Duration::from_millis(200),
+            max_in_flight: 16,
+            drain_timeout: Duration::from_secs(5),
+        }
+    }
+
+    fn record(topic: &str, n: u32) -> OutboundRecord {
+        OutboundRecord {
+            topic: topic.into(),
+            key: Some(format!("key-{}", n % 3).into_bytes()),
+            payload: Some(format!("payload-{n}").into_bytes()),
+            headers: vec![("id".into(), format!("event-{n}").into_bytes())],
+            timestamp_ms: None,
+            partition: None,
+        }
+    }
+
+    /// Runs the sink over `count` records; returns the delivered tickets (in ack order).
+    async fn run_with(
+        settings: KafkaSinkSettings,
+        topic: &str,
+        count: u32,
+        during: impl std::future::Future<Output = ()>,
+        metrics: Arc<Metrics>,
+    ) -> (Result<SinkSummary, SinkError>, Vec<u32>) {
+        let delivered = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel(4);
+        let controller = ShutdownController::new();
+        let sink_delivered = delivered.clone();
+        let sink = tokio::spawn(run_kafka_sink(
+            settings,
+            rx,
+            move |ticket: u32| sink_delivered.lock().unwrap().push(ticket),
+            metrics,
+            controller.subscribe(),
+        ));
+        let topic = topic.to_owned();
+        let feeder = tokio::spawn(async move {
+            for n in 0..count {
+                if tx
+                    .send(SinkItem {
+                        record: record(&topic, n),
+                        ticket: n,
+                    })
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        during.await;
+        feeder.await.unwrap();
+        let result = tokio::time::timeout(Duration::from_secs(60), sink)
+            .await
+            .expect("sink finishes")
+            .unwrap();
+        let tickets = delivered.lock().unwrap().clone();
+        (result, tickets)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn delivers_every_record_and_reports_each_ticket_once() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("sink.ok", 3, 1).unwrap();
+        let metrics = Metrics::new();
+        let (result, mut tickets) = run_with(
+            settings(&cluster.bootstrap_servers()),
+            "sink.ok",
+            200,
+            async {},
+            metrics.clone(),
+        )
+        .await;
+        let summary = result.unwrap();
+        assert_eq!(summary.delivered, 200);
+        assert_eq!(summary.abandoned, 0);
+        tickets.sort_unstable();
+        assert_eq!(tickets, (0..200).collect::<Vec<_>>());
+        assert_eq!(metrics.records_delivered.get(), 200);
+        assert_eq!(metrics.in_flight.get(), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn missing_topic_without_creation_is_an_error_naming_it() {
+        let cluster = MockCluster::new(1).unwrap();
+        let (result, tickets) = run_with(
+            settings(&cluster.bootstrap_servers()),
+            "sink.absent",
+            1,
+            async {},
+            Metrics::new(),
+        )
+        .await;
+        let error = result.unwrap_err();
+        assert!(matches!(error, SinkError::TopicMissing { ref topic } if topic == "sink.absent"));
+        assert!(error.to_string().contains("sink.absent"), "{error}");
+        assert!(tickets.is_empty());
+    }
+
+    /// Produce requests fail with retriable errors for longer than `message.timeout.ms`,
+    /// so librdkafka gives up and the sink's own backoff resends; nothing is reported
+    /// while the errors last, and everything once they clear.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn retriable_errors_hold_tickets_back_until_they_clear() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("sink.flaky", 1, 1).unwrap();
+        cluster.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 100_000],
+        );
+        let metrics = Metrics::new();
+        let delivered_during_outage = Arc::new(Mutex::new(None));
+        let observer = metrics.clone();
+        let seen = delivered_during_outage.clone();
+        let cluster_ref = &cluster;
+        let during = async move {
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+            *seen.lock().unwrap() = Some(observer.records_delivered.get());
+            cluster_ref.clear_request_errors(RDKafkaApiKey::Produce);
+        };
+        let (result, mut tickets) = run_with(
+            settings(&cluster.bootstrap_servers()),
+            "sink.flaky",
+            20,
+            during,
+            metrics.clone(),
+        )
+        .await;
+        assert_eq!(*delivered_during_outage.lock().unwrap(), Some(0));
+        assert_eq!(result.unwrap().delivered, 20);
+        tickets.sort_unstable();
+        assert_eq!(tickets, (0..20).collect::<Vec<_>>());
+        assert!(
+            metrics
+                .delivery_errors
+                .with_label_values(&["transient"])
+                .get()
+                > 0,
+            "the sink's own retry path ran"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_record_kafka_rejects_for_good_stops_the_sink() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("sink.reject", 1, 1).unwrap();
+        cluster.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 5],
+        );
+        let (result, tickets) = run_with(
+            settings(&cluster.bootstrap_servers()),
+            "sink.reject",
+            1,
+            async {},
+            Metrics::new(),
+        )
+        .await;
+        let error = result.unwrap_err();
+        assert!(
+            matches!(error, SinkError::Permanent { ref topic, .. } if topic == "sink.reject"),
+            "{error:?}"
+        );
+        assert!(tickets.is_empty());
+    }
+
+    #[test]
+    fn protected_properties_win_over_pass_through() {
+        let mut kafka: KafkaConfig = toml::from_str(
+            "brokers = \"b:1\"\n[properties]\n\"linger.ms\" = \"50\"\n\"client.id\" = \"x\"",
+        )
+        .unwrap();
+        kafka.properties.insert("acks".into(), "1".into());
+        let properties: BTreeMap<String, String> =
+            producer_properties(&kafka).into_iter().collect();
+        assert_eq!(properties["bootstrap.servers"], "b:1");
+        assert_eq!(properties["linger.ms"], "50");
+        assert_eq!(properties["client.id"], "x");
+        assert_eq!(properties["acks"], "all");
+        assert_eq!(properties["enable.idempotence"], "true");
+    }
+
+    #[test]
+    fn error_classes() {
+        use RDKafkaErrorCode as C;
+        let produce = |code| KafkaError::MessageProduction(code);
+        assert_eq!(
+            classify_delivery_error(&produce(C::MessageTimedOut)),
+            FailureKind::Transient
+        );
+        assert_eq!(
+            classify_delivery_error(&produce(C::NotLeaderForPartition)),
+            FailureKind::Transient
+        );
+        assert_eq!(
+            classify_delivery_error(&produce(C::Fatal)),
+            FailureKind::Fatal
+        );
+        assert_eq!(
+            classify_delivery_error(&produce(C::MessageSizeTooLarge)),
+            FailureKind::Permanent
+        );
+        assert_eq!(
+            classify_delivery_error(&produce(C::TopicAuthorizationFailed)),
+            FailureKind::Permanent
+        );
+    }
+}
