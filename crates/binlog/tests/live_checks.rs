@@ -1,0 +1,202 @@
+//! The startup check against real scratch servers (wrong settings, missing grants), and the
+//! MINIMAL-metadata path that takes column names from information_schema.
+
+mod live_support;
+
+use live_support::*;
+use outbox_binlog::{check_server, BinlogError, BinlogReader, Severity, StartPosition};
+use outbox_testkit::{ScratchMariadb, ScratchOptions};
+
+#[tokio::test]
+async fn wrong_settings_are_reported_and_refuse_to_start() {
+    let server = ScratchMariadb::start_with(ScratchOptions {
+        extra_args: vec![
+            "--binlog-format=STATEMENT".into(),
+            "--binlog-row-image=MINIMAL".into(),
+            "--log-bin-compress=ON".into(),
+        ],
+        binlog_row_metadata: "MINIMAL",
+        ..ScratchOptions::default()
+    })
+    .await
+    .unwrap();
+    let report = check_server(&server.url()).await.unwrap();
+    assert_eq!(report.identity.server_id, 1);
+    assert_eq!(
+        report.identity.server_uuid, None,
+        "MariaDB has no server_uuid"
+    );
+    assert!(report.identity.hostname.is_some());
+    let found: Vec<(String, String, String, Severity)> = report
+        .checks
+        .iter()
+        .map(|c| {
+            (
+                c.setting.clone(),
+                c.expected.clone(),
+                c.actual.clone(),
+                c.severity,
+            )
+        })
+        .collect();
+    let expected = |setting: &str, want: &str, actual: &str, severity| {
+        (
+            setting.to_owned(),
+            want.to_owned(),
+            actual.to_owned(),
+            severity,
+        )
+    };
+    assert_eq!(
+        found,
+        vec![
+            expected("binlog_format", "ROW", "STATEMENT", Severity::Error),
+            expected("binlog_row_image", "FULL", "MINIMAL", Severity::Error),
+            expected("binlog_row_metadata", "FULL", "MINIMAL", Severity::Warning),
+            expected("log_bin_compress", "OFF", "ON", Severity::Error),
+        ]
+    );
+    assert!(!report.is_usable());
+
+    let error = BinlogReader::connect(config(&server, StartPosition::Latest, &["a.b"]))
+        .await
+        .err()
+        .expect("a misconfigured server is refused");
+    assert!(!error.is_transient());
+    let BinlogError::ServerMisconfigured { problems, .. } = &error else {
+        panic!("expected ServerMisconfigured, got {error:?}");
+    };
+    assert!(
+        problems.contains("binlog_format: expected ROW, actual STATEMENT"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("binlog_row_image: expected FULL, actual MINIMAL"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("log_bin_compress: expected OFF, actual ON"),
+        "{problems}"
+    );
+    assert!(
+        !problems.contains("binlog_row_metadata"),
+        "warnings do not stop: {problems}"
+    );
+}
+
+#[tokio::test]
+async fn users_without_replication_grants_are_reported_and_granted_users_pass() {
+    let server = ScratchMariadb::start().await.unwrap();
+    sql(
+        &server,
+        &[
+            "CREATE DATABASE app",
+            "CREATE TABLE app.outbox (id INT PRIMARY KEY) ENGINE=InnoDB",
+            "CREATE USER 'plain'@'%' IDENTIFIED BY 'plain-pw'",
+            "GRANT SELECT ON app.* TO 'plain'@'%'",
+            "CREATE USER 'relay'@'%' IDENTIFIED BY 'relay-pw'",
+            "GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'relay'@'%'",
+            "GRANT SELECT ON app.* TO 'relay'@'%'",
+        ],
+    )
+    .await;
+    let plain_url = format!("mysql://plain:plain-pw@127.0.0.1:{}", server.port());
+    let report = check_server(&plain_url).await.unwrap();
+    let missing: Vec<(&str, &str, Severity)> = report
+        .checks
+        .iter()
+        .map(|c| (c.setting.as_str(), c.actual.as_str(), c.severity))
+        .collect();
+    assert_eq!(
+        missing,
+        vec![
+            ("grant REPLICATION SLAVE", "not granted", Severity::Error),
+            ("grant BINLOG MONITOR", "not granted", Severity::Error),
+        ]
+    );
+    let mut plain_config = config(&server, StartPosition::Latest, &["app.outbox"]);
+    plain_config.url = plain_url;
+    let error = BinlogReader::connect(plain_config)
+        .await
+        .err()
+        .expect("refused");
+    assert!(!error.is_transient());
+    assert!(
+        error.to_string().contains("grant REPLICATION SLAVE"),
+        "{error}"
+    );
+    assert!(!error.to_string().contains("plain-pw"), "{error}");
+
+    let relay_url = format!("mysql://relay:relay-pw@127.0.0.1:{}", server.port());
+    let report = check_server(&relay_url).await.unwrap();
+    assert_eq!(report.checks, vec![]);
+    let mut relay_config = config(&server, StartPosition::Latest, &["app.outbox"]);
+    relay_config.url = relay_url;
+    let mut reader = BinlogReader::connect(relay_config).await.unwrap();
+    sql(&server, &["INSERT INTO app.outbox VALUES (1)"]).await;
+    assert_eq!(ids(&next_transaction_with_rows(&mut reader).await), vec![1]);
+
+    // A wrong password is a definite access error.
+    let mut wrong_password = config(&server, StartPosition::Latest, &["app.outbox"]);
+    wrong_password.url = format!("mysql://relay:nope@127.0.0.1:{}", server.port());
+    let error = BinlogReader::connect(wrong_password)
+        .await
+        .err()
+        .expect("denied");
+    assert!(!error.is_transient());
+    assert!(
+        matches!(error, BinlogError::AccessDenied { .. }),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn minimal_metadata_takes_column_names_from_information_schema_and_follows_alter_table() {
+    let server = ScratchMariadb::start_with(ScratchOptions {
+        binlog_row_metadata: "MINIMAL",
+        ..ScratchOptions::default()
+    })
+    .await
+    .unwrap();
+    sql(
+        &server,
+        &[
+            "CREATE DATABASE app",
+            "CREATE TABLE app.outbox (id INT PRIMARY KEY, payload VARCHAR(20)) ENGINE=InnoDB",
+        ],
+    )
+    .await;
+    let report = check_server(&server.url()).await.unwrap();
+    assert_eq!(report.checks.len(), 1);
+    assert_eq!(report.checks[0].setting, "binlog_row_metadata");
+    assert_eq!(report.checks[0].severity, Severity::Warning);
+
+    let mut reader = BinlogReader::connect(config(&server, StartPosition::Latest, &["app.outbox"]))
+        .await
+        .unwrap();
+    sql(&server, &["INSERT INTO app.outbox VALUES (1, 'a')"]).await;
+    let first = next_transaction_with_rows(&mut reader).await;
+    let columns = &first.rows[0].after.as_ref().unwrap().columns;
+    assert_eq!(
+        columns.to_vec(),
+        vec!["id".to_owned(), "payload".to_owned()]
+    );
+    assert_eq!(text(after(&first.rows[0], "payload")), "a");
+
+    sql(
+        &server,
+        &[
+            "ALTER TABLE app.outbox ADD COLUMN topic VARCHAR(20) AFTER id",
+            "INSERT INTO app.outbox VALUES (2, 'orders', 'b')",
+        ],
+    )
+    .await;
+    let second = next_transaction_with_rows(&mut reader).await;
+    let columns = &second.rows[0].after.as_ref().unwrap().columns;
+    assert_eq!(
+        columns.to_vec(),
+        vec!["id".to_owned(), "topic".to_owned(), "payload".to_owned()]
+    );
+    assert_eq!(text(after(&second.rows[0], "topic")), "orders");
+    assert_eq!(text(after(&second.rows[0], "payload")), "b");
+}
