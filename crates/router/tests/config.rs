@@ -219,7 +219,8 @@ fn validate_reports_every_clash_with_a_fix() {
     let error = validate_router_config(&tables, &route).unwrap_err();
     let message = error.to_string();
     // (problem matcher, a phrase of the hint)
-    let expected: Vec<(fn(&ConfigProblem) -> bool, &str)> = vec![
+    type ProblemMatcher = fn(&ConfigProblem) -> bool;
+    let expected: Vec<(ProblemMatcher, &str)> = vec![
         (
             |p| matches!(p, ConfigProblem::DuplicateTable { .. }),
             "merge them into one",

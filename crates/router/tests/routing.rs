@@ -157,13 +157,14 @@ fn topic_templates_and_overrides() {
     let long_aggregate = "a".repeat(248);
     let longest_topic = format!("t{long_aggregate}");
     // (template, overrides, aggregate type, event type, expected topic or problem)
-    let cases: Vec<(
-        &str,
-        &[(&str, &str)],
-        &str,
-        &str,
-        Result<&str, TopicNameProblem>,
-    )> = vec![
+    type Case<'a> = (
+        &'a str,
+        &'a [(&'a str, &'a str)],
+        &'a str,
+        &'a str,
+        Result<&'a str, TopicNameProblem>,
+    );
+    let cases: Vec<Case> = vec![
         (
             "outbox.event.${aggregate_type}",
             &[],
@@ -689,7 +690,8 @@ fn tracing_span_context_header() {
         ..RouteConfig::default()
     });
     // (column value, expected header)
-    let cases: Vec<(Value, Option<(&str, Vec<u8>)>)> = vec![
+    type Case = (Value, Option<(&'static str, Vec<u8>)>);
+    let cases: Vec<Case> = vec![
         (
             Value::Text(traceparent.into()),
             Some(("traceparent", traceparent.as_bytes().to_vec())),
@@ -742,11 +744,8 @@ fn tracing_span_context_header() {
 fn timestamp_sources() {
     let event_time = i64::from(EVENT_TIME_SECONDS) * 1000;
     // (source, created_at value or None for "no such column", expected millis or error)
-    let cases: Vec<(
-        TimestampSource,
-        Option<Value>,
-        Result<i64, fn(&RoutingErrorKind) -> bool>,
-    )> = vec![
+    type Check = fn(&RoutingErrorKind) -> bool;
+    let cases: Vec<(TimestampSource, Option<Value>, Result<i64, Check>)> = vec![
         (
             TimestampSource::ColumnOrEventTime,
             Some(datetime(2024, 5, 6, 7, 8, 9)),
