@@ -1,0 +1,209 @@
+//! Batches checkpoint commits: storing every acked position would make the store the
+//! bottleneck, so positions are offered as they come and stored by time or count, and the
+//! newest one is always stored on shutdown.
+//!
+//! # Contract
+//! * [`CheckpointCommitter::offer`] remembers the position and commits it when a commit is
+//!   due: `policy.max_transactions` transactions were offered since the last commit, or
+//!   `policy.max_interval` passed since the last commit (or since the committer was created).
+//! * [`CheckpointCommitter::commit_if_due`] commits a pending position whose interval has
+//!   passed; call it when [`CheckpointCommitter::next_due`] is reached, so a pending position
+//!   is stored even if no further offer comes.
+//! * [`CheckpointCommitter::flush`] always stores the newest offered position if it is not
+//!   stored yet (shutdown).
+//! * Monotonic: a position older than the newest offered one is ignored (counted as
+//!   [`crate::internal_events::CheckpointRegressionIgnored`]), so the committer never commits
+//!   a position older than the last committed one.
+//! * A failed commit keeps the position pending and returns the error; it is retried (with
+//!   the newest position by then) when the next commit is due again (one more interval or
+//!   batch, so a failing store is not hammered) or by `flush`.
+//!
+//! Time is [`tokio::time::Instant`], so tests can pause it.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::checkpoint::{compare_binlog_positions, Checkpoint, CheckpointPosition, SourceIdentity};
+use crate::internal_events::{
+    CheckpointCommitFailed, CheckpointCommitted, CheckpointRegressionIgnored, InternalEvent,
+};
+use crate::store::{CheckpointStoreError, SharedCheckpointStore};
+
+/// When to commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitPolicy {
+    /// Longest time a newer acked position waits before it is stored: bounds how much is
+    /// re-sent after a crash when traffic is slow.
+    pub max_interval: Duration,
+    /// Commit as soon as this many transactions were offered since the last commit: bounds
+    /// the replay after a crash when traffic is fast. `0` or `1` commits every offer.
+    pub max_transactions: u64,
+}
+
+impl Default for CommitPolicy {
+    /// One second or 10 000 transactions, whichever comes first.
+    fn default() -> Self {
+        Self {
+            max_interval: Duration::from_secs(1),
+            max_transactions: 10_000,
+        }
+    }
+}
+
+/// Stores the newest acked position by [`CommitPolicy`]; see the module docs.
+#[derive(Debug)]
+pub struct CheckpointCommitter {
+    /// Where checkpoints go.
+    store: SharedCheckpointStore,
+    /// `store.describe()`, computed once for events.
+    store_name: String,
+    /// When to commit.
+    policy: CommitPolicy,
+    /// The source every stored checkpoint names.
+    source: SourceIdentity,
+    /// The newest offered position not yet stored.
+    pending: Option<CheckpointPosition>,
+    /// Transactions offered since the last commit.
+    pending_transactions: u64,
+    /// The last stored position.
+    last_committed: Option<CheckpointPosition>,
+    /// When the last commit happened (or the committer was created): the interval's start.
+    last_commit_at: Instant,
+}
+
+impl CheckpointCommitter {
+    /// A committer storing checkpoints of `source` into `store`. If the relay resumed from a
+    /// stored checkpoint, pass its position as `already_committed` so an equal position is not
+    /// stored again and older ones are ignored.
+    pub fn new(
+        store: SharedCheckpointStore,
+        source: SourceIdentity,
+        policy: CommitPolicy,
+        already_committed: Option<CheckpointPosition>,
+    ) -> Self {
+        Self {
+            store_name: store.describe(),
+            store,
+            policy,
+            source,
+            pending: None,
+            pending_transactions: 0,
+            last_committed: already_committed,
+            last_commit_at: Instant::now(),
+        }
+    }
+
+    /// Offers the newest acked position as one completed transaction; commits if due.
+    /// Returns whether a commit happened.
+    pub async fn offer(
+        &mut self,
+        position: CheckpointPosition,
+    ) -> Result<bool, CheckpointStoreError> {
+        self.offer_transactions(position, 1).await
+    }
+
+    /// Offers the newest acked position covering `transactions` completed transactions
+    /// (e.g. the growth of [`crate::AckTracker::completed_transactions`]); commits if due.
+    /// Returns whether a commit happened.
+    pub async fn offer_transactions(
+        &mut self,
+        position: CheckpointPosition,
+        transactions: u64,
+    ) -> Result<bool, CheckpointStoreError> {
+        let newest = self.pending.as_ref().or(self.last_committed.as_ref());
+        if let Some(newest) = newest {
+            match compare_binlog_positions(&position.binlog, &newest.binlog) {
+                Some(std::cmp::Ordering::Less) => {
+                    CheckpointRegressionIgnored {
+                        offered: &position,
+                        newest,
+                    }
+                    .emit();
+                    return Ok(false);
+                }
+                Some(std::cmp::Ordering::Equal) if self.pending.is_none() => {
+                    // Already stored (e.g. a heartbeat at the resume position).
+                    return Ok(false);
+                }
+                _ => {}
+            }
+        }
+        self.pending = Some(position);
+        self.pending_transactions = self.pending_transactions.saturating_add(transactions);
+        if self.pending_transactions >= self.policy.max_transactions.max(1)
+            || self.last_commit_at.elapsed() >= self.policy.max_interval
+        {
+            return self.commit_pending().await;
+        }
+        Ok(false)
+    }
+
+    /// Commits the pending position if its interval has passed. Returns whether a commit
+    /// happened.
+    pub async fn commit_if_due(&mut self) -> Result<bool, CheckpointStoreError> {
+        if self.pending.is_some() && self.last_commit_at.elapsed() >= self.policy.max_interval {
+            return self.commit_pending().await;
+        }
+        Ok(false)
+    }
+
+    /// When [`CheckpointCommitter::commit_if_due`] will commit the pending position; `None`
+    /// when nothing is pending.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.pending
+            .as_ref()
+            .map(|_| self.last_commit_at + self.policy.max_interval)
+    }
+
+    /// Stores the newest offered position if it is not stored yet (shutdown). Returns whether
+    /// a commit happened.
+    pub async fn flush(&mut self) -> Result<bool, CheckpointStoreError> {
+        self.commit_pending().await
+    }
+
+    /// The last stored position.
+    pub fn last_committed(&self) -> Option<&CheckpointPosition> {
+        self.last_committed.as_ref()
+    }
+
+    /// The newest offered position not stored yet.
+    pub fn pending(&self) -> Option<&CheckpointPosition> {
+        self.pending.as_ref()
+    }
+
+    async fn commit_pending(&mut self) -> Result<bool, CheckpointStoreError> {
+        let Some(position) = self.pending.take() else {
+            return Ok(false);
+        };
+        let checkpoint = Checkpoint::new(self.source.clone(), position);
+        let started = Instant::now();
+        match self.store.commit(&checkpoint).await {
+            Ok(()) => {
+                CheckpointCommitted {
+                    position: &checkpoint.position,
+                    duration: started.elapsed(),
+                    store: &self.store_name,
+                }
+                .emit();
+                self.last_committed = Some(checkpoint.position);
+                self.pending_transactions = 0;
+                self.last_commit_at = Instant::now();
+                Ok(true)
+            }
+            Err(error) => {
+                CheckpointCommitFailed {
+                    error: &error,
+                    position: &checkpoint.position,
+                    store: &self.store_name,
+                }
+                .emit();
+                self.pending = Some(checkpoint.position);
+                // Retry after one more interval (or batch), not on every offer.
+                self.pending_transactions = 0;
+                self.last_commit_at = Instant::now();
+                Err(error)
+            }
+        }
+    }
+}

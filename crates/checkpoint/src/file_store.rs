@@ -1,0 +1,256 @@
+//! The embedded default store: one JSON file, replaced atomically.
+//!
+//! # Crash safety
+//! A commit writes the whole document to `<file>.tmp` in the same directory, fsyncs it,
+//! renames it over `<file>` and fsyncs the directory. A crash at any point leaves either the
+//! old or the new complete file. A leftover `<file>.tmp` from a crash is ignored by `load`
+//! and overwritten by the next commit (it is not deleted by `load`, so a `checkpoint show`
+//! next to a running relay cannot remove the relay's in-progress temp file).
+//!
+//! A checkpoint file that exists but is empty, truncated or not a checkpoint is an error
+//! naming the path ([`CheckpointStoreError::Corrupt`]), never a restart from zero. A missing
+//! directory is an error ([`CheckpointStoreError::MissingDirectory`]); the store does not
+//! create it. A missing file in an existing directory is "never committed" (`None`).
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::checkpoint::Checkpoint;
+use crate::store::{reject_regression, CheckpointStore, CheckpointStoreError, StoreFuture};
+
+/// A checkpoint kept in one JSON file. See the module docs.
+#[derive(Debug, Clone)]
+pub struct FileCheckpointStore {
+    /// Shared with the blocking tasks that do the file I/O.
+    inner: Arc<FileStoreInner>,
+}
+
+#[derive(Debug)]
+struct FileStoreInner {
+    /// The checkpoint file.
+    path: PathBuf,
+    /// `<path>.tmp`: written and fsynced before the rename.
+    temp_path: PathBuf,
+    /// The directory holding both, fsynced after the rename so the rename is durable.
+    directory: PathBuf,
+    /// The last checkpoint read or written by this store (`Some(None)`: known to be absent),
+    /// for the regression check without re-reading the file on every commit; `None` until
+    /// known.
+    last_stored: Mutex<Option<Option<Checkpoint>>>,
+}
+
+impl FileCheckpointStore {
+    /// A store for the checkpoint file at `path`. No I/O happens until the first call.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        let path = path.into();
+        let mut temp_name = path.file_name().unwrap_or_default().to_os_string();
+        temp_name.push(".tmp");
+        let temp_path = path.with_file_name(temp_name);
+        let directory = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        Self {
+            inner: Arc::new(FileStoreInner {
+                path,
+                temp_path,
+                directory,
+                last_stored: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// The checkpoint file's path.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The temporary file a commit writes before renaming it over [`FileCheckpointStore::path`].
+    pub fn temp_path(&self) -> &Path {
+        &self.inner.temp_path
+    }
+
+    /// Runs blocking file I/O off the async runtime.
+    fn run_blocking<T, F>(&self, work: F) -> StoreFuture<'static, T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&FileStoreInner) -> Result<T, CheckpointStoreError> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        Box::pin(async move {
+            let location = inner.path.display().to_string();
+            tokio::task::spawn_blocking(move || work(&inner))
+                .await
+                .map_err(|error| CheckpointStoreError::Task {
+                    location,
+                    message: error.to_string(),
+                })?
+        })
+    }
+}
+
+impl FileStoreInner {
+    fn location(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn remember(&self, checkpoint: Option<Checkpoint>) {
+        if let Ok(mut last) = self.last_stored.lock() {
+            *last = Some(checkpoint);
+        }
+    }
+
+    /// `None` when not known yet (then the file is read).
+    fn remembered(&self) -> Option<Option<Checkpoint>> {
+        self.last_stored.lock().ok().and_then(|last| last.clone())
+    }
+
+    fn check_directory(&self) -> Result<(), CheckpointStoreError> {
+        match fs::metadata(&self.directory) {
+            Ok(metadata) if metadata.is_dir() => Ok(()),
+            Ok(_) => Err(CheckpointStoreError::Io {
+                operation: "checkpoint directory is not a directory:",
+                path: self.directory.clone(),
+                source: std::io::Error::other("not a directory"),
+            }),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                Err(CheckpointStoreError::MissingDirectory {
+                    directory: self.directory.clone(),
+                })
+            }
+            Err(source) => Err(CheckpointStoreError::Io {
+                operation: "reading checkpoint directory",
+                path: self.directory.clone(),
+                source,
+            }),
+        }
+    }
+
+    fn read(&self) -> Result<Option<Checkpoint>, CheckpointStoreError> {
+        self.check_directory()?;
+        let text = match fs::read_to_string(&self.path) {
+            Ok(text) => text,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                self.remember(None);
+                return Ok(None);
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::InvalidData => {
+                return Err(CheckpointStoreError::Corrupt {
+                    location: self.location(),
+                    source: crate::checkpoint::CheckpointFormatError::Invalid {
+                        reason: "the file is not UTF-8 text".to_owned(),
+                    },
+                })
+            }
+            Err(source) => {
+                return Err(CheckpointStoreError::Io {
+                    operation: "reading checkpoint file",
+                    path: self.path.clone(),
+                    source,
+                })
+            }
+        };
+        let checkpoint =
+            Checkpoint::from_json(&text).map_err(|source| CheckpointStoreError::Corrupt {
+                location: self.location(),
+                source,
+            })?;
+        self.remember(Some(checkpoint.clone()));
+        Ok(Some(checkpoint))
+    }
+
+    fn write(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointStoreError> {
+        self.check_directory()?;
+        let io = |operation: &'static str, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| CheckpointStoreError::Io {
+                operation,
+                path,
+                source,
+            }
+        };
+        let mut document = checkpoint.to_json();
+        document.push('\n');
+        let mut temp = fs::File::create(&self.temp_path)
+            .map_err(io("creating temporary checkpoint file", &self.temp_path))?;
+        temp.write_all(document.as_bytes())
+            .map_err(io("writing temporary checkpoint file", &self.temp_path))?;
+        temp.sync_all()
+            .map_err(io("syncing temporary checkpoint file", &self.temp_path))?;
+        drop(temp);
+        fs::rename(&self.temp_path, &self.path)
+            .map_err(io("renaming temporary checkpoint file over", &self.path))?;
+        let directory = fs::File::open(&self.directory)
+            .map_err(io("opening checkpoint directory", &self.directory))?;
+        directory
+            .sync_all()
+            .map_err(io("syncing checkpoint directory", &self.directory))?;
+        self.remember(Some(checkpoint.clone()));
+        Ok(())
+    }
+
+    fn commit(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointStoreError> {
+        let stored = match self.remembered() {
+            Some(stored) => stored,
+            None => self.read()?,
+        };
+        reject_regression(&self.location(), stored.as_ref(), checkpoint)?;
+        self.write(checkpoint)
+    }
+
+    fn remove(&self) -> Result<(), CheckpointStoreError> {
+        self.check_directory()?;
+        match fs::remove_file(&self.path) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(CheckpointStoreError::Io {
+                    operation: "removing checkpoint file",
+                    path: self.path.clone(),
+                    source,
+                })
+            }
+        }
+        let directory =
+            fs::File::open(&self.directory).map_err(|source| CheckpointStoreError::Io {
+                operation: "opening checkpoint directory",
+                path: self.directory.clone(),
+                source,
+            })?;
+        directory
+            .sync_all()
+            .map_err(|source| CheckpointStoreError::Io {
+                operation: "syncing checkpoint directory",
+                path: self.directory.clone(),
+                source,
+            })?;
+        self.remember(None);
+        Ok(())
+    }
+}
+
+impl CheckpointStore for FileCheckpointStore {
+    fn describe(&self) -> String {
+        format!("file {}", self.inner.path.display())
+    }
+
+    fn load(&self) -> StoreFuture<'_, Option<Checkpoint>> {
+        self.run_blocking(FileStoreInner::read)
+    }
+
+    fn commit<'a>(&'a self, checkpoint: &'a Checkpoint) -> StoreFuture<'a, ()> {
+        let checkpoint = checkpoint.clone();
+        self.run_blocking(move |inner| inner.commit(&checkpoint))
+    }
+
+    fn set<'a>(&'a self, checkpoint: &'a Checkpoint) -> StoreFuture<'a, ()> {
+        let checkpoint = checkpoint.clone();
+        self.run_blocking(move |inner| inner.write(&checkpoint))
+    }
+
+    fn reset(&self) -> StoreFuture<'_, ()> {
+        self.run_blocking(FileStoreInner::remove)
+    }
+}

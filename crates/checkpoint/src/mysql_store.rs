@@ -1,0 +1,247 @@
+//! A checkpoint row in a MySQL/MariaDB table (like Maxwell's `positions` table), one row
+//! per connector name, so several relays can share one table.
+//!
+//! # Table
+//! Created on first use with `CREATE TABLE IF NOT EXISTS` in the configured database, which
+//! must exist (the store does not create databases: that needs privileges a relay should
+//! not have):
+//!
+//! ```sql
+//! CREATE TABLE IF NOT EXISTS `database`.`table` (
+//!   connector_name  VARCHAR(191) NOT NULL PRIMARY KEY,
+//!   binlog_file     VARCHAR(512) NOT NULL,
+//!   binlog_position BIGINT UNSIGNED NOT NULL,
+//!   gtid_set        TEXT NOT NULL,
+//!   checkpoint_json TEXT NOT NULL,
+//!   updated_at      TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+//! ) ENGINE=InnoDB
+//! ```
+//!
+//! `checkpoint_json` is the source of truth (the same document as the file store);
+//! the other columns are for people reading the table.
+//!
+//! # Durability
+//! A commit is one autocommitted InnoDB upsert (`INSERT ... ON DUPLICATE KEY UPDATE`); it is
+//! durable when it returns as far as the server's `innodb_flush_log_at_trx_commit=1`
+//! (the default) makes it so.
+//!
+//! # Where to put it
+//! The source may be a read-only replica, so the table can live on any server. If it lives on
+//! the source itself, each commit is a transaction in the source's binlog; the relay reads it
+//! as an empty transaction, which only moves the checkpoint (commits are batched, so this
+//! costs one small write per commit interval, not a loop).
+
+use std::sync::Mutex;
+
+use mysql_async::prelude::Queryable;
+
+use crate::checkpoint::Checkpoint;
+use crate::store::{reject_regression, CheckpointStore, CheckpointStoreError, StoreFuture};
+
+/// A checkpoint kept as a row of a MySQL/MariaDB table. See the module docs.
+#[derive(Debug)]
+pub struct MysqlCheckpointStore {
+    /// Connections to the server holding the table (not necessarily the source).
+    pool: mysql_async::Pool,
+    /// `` `database`.`table` ``, quoted for SQL.
+    qualified_table: String,
+    /// `database.table connector 'name'`, for errors and logs.
+    location: String,
+    /// The row key: several relays can share a table.
+    connector: String,
+    /// Set once the table is known to exist (created or found) in this process.
+    table_ready: tokio::sync::OnceCell<()>,
+    /// The last checkpoint read or written (`Some(None)`: known absent), for the regression
+    /// check without a read before every commit; `None` until known.
+    last_stored: Mutex<Option<Option<Checkpoint>>>,
+}
+
+fn quote_identifier(identifier: &str) -> String {
+    format!("`{}`", identifier.replace('`', "``"))
+}
+
+impl MysqlCheckpointStore {
+    /// A store using `pool` (any database), keeping the row `connector` in
+    /// `database`.`table`. No I/O happens until the first call.
+    pub fn new(pool: mysql_async::Pool, database: &str, table: &str, connector: &str) -> Self {
+        Self {
+            pool,
+            qualified_table: format!("{}.{}", quote_identifier(database), quote_identifier(table)),
+            location: format!("{database}.{table} (connector `{connector}`)"),
+            connector: connector.to_owned(),
+            table_ready: tokio::sync::OnceCell::new(),
+            last_stored: Mutex::new(None),
+        }
+    }
+
+    /// A store connecting with `url` (`mysql://user:password@host:port[/db]`); see
+    /// [`MysqlCheckpointStore::new`]. Fails only if the URL is malformed.
+    pub fn from_url(
+        url: &str,
+        database: &str,
+        table: &str,
+        connector: &str,
+    ) -> Result<Self, CheckpointStoreError> {
+        let location = format!("{database}.{table} (connector `{connector}`)");
+        let options =
+            mysql_async::Opts::from_url(url).map_err(|error| CheckpointStoreError::Database {
+                location,
+                source: mysql_async::Error::Url(error),
+            })?;
+        Ok(Self::new(
+            mysql_async::Pool::new(options),
+            database,
+            table,
+            connector,
+        ))
+    }
+
+    /// Closes the pool's connections (call before dropping it at shutdown).
+    pub async fn disconnect(self) -> Result<(), CheckpointStoreError> {
+        let location = self.location;
+        self.pool
+            .disconnect()
+            .await
+            .map_err(|source| CheckpointStoreError::Database { location, source })
+    }
+
+    fn database_error(&self) -> impl FnOnce(mysql_async::Error) -> CheckpointStoreError + '_ {
+        move |source| CheckpointStoreError::Database {
+            location: self.location.clone(),
+            source,
+        }
+    }
+
+    fn remember(&self, checkpoint: Option<Checkpoint>) {
+        if let Ok(mut last) = self.last_stored.lock() {
+            *last = Some(checkpoint);
+        }
+    }
+
+    fn remembered(&self) -> Option<Option<Checkpoint>> {
+        self.last_stored.lock().ok().and_then(|last| last.clone())
+    }
+
+    async fn connection(&self) -> Result<mysql_async::Conn, CheckpointStoreError> {
+        let mut conn = self.pool.get_conn().await.map_err(self.database_error())?;
+        self.table_ready
+            .get_or_try_init(|| async {
+                let statement = format!(
+                    "CREATE TABLE IF NOT EXISTS {} (\
+                       connector_name VARCHAR(191) NOT NULL PRIMARY KEY, \
+                       binlog_file VARCHAR(512) NOT NULL, \
+                       binlog_position BIGINT UNSIGNED NOT NULL, \
+                       gtid_set TEXT NOT NULL, \
+                       checkpoint_json TEXT NOT NULL, \
+                       updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)\
+                     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+                    self.qualified_table
+                );
+                conn.query_drop(statement)
+                    .await
+                    .map_err(self.database_error())
+            })
+            .await?;
+        Ok(conn)
+    }
+
+    async fn read(&self) -> Result<Option<Checkpoint>, CheckpointStoreError> {
+        let mut conn = self.connection().await?;
+        let json: Option<String> = conn
+            .exec_first(
+                format!(
+                    "SELECT checkpoint_json FROM {} WHERE connector_name = ?",
+                    self.qualified_table
+                ),
+                (self.connector.as_str(),),
+            )
+            .await
+            .map_err(self.database_error())?;
+        let checkpoint = match json {
+            None => None,
+            Some(json) => Some(Checkpoint::from_json(&json).map_err(|source| {
+                CheckpointStoreError::Corrupt {
+                    location: self.location.clone(),
+                    source,
+                }
+            })?),
+        };
+        self.remember(checkpoint.clone());
+        Ok(checkpoint)
+    }
+
+    async fn write(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointStoreError> {
+        let mut conn = self.connection().await?;
+        conn.exec_drop(
+            format!(
+                "INSERT INTO {} \
+                   (connector_name, binlog_file, binlog_position, gtid_set, checkpoint_json, updated_at) \
+                 VALUES (?, ?, ?, ?, ?, CURRENT_TIMESTAMP(6)) \
+                 ON DUPLICATE KEY UPDATE \
+                   binlog_file = VALUES(binlog_file), \
+                   binlog_position = VALUES(binlog_position), \
+                   gtid_set = VALUES(gtid_set), \
+                   checkpoint_json = VALUES(checkpoint_json), \
+                   updated_at = VALUES(updated_at)",
+                self.qualified_table
+            ),
+            (
+                self.connector.as_str(),
+                checkpoint.position.binlog.file.as_str(),
+                checkpoint.position.binlog.position,
+                checkpoint.position.gtid_set.to_string(),
+                checkpoint.to_json(),
+            ),
+        )
+        .await
+        .map_err(self.database_error())?;
+        self.remember(Some(checkpoint.clone()));
+        Ok(())
+    }
+
+    async fn commit_checked(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointStoreError> {
+        let stored = match self.remembered() {
+            Some(stored) => stored,
+            None => self.read().await?,
+        };
+        reject_regression(&self.location, stored.as_ref(), checkpoint)?;
+        self.write(checkpoint).await
+    }
+
+    async fn delete(&self) -> Result<(), CheckpointStoreError> {
+        let mut conn = self.connection().await?;
+        conn.exec_drop(
+            format!(
+                "DELETE FROM {} WHERE connector_name = ?",
+                self.qualified_table
+            ),
+            (self.connector.as_str(),),
+        )
+        .await
+        .map_err(self.database_error())?;
+        self.remember(None);
+        Ok(())
+    }
+}
+
+impl CheckpointStore for MysqlCheckpointStore {
+    fn describe(&self) -> String {
+        format!("table {}", self.location)
+    }
+
+    fn load(&self) -> StoreFuture<'_, Option<Checkpoint>> {
+        Box::pin(self.read())
+    }
+
+    fn commit<'a>(&'a self, checkpoint: &'a Checkpoint) -> StoreFuture<'a, ()> {
+        Box::pin(self.commit_checked(checkpoint))
+    }
+
+    fn set<'a>(&'a self, checkpoint: &'a Checkpoint) -> StoreFuture<'a, ()> {
+        Box::pin(self.write(checkpoint))
+    }
+
+    fn reset(&self) -> StoreFuture<'_, ()> {
+        Box::pin(self.delete())
+    }
+}

@@ -1,0 +1,385 @@
+//! The ack tracker: turns out-of-order Kafka acknowledgements into the newest binlog position
+//! whose whole prefix is delivered.
+//!
+//! # Invariant
+//! [`AckTracker::checkpoint`] is always the end of a transaction (or a heartbeat position)
+//! such that **every record added before it has been acked**. It never passes an unacked
+//! record, and it only moves forward.
+//!
+//! # Usage (in binlog order)
+//! * [`AckTracker::add_record`] for each record of the currently open transaction, as rows
+//!   stream in (a transaction's end is not known yet; big transactions are never buffered);
+//! * [`AckTracker::end_transaction`] at each `Commit` (even with 0 records) and each heartbeat;
+//! * [`AckTracker::ack`] whenever Kafka acknowledges a record, in any order;
+//! * [`AckTracker::acked_position`] to learn when the safe position moved.
+//!
+//! # GTID sets
+//! The tracker owns the GTID set: it starts from the start position's `gtid_set` and folds in
+//! each ended transaction's `gtid` in binlog order. The `gtid_set` of a position passed to
+//! `end_transaction` is ignored. A timestamp of 0 (heartbeats) keeps the previous timestamp.
+//!
+//! # Memory
+//! The tracker keeps one entry per ended transaction that still has unacked records, at most
+//! one merged entry for each run of fully acked transactions between them (empty
+//! transactions and heartbeats coalesce into such runs), the open transaction, and one bit
+//! per record of those entries that are not fully acked. An idle source sending heartbeats
+//! therefore does not grow it; the pipeline's in-flight limit bounds the rest.
+//!
+//! # Resending after a producer is recreated
+//! There is no `nack`. When the relay recreates its producer and resends every unacked
+//! record, it keeps each record's [`AckToken`] and acks it when the resend is acknowledged.
+//! The tracker only cares that each token is acked exactly once, eventually. A duplicate in
+//! Kafka is fine (at-least-once); a lost token holds the checkpoint back forever, which is
+//! the safe failure.
+//!
+//! # Reconnecting inside a transaction
+//! If the binlog stream breaks while a transaction is open, the reader resumes at the last
+//! transaction boundary and re-yields that transaction's rows. Keep the open transaction's
+//! tokens and add the re-read rows as new records of the same open transaction: the
+//! transaction ends once, after the re-read, and its position is released only when both the
+//! first partial copy and the full re-read copy are acked. To restart from the checkpoint
+//! instead (dropping everything in flight), create a new tracker; acks of the old tracker's
+//! tokens are then [`AckError::UnknownToken`], which the relay may ignore.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::checkpoint::CheckpointPosition;
+
+/// Distinguishes trackers so a token of one tracker is never mistaken for one of another.
+static NEXT_TRACKER_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Identifies one record handed to [`AckTracker::add_record`]; ack it exactly once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AckToken {
+    /// Which tracker issued it, so acks reaching the wrong (or a recreated) tracker are
+    /// detected instead of acking some other record.
+    tracker_id: u64,
+    /// Position of the record in the tracker's record order (0, 1, 2, ...).
+    sequence: u64,
+}
+
+impl AckToken {
+    /// The record's number in the order records were added (starting at 0), for logs.
+    pub fn sequence(&self) -> u64 {
+        self.sequence
+    }
+}
+
+/// A misuse of the tracker. Never a panic: the relay decides whether it is fatal.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AckError {
+    /// The token was already acked. The tracker state is unchanged.
+    #[error("record {} was acked twice", token.sequence)]
+    DoubleAck {
+        /// The token acked again.
+        token: AckToken,
+    },
+    /// The token was not issued by this tracker (another or a replaced tracker).
+    #[error("record {} is unknown to this ack tracker (issued by another tracker)", token.sequence)]
+    UnknownToken {
+        /// The foreign token.
+        token: AckToken,
+    },
+}
+
+/// A run of records in binlog order: one transaction, or several merged fully acked ones.
+#[derive(Debug)]
+struct Entry {
+    /// Sequence number of the entry's first record (its records are contiguous).
+    first_sequence: u64,
+    /// How many records the entry covers.
+    record_count: u64,
+    /// How many of them are not acked yet.
+    unacked_count: u64,
+    /// One bit per record (`1` = acked) while some are unacked; emptied once all are acked
+    /// (any further ack in range is then a double ack).
+    acked_bits: Vec<u64>,
+    /// Position after the entry's last transaction; `None` while the transaction is open.
+    end: Option<CheckpointPosition>,
+    /// How many transactions (or heartbeats) the entry stands for (more than 1 once merged),
+    /// so [`AckTracker::completed_transactions`] stays exact.
+    transaction_count: u64,
+}
+
+impl Entry {
+    fn is_complete(&self) -> bool {
+        self.end.is_some() && self.unacked_count == 0
+    }
+
+    fn contains(&self, sequence: u64) -> bool {
+        sequence >= self.first_sequence && sequence - self.first_sequence < self.record_count
+    }
+}
+
+/// Tracks records in flight and yields the newest position whose whole prefix is acked.
+/// See the module docs for the contract.
+#[derive(Debug)]
+pub struct AckTracker {
+    /// Stamped into tokens; see [`AckToken`].
+    tracker_id: u64,
+    /// The safe position: everything before it is acked.
+    checkpoint: CheckpointPosition,
+    /// Set when `checkpoint` moved and [`AckTracker::acked_position`] was not called since.
+    checkpoint_moved: bool,
+    /// Entries in binlog order, keyed by `(first_sequence, entry number)`; the entry number
+    /// keeps empty entries (which share their first sequence with the next) apart.
+    entries: BTreeMap<(u64, u64), Entry>,
+    /// Key of the open transaction's entry, if a record was added since the last end.
+    open_entry: Option<(u64, u64)>,
+    /// Next record sequence number to hand out.
+    next_sequence: u64,
+    /// Next entry number to hand out.
+    next_entry_number: u64,
+    /// GTID set after the newest ended transaction (the read head, not the checkpoint).
+    read_head_gtid_set: outbox_binlog::GtidSet,
+    /// Timestamp of the newest ended transaction with a non-zero timestamp.
+    read_head_timestamp: u32,
+    /// Records added and not yet acked.
+    in_flight: usize,
+    /// Transactions (and heartbeats) whose end the checkpoint has passed, since creation.
+    completed_transactions: u64,
+}
+
+impl AckTracker {
+    /// A tracker whose checkpoint is `start` (where the stream starts) with nothing in flight.
+    pub fn new(start: CheckpointPosition) -> Self {
+        Self {
+            tracker_id: NEXT_TRACKER_ID.fetch_add(1, Ordering::Relaxed),
+            read_head_gtid_set: start.gtid_set.clone(),
+            read_head_timestamp: start.timestamp,
+            checkpoint: start,
+            checkpoint_moved: false,
+            entries: BTreeMap::new(),
+            open_entry: None,
+            next_sequence: 0,
+            next_entry_number: 0,
+            in_flight: 0,
+            completed_transactions: 0,
+        }
+    }
+
+    /// Registers one record of the currently open transaction; ack its token once Kafka
+    /// acknowledged the record.
+    pub fn add_record(&mut self) -> AckToken {
+        let sequence = self.next_sequence;
+        self.next_sequence += 1;
+        self.in_flight += 1;
+        let key = match self.open_entry {
+            Some(key) => key,
+            None => {
+                let key = (sequence, self.take_entry_number());
+                self.entries.insert(
+                    key,
+                    Entry {
+                        first_sequence: sequence,
+                        record_count: 0,
+                        unacked_count: 0,
+                        acked_bits: Vec::new(),
+                        end: None,
+                        transaction_count: 1,
+                    },
+                );
+                self.open_entry = Some(key);
+                key
+            }
+        };
+        if let Some(entry) = self.entries.get_mut(&key) {
+            let index = entry.record_count;
+            if index % 64 == 0 {
+                entry.acked_bits.push(0);
+            }
+            entry.record_count += 1;
+            entry.unacked_count += 1;
+        }
+        AckToken {
+            tracker_id: self.tracker_id,
+            sequence,
+        }
+    }
+
+    /// Ends the open transaction (a `Commit`, possibly with no records) or records a
+    /// heartbeat (no records): once every record before and in it is acked, the checkpoint
+    /// may move to `position`. `position.gtid_set` is ignored (see the module docs).
+    pub fn end_transaction(&mut self, position: CheckpointPosition) {
+        let CheckpointPosition {
+            binlog,
+            gtid,
+            gtid_set: _,
+            timestamp,
+        } = position;
+        if let Some(gtid) = &gtid {
+            self.read_head_gtid_set.add(gtid);
+        }
+        if timestamp != 0 {
+            self.read_head_timestamp = timestamp;
+        }
+        let end = CheckpointPosition {
+            binlog,
+            gtid,
+            gtid_set: self.read_head_gtid_set.clone(),
+            timestamp: self.read_head_timestamp,
+        };
+        let key = match self.open_entry.take() {
+            Some(key) => {
+                if let Some(entry) = self.entries.get_mut(&key) {
+                    entry.end = Some(end);
+                }
+                key
+            }
+            None => {
+                let key = (self.next_sequence, self.take_entry_number());
+                self.entries.insert(
+                    key,
+                    Entry {
+                        first_sequence: self.next_sequence,
+                        record_count: 0,
+                        unacked_count: 0,
+                        acked_bits: Vec::new(),
+                        end: Some(end),
+                        transaction_count: 1,
+                    },
+                );
+                key
+            }
+        };
+        self.after_entry_changed(key);
+    }
+
+    /// Marks a record delivered. Acks may come in any order.
+    pub fn ack(&mut self, token: AckToken) -> Result<(), AckError> {
+        if token.tracker_id != self.tracker_id || token.sequence >= self.next_sequence {
+            return Err(AckError::UnknownToken { token });
+        }
+        // The last entry whose first sequence is at or before the token's: the entry holding
+        // it, if it is still tracked (released entries were fully acked).
+        let found = self
+            .entries
+            .range(..=(token.sequence, u64::MAX))
+            .next_back()
+            .map(|(key, entry)| (*key, entry.contains(token.sequence)));
+        let key = match found {
+            Some((key, true)) => key,
+            _ => return Err(AckError::DoubleAck { token }),
+        };
+        let Some(entry) = self.entries.get_mut(&key) else {
+            return Err(AckError::DoubleAck { token });
+        };
+        let index = token.sequence - entry.first_sequence;
+        let word_index = usize::try_from(index / 64).unwrap_or(usize::MAX);
+        let bit = 1u64 << (index % 64);
+        let Some(word) = entry.acked_bits.get_mut(word_index) else {
+            // Fully acked entries drop their bits.
+            return Err(AckError::DoubleAck { token });
+        };
+        if *word & bit != 0 {
+            return Err(AckError::DoubleAck { token });
+        }
+        *word |= bit;
+        entry.unacked_count -= 1;
+        self.in_flight -= 1;
+        if entry.unacked_count == 0 && entry.end.is_some() {
+            self.after_entry_changed(key);
+        }
+        Ok(())
+    }
+
+    /// The newest position whose whole prefix is acked, if it moved since the last call
+    /// (`None` when it did not move).
+    pub fn acked_position(&mut self) -> Option<CheckpointPosition> {
+        if std::mem::take(&mut self.checkpoint_moved) {
+            Some(self.checkpoint.clone())
+        } else {
+            None
+        }
+    }
+
+    /// The current safe position (everything before it is acked), whether or not it moved.
+    pub fn checkpoint(&self) -> &CheckpointPosition {
+        &self.checkpoint
+    }
+
+    /// Records added and not yet acked.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// How many ended transactions (including heartbeats) the checkpoint has passed since
+    /// the tracker was created; a counter for commit batching and metrics.
+    pub fn completed_transactions(&self) -> u64 {
+        self.completed_transactions
+    }
+
+    /// Transactions the tracker is holding (ended but not yet passed by the checkpoint, plus
+    /// the open one): what its memory grows with.
+    pub fn tracked_transactions(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn take_entry_number(&mut self) -> u64 {
+        let number = self.next_entry_number;
+        self.next_entry_number += 1;
+        number
+    }
+
+    /// Called when the entry at `key` may have become complete (ended and fully acked):
+    /// merges it with complete neighbours, then releases complete entries from the front.
+    fn after_entry_changed(&mut self, key: (u64, u64)) {
+        let Some(entry) = self.entries.get_mut(&key) else {
+            return;
+        };
+        if !entry.is_complete() {
+            return;
+        }
+        entry.acked_bits = Vec::new();
+        // Merge into a complete predecessor.
+        let mut key = key;
+        let previous_key = self
+            .entries
+            .range(..key)
+            .next_back()
+            .map(|(k, e)| (*k, e.is_complete()));
+        if let Some((previous_key, true)) = previous_key {
+            if let Some(current) = self.entries.remove(&key) {
+                if let Some(previous) = self.entries.get_mut(&previous_key) {
+                    previous.record_count += current.record_count;
+                    previous.transaction_count += current.transaction_count;
+                    previous.end = current.end;
+                }
+                key = previous_key;
+            }
+        }
+        // Merge a complete successor into it.
+        let next_key = self
+            .entries
+            .range((std::ops::Bound::Excluded(key), std::ops::Bound::Unbounded))
+            .next()
+            .map(|(k, e)| (*k, e.is_complete()));
+        if let Some((next_key, true)) = next_key {
+            if let Some(next) = self.entries.remove(&next_key) {
+                if let Some(current) = self.entries.get_mut(&key) {
+                    current.record_count += next.record_count;
+                    current.transaction_count += next.transaction_count;
+                    current.end = next.end;
+                }
+            }
+        }
+        self.release_front();
+    }
+
+    /// Moves the checkpoint past complete entries at the front.
+    fn release_front(&mut self) {
+        while let Some(mut front) = self.entries.first_entry() {
+            if !front.get().is_complete() {
+                break;
+            }
+            let entry = front.get_mut();
+            if let Some(end) = entry.end.take() {
+                self.checkpoint = end;
+                self.checkpoint_moved = true;
+            }
+            self.completed_transactions += entry.transaction_count;
+            front.remove();
+        }
+    }
+}
