@@ -1,0 +1,210 @@
+//! Commit batching by count and by (paused) time, forced final flush, no regressions.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use outbox_binlog::{BinlogPosition, Flavor};
+use outbox_checkpoint::{
+    Checkpoint, CheckpointCommitter, CheckpointPosition, CheckpointStore, CheckpointStoreError,
+    CommitPolicy, FileCheckpointStore, SharedCheckpointStore, SourceIdentity, StoreFuture,
+};
+
+/// A store that records every commit in memory and can be told to fail.
+#[derive(Debug, Default)]
+struct RecordingStore {
+    commits: Mutex<Vec<Checkpoint>>,
+    failing: Mutex<bool>,
+}
+
+impl RecordingStore {
+    fn committed_offsets(&self) -> Vec<u64> {
+        self.commits
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| c.position.binlog.position)
+            .collect()
+    }
+}
+
+impl CheckpointStore for RecordingStore {
+    fn describe(&self) -> String {
+        "recording store".to_owned()
+    }
+    fn load(&self) -> StoreFuture<'_, Option<Checkpoint>> {
+        Box::pin(async { Ok(self.commits.lock().unwrap().last().cloned()) })
+    }
+    fn commit<'a>(&'a self, checkpoint: &'a Checkpoint) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            if *self.failing.lock().unwrap() {
+                return Err(CheckpointStoreError::Io {
+                    operation: "writing",
+                    path: "/recording".into(),
+                    source: std::io::Error::other("disk full"),
+                });
+            }
+            self.commits.lock().unwrap().push(checkpoint.clone());
+            Ok(())
+        })
+    }
+    fn set<'a>(&'a self, checkpoint: &'a Checkpoint) -> StoreFuture<'a, ()> {
+        self.commit(checkpoint)
+    }
+    fn reset(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async {
+            self.commits.lock().unwrap().clear();
+            Ok(())
+        })
+    }
+}
+
+fn source() -> SourceIdentity {
+    SourceIdentity {
+        flavor: Flavor::Mariadb,
+        server_id: 1,
+        server_uuid: None,
+    }
+}
+
+fn at(offset: u64) -> CheckpointPosition {
+    CheckpointPosition::at(BinlogPosition::new("binlog.000001", offset))
+}
+
+fn committer(store: &Arc<RecordingStore>, policy: CommitPolicy) -> CheckpointCommitter {
+    let shared: SharedCheckpointStore = store.clone();
+    CheckpointCommitter::new(shared, source(), policy, None)
+}
+
+#[tokio::test(start_paused = true)]
+async fn commits_by_count() {
+    let store = Arc::new(RecordingStore::default());
+    let mut committer = committer(
+        &store,
+        CommitPolicy {
+            max_interval: Duration::from_secs(3600),
+            max_transactions: 3,
+        },
+    );
+    assert!(!committer.offer(at(10)).await.unwrap());
+    assert!(!committer.offer(at(20)).await.unwrap());
+    assert!(store.committed_offsets().is_empty());
+    assert!(committer.offer(at(30)).await.unwrap());
+    assert_eq!(store.committed_offsets(), vec![30]);
+    // A batch of several transactions in one offer counts them all.
+    assert!(committer.offer_transactions(at(40), 5).await.unwrap());
+    assert_eq!(store.committed_offsets(), vec![30, 40]);
+    assert_eq!(committer.last_committed(), Some(&at(40)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn commits_by_time() {
+    let store = Arc::new(RecordingStore::default());
+    let mut committer = committer(
+        &store,
+        CommitPolicy {
+            max_interval: Duration::from_secs(1),
+            max_transactions: 1_000,
+        },
+    );
+    assert!(!committer.offer(at(10)).await.unwrap());
+    let due = committer.next_due().unwrap();
+    tokio::time::advance(Duration::from_millis(500)).await;
+    assert!(!committer.offer(at(20)).await.unwrap());
+    assert!(!committer.commit_if_due().await.unwrap());
+    assert!(store.committed_offsets().is_empty());
+    tokio::time::sleep_until(due).await;
+    assert!(committer.commit_if_due().await.unwrap(), "interval passed");
+    assert_eq!(store.committed_offsets(), vec![20], "the newest offered");
+    assert_eq!(committer.next_due(), None, "nothing pending");
+    assert!(!committer.commit_if_due().await.unwrap());
+    // The interval restarts at the commit; an offer after it commits at once.
+    assert!(!committer.offer(at(30)).await.unwrap());
+    tokio::time::advance(Duration::from_millis(1_001)).await;
+    assert!(committer.offer(at(40)).await.unwrap());
+    assert_eq!(store.committed_offsets(), vec![20, 40]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn flush_forces_the_final_commit_once() {
+    let store = Arc::new(RecordingStore::default());
+    let mut committer = committer(&store, CommitPolicy::default());
+    assert!(!committer.flush().await.unwrap(), "nothing offered");
+    committer.offer(at(10)).await.unwrap();
+    committer.offer(at(20)).await.unwrap();
+    assert!(store.committed_offsets().is_empty());
+    assert!(committer.flush().await.unwrap());
+    assert_eq!(store.committed_offsets(), vec![20]);
+    assert!(!committer.flush().await.unwrap(), "already stored");
+    assert_eq!(store.committed_offsets(), vec![20]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn never_commits_an_older_position() {
+    let store = Arc::new(RecordingStore::default());
+    let shared: SharedCheckpointStore = store.clone();
+    let mut committer = CheckpointCommitter::new(
+        shared,
+        source(),
+        CommitPolicy {
+            max_interval: Duration::from_secs(3600),
+            max_transactions: 1,
+        },
+        Some(at(100)),
+    );
+    assert!(
+        !committer.offer(at(50)).await.unwrap(),
+        "older than resumed"
+    );
+    assert!(!committer.offer(at(100)).await.unwrap(), "equal to resumed");
+    assert!(committer.offer(at(150)).await.unwrap());
+    assert!(!committer.offer(at(120)).await.unwrap());
+    assert!(!committer.flush().await.unwrap());
+    assert_eq!(store.committed_offsets(), vec![150]);
+    // A position in a later binlog file is newer even with a smaller offset.
+    let rotated = CheckpointPosition::at(BinlogPosition::new("binlog.000002", 4));
+    assert!(committer.offer(rotated.clone()).await.unwrap());
+    assert_eq!(committer.last_committed(), Some(&rotated));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_commit_keeps_the_position_and_is_retried() {
+    let store = Arc::new(RecordingStore::default());
+    let mut committer = committer(
+        &store,
+        CommitPolicy {
+            max_interval: Duration::from_secs(1),
+            max_transactions: 1,
+        },
+    );
+    *store.failing.lock().unwrap() = true;
+    assert!(committer.offer(at(10)).await.is_err());
+    assert_eq!(committer.pending(), Some(&at(10)));
+    *store.failing.lock().unwrap() = false;
+    // The retry waits one interval (no hammering on every offer) ...
+    assert!(!committer.commit_if_due().await.unwrap());
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert!(committer.commit_if_due().await.unwrap());
+    assert_eq!(store.committed_offsets(), vec![10]);
+    // ... and a flush always retries at once.
+    *store.failing.lock().unwrap() = true;
+    assert!(committer.offer(at(20)).await.is_err());
+    *store.failing.lock().unwrap() = false;
+    assert!(committer.flush().await.unwrap());
+    assert_eq!(store.committed_offsets(), vec![10, 20]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn works_with_the_file_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let file_store = Arc::new(FileCheckpointStore::new(dir.path().join("c.json")));
+    let shared: SharedCheckpointStore = file_store.clone();
+    let mut committer = CheckpointCommitter::new(shared, source(), CommitPolicy::default(), None);
+    committer.offer(at(10)).await.unwrap();
+    committer.offer(at(20)).await.unwrap();
+    assert_eq!(file_store.load().await.unwrap(), None);
+    assert!(committer.flush().await.unwrap());
+    let stored = file_store.load().await.unwrap().unwrap();
+    assert_eq!(stored.position, at(20));
+    assert_eq!(stored.source, source());
+    assert_eq!(stored.writer_version, outbox_checkpoint::WRITER_VERSION);
+}

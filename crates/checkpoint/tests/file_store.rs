@@ -1,0 +1,209 @@
+//! File store crash safety: atomic replace, torn temp files, corrupt files, missing
+//! directories, monotonic commits, format versions.
+
+use outbox_binlog::{BinlogPosition, Flavor, Gtid, GtidSet};
+use outbox_checkpoint::{
+    Checkpoint, CheckpointFormatError, CheckpointPosition, CheckpointStore, CheckpointStoreError,
+    FileCheckpointStore, SourceIdentity,
+};
+
+fn source() -> SourceIdentity {
+    SourceIdentity {
+        flavor: Flavor::Mariadb,
+        server_id: 1,
+        server_uuid: None,
+    }
+}
+
+fn checkpoint_at(file: &str, position: u64, sequence: u64) -> Checkpoint {
+    Checkpoint::new(
+        source(),
+        CheckpointPosition {
+            binlog: BinlogPosition::new(file, position),
+            gtid: Some(Gtid::Mariadb {
+                domain_id: 0,
+                server_id: 1,
+                sequence,
+            }),
+            gtid_set: GtidSet::parse(Flavor::Mariadb, &format!("0-1-{sequence}")).unwrap(),
+            timestamp: 1_700_000_000,
+        },
+    )
+}
+
+#[tokio::test]
+async fn round_trip_through_a_new_store_instance() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("checkpoint.json");
+    let store = FileCheckpointStore::new(&path);
+    assert_eq!(store.load().await.unwrap(), None, "never committed");
+    let checkpoint = checkpoint_at("binlog.000002", 777, 12);
+    store.commit(&checkpoint).await.unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"format\": 1"), "{text}");
+    assert!(text.contains("\"binlog_position\": 777"), "{text}");
+    assert!(!store.temp_path().exists(), "temp file was renamed away");
+    let reopened = FileCheckpointStore::new(&path);
+    assert_eq!(reopened.load().await.unwrap(), Some(checkpoint));
+    assert!(reopened.describe().contains("checkpoint.json"));
+}
+
+#[tokio::test]
+async fn a_torn_temp_file_left_by_a_crash_is_ignored_and_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("checkpoint.json");
+    let store = FileCheckpointStore::new(&path);
+    // Crash before the very first rename: nothing was committed.
+    std::fs::write(store.temp_path(), b"{\"format\": 1, \"binlog_fi").unwrap();
+    assert_eq!(store.load().await.unwrap(), None);
+    let committed = checkpoint_at("binlog.000001", 500, 3);
+    store.commit(&committed).await.unwrap();
+    // Crash while writing the next one: the committed file is intact.
+    std::fs::write(store.temp_path(), b"{\"format\": 1, \"binlog_fi").unwrap();
+    let reopened = FileCheckpointStore::new(&path);
+    assert_eq!(reopened.load().await.unwrap(), Some(committed));
+    let newer = checkpoint_at("binlog.000001", 900, 4);
+    reopened.commit(&newer).await.unwrap();
+    assert!(!reopened.temp_path().exists());
+    assert_eq!(
+        FileCheckpointStore::new(&path).load().await.unwrap(),
+        Some(newer)
+    );
+}
+
+#[tokio::test]
+async fn a_corrupt_or_truncated_file_is_an_error_naming_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("checkpoint.json");
+    let good = checkpoint_at("binlog.000001", 500, 3).to_json();
+    let cases: Vec<Vec<u8>> = vec![
+        Vec::new(),
+        good.as_bytes()[..good.len() / 2].to_vec(),
+        b"not json at all".to_vec(),
+        vec![0xff, 0xfe, 0x00, 0x01],
+        b"{\"format\": 1}".to_vec(),
+    ];
+    for content in cases {
+        std::fs::write(&path, &content).unwrap();
+        let store = FileCheckpointStore::new(&path);
+        let error = store.load().await.unwrap_err();
+        assert!(
+            matches!(error, CheckpointStoreError::Corrupt { .. }),
+            "{content:?}: {error:?}"
+        );
+        let message = error.to_string();
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        // A commit must not paper over it either (it cannot check monotonicity).
+        let commit_error = store
+            .commit(&checkpoint_at("binlog.000001", 600, 4))
+            .await
+            .unwrap_err();
+        assert!(matches!(commit_error, CheckpointStoreError::Corrupt { .. }));
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            content,
+            "file left untouched"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_newer_format_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("checkpoint.json");
+    let newer = checkpoint_at("binlog.000001", 500, 3)
+        .to_json()
+        .replace("\"format\": 1", "\"format\": 7");
+    std::fs::write(&path, newer).unwrap();
+    let error = FileCheckpointStore::new(&path).load().await.unwrap_err();
+    match &error {
+        CheckpointStoreError::Corrupt { source, location } => {
+            assert_eq!(
+                source,
+                &CheckpointFormatError::NewerFormat {
+                    found: 7,
+                    supported: 1
+                }
+            );
+            assert_eq!(location, &path.display().to_string());
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(error.to_string().contains("upgrade the relay"), "{error}");
+}
+
+#[tokio::test]
+async fn a_missing_directory_is_a_clear_error_and_is_not_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("not-mounted");
+    let store = FileCheckpointStore::new(missing.join("checkpoint.json"));
+    for error in [
+        store.load().await.unwrap_err(),
+        store
+            .commit(&checkpoint_at("binlog.000001", 4, 1))
+            .await
+            .unwrap_err(),
+    ] {
+        match &error {
+            CheckpointStoreError::MissingDirectory { directory } => {
+                assert_eq!(directory, &missing)
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(error.to_string().contains("not-mounted"), "{error}");
+    }
+    assert!(!missing.exists());
+}
+
+#[tokio::test]
+async fn commits_are_monotonic_but_set_and_reset_are_not_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("checkpoint.json");
+    let store = FileCheckpointStore::new(&path);
+    let newer = checkpoint_at("binlog.000010", 100, 20);
+    store.commit(&newer).await.unwrap();
+    // Same position again is fine; a later file with a smaller offset is newer.
+    store.commit(&newer).await.unwrap();
+    let rotated = checkpoint_at("binlog.000011", 4, 21);
+    store.commit(&rotated).await.unwrap();
+    // Backwards (in this instance, and in a fresh instance that must read the file first).
+    let older = checkpoint_at("binlog.000010", 900, 19);
+    for store in [store.clone(), FileCheckpointStore::new(&path)] {
+        let error = store.commit(&older).await.unwrap_err();
+        assert!(
+            matches!(error, CheckpointStoreError::Regression { .. }),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("binlog.000010:900"), "{error}");
+        assert_eq!(store.load().await.unwrap(), Some(rotated.clone()));
+    }
+    // A different source (failover) cannot be ordered: accepted.
+    let mut other_source = checkpoint_at("binlog.000001", 4, 1);
+    other_source.source.server_id = 2;
+    store.commit(&other_source).await.unwrap();
+    // The operator may move it anywhere, and reset it.
+    store.set(&older).await.unwrap();
+    assert_eq!(
+        FileCheckpointStore::new(&path).load().await.unwrap(),
+        Some(older)
+    );
+    store.reset().await.unwrap();
+    assert!(!path.exists());
+    assert_eq!(store.load().await.unwrap(), None);
+    store.reset().await.unwrap();
+    // After a reset any position may be committed again.
+    store
+        .commit(&checkpoint_at("binlog.000001", 4, 1))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn usable_as_a_runtime_chosen_trait_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: outbox_checkpoint::SharedCheckpointStore =
+        std::sync::Arc::new(FileCheckpointStore::new(dir.path().join("c.json")));
+    let checkpoint = checkpoint_at("binlog.000001", 4, 1);
+    store.commit(&checkpoint).await.unwrap();
+    assert_eq!(store.load().await.unwrap(), Some(checkpoint));
+}

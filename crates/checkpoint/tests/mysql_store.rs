@@ -1,0 +1,175 @@
+//! The MySQL/MariaDB table store against a real scratch MariaDB.
+
+use mysql_async::prelude::Queryable;
+use outbox_binlog::{BinlogPosition, Flavor, Gtid, GtidSet};
+use outbox_checkpoint::{
+    Checkpoint, CheckpointPosition, CheckpointStore, CheckpointStoreError, MysqlCheckpointStore,
+    SourceIdentity,
+};
+use outbox_testkit::ScratchMariadb;
+
+fn checkpoint_at(server_id: u32, file: &str, position: u64, sequence: u64) -> Checkpoint {
+    Checkpoint::new(
+        SourceIdentity {
+            flavor: Flavor::Mariadb,
+            server_id,
+            server_uuid: None,
+        },
+        CheckpointPosition {
+            binlog: BinlogPosition::new(file, position),
+            gtid: Some(Gtid::Mariadb {
+                domain_id: 0,
+                server_id,
+                sequence,
+            }),
+            gtid_set: GtidSet::parse(Flavor::Mariadb, &format!("0-{server_id}-{sequence},3-9-1"))
+                .unwrap(),
+            timestamp: 1_700_000_000 + sequence as u32,
+        },
+    )
+}
+
+#[tokio::test]
+async fn creates_upserts_loads_and_resets_per_connector() {
+    let server = ScratchMariadb::start().await.unwrap();
+    server.exec(&["CREATE DATABASE relay_state"]).await.unwrap();
+    let url = server.url();
+    let orders =
+        MysqlCheckpointStore::from_url(&url, "relay_state", "checkpoints", "orders").unwrap();
+    let billing =
+        MysqlCheckpointStore::from_url(&url, "relay_state", "checkpoints", "billing").unwrap();
+
+    // First use creates the table; nothing committed yet.
+    assert_eq!(orders.load().await.unwrap(), None);
+    assert_eq!(billing.load().await.unwrap(), None);
+
+    let first = checkpoint_at(1, "binlog.000001", 400, 5);
+    orders.commit(&first).await.unwrap();
+    let second = checkpoint_at(1, "binlog.000002", 4, 6);
+    orders.commit(&second).await.unwrap();
+    let billing_checkpoint = checkpoint_at(2, "mysql-bin.000007", 1234, 90);
+    billing.commit(&billing_checkpoint).await.unwrap();
+
+    // A fresh store instance (as after a restart) reads what was committed.
+    let reopened =
+        MysqlCheckpointStore::from_url(&url, "relay_state", "checkpoints", "orders").unwrap();
+    assert_eq!(reopened.load().await.unwrap(), Some(second.clone()));
+    assert_eq!(
+        billing.load().await.unwrap(),
+        Some(billing_checkpoint.clone())
+    );
+
+    // Upsert: one row per connector, readable columns up to date.
+    let mut conn = server.conn().await.unwrap();
+    let rows: Vec<(String, String, u64, String)> = conn
+        .query(
+            "SELECT connector_name, binlog_file, binlog_position, gtid_set \
+             FROM relay_state.checkpoints ORDER BY connector_name",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            (
+                "billing".to_owned(),
+                "mysql-bin.000007".to_owned(),
+                1234,
+                "0-2-90,3-9-1".to_owned()
+            ),
+            (
+                "orders".to_owned(),
+                "binlog.000002".to_owned(),
+                4,
+                "0-1-6,3-9-1".to_owned()
+            ),
+        ]
+    );
+    let updated_recently: Option<i64> = conn
+        .query_first(
+            "SELECT TIMESTAMPDIFF(SECOND, updated_at, NOW(6)) FROM relay_state.checkpoints \
+             WHERE connector_name = 'orders'",
+        )
+        .await
+        .unwrap();
+    assert!(
+        updated_recently.is_some_and(|s| (0..60).contains(&s)),
+        "{updated_recently:?}"
+    );
+
+    // Monotonic: a regression is rejected, also by a fresh instance that must read first.
+    let older = checkpoint_at(1, "binlog.000001", 900, 5);
+    for store in [&orders, &reopened] {
+        let error = store.commit(&older).await.unwrap_err();
+        assert!(
+            matches!(error, CheckpointStoreError::Regression { .. }),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("orders"), "{error}");
+    }
+    let fresh =
+        MysqlCheckpointStore::from_url(&url, "relay_state", "checkpoints", "orders").unwrap();
+    assert!(matches!(
+        fresh.commit(&older).await,
+        Err(CheckpointStoreError::Regression { .. })
+    ));
+
+    // Operator set (backwards) and reset touch only their connector.
+    orders.set(&older).await.unwrap();
+    assert_eq!(reopened.load().await.unwrap(), Some(older));
+    orders.reset().await.unwrap();
+    assert_eq!(reopened.load().await.unwrap(), None);
+    assert_eq!(billing.load().await.unwrap(), Some(billing_checkpoint));
+    let remaining: Option<u64> = conn
+        .query_first("SELECT COUNT(*) FROM relay_state.checkpoints")
+        .await
+        .unwrap();
+    assert_eq!(remaining, Some(1));
+
+    // A damaged row is an error naming the table and connector, never `None`.
+    conn.query_drop(
+        "UPDATE relay_state.checkpoints SET checkpoint_json = '{\"format\": 1, \"binlog' \
+         WHERE connector_name = 'billing'",
+    )
+    .await
+    .unwrap();
+    let error = MysqlCheckpointStore::from_url(&url, "relay_state", "checkpoints", "billing")
+        .unwrap()
+        .load()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, CheckpointStoreError::Corrupt { .. }),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("relay_state.checkpoints") && message.contains("billing"),
+        "{message}"
+    );
+    conn.disconnect().await.unwrap();
+    for store in [orders, billing, reopened, fresh] {
+        store.disconnect().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_missing_database_or_bad_url_is_a_clear_error() {
+    assert!(matches!(
+        MysqlCheckpointStore::from_url("not a url", "db", "t", "c"),
+        Err(CheckpointStoreError::Database { .. })
+    ));
+    let server = ScratchMariadb::start().await.unwrap();
+    let store =
+        MysqlCheckpointStore::from_url(&server.url(), "no_such_db", "checkpoints", "c").unwrap();
+    let error = store.load().await.unwrap_err();
+    assert!(
+        matches!(error, CheckpointStoreError::Database { .. }),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("no_such_db.checkpoints"),
+        "{error}"
+    );
+    store.disconnect().await.unwrap();
+}
