@@ -24,6 +24,8 @@ pub mod demo;
 pub mod internal_events;
 pub mod metrics;
 pub mod pipeline;
+#[cfg(test)]
+mod pipeline_tests;
 pub mod shutdown;
 pub mod sink;
 mod stores;

@@ -33,10 +33,10 @@ async fn mock_setup(prefix: &str) -> (MockSetup, CheckpointView) {
     }
     let mut setup = RelaySetup::new(&db.url(), &cluster.bootstrap_servers());
     setup.create_topics = false;
-    setup.kafka_properties = vec![
+    setup.kafka_properties.extend([
         ("retry.backoff.ms".into(), "100".into()),
         ("retry.backoff.max.ms".into(), "200".into()),
-    ];
+    ]);
     let mut relay = Relay::prepare(&setup);
     let mut writer = ShopWriter::connect(&db.url(), prefix).await;
     relay.start();

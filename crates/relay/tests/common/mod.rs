@@ -273,12 +273,18 @@ pub struct RelaySetup {
 
 impl RelaySetup {
     /// The usual setup against `brokers`: earliest start, topics created by the relay.
+    /// `OUTBOX_TEST_KAFKA_DEBUG=eos,msg,broker` adds librdkafka's `debug` property (for
+    /// diagnosing a failing test from the relay log).
     pub fn new(mysql_url: &str, brokers: &str) -> RelaySetup {
+        let mut kafka_properties = Vec::new();
+        if let Ok(debug) = std::env::var("OUTBOX_TEST_KAFKA_DEBUG") {
+            kafka_properties.push(("debug".to_string(), debug));
+        }
         RelaySetup {
             mysql_url: mysql_url.to_string(),
             brokers: brokers.to_string(),
             create_topics: true,
-            kafka_properties: Vec::new(),
+            kafka_properties,
             commit_interval_ms: 200,
         }
     }
@@ -303,8 +309,10 @@ pub struct Relay {
 impl Relay {
     /// Writes the config; does not start the process.
     pub fn prepare(setup: &RelaySetup) -> Relay {
+        // OUTBOX_TEST_KEEP=1 keeps config, checkpoint and the full relay log for a post-mortem.
         let dir = tempfile::Builder::new()
             .prefix("outbox-relay-test-")
+            .disable_cleanup(std::env::var_os("OUTBOX_TEST_KEEP").is_some())
             .tempdir()
             .expect("tempdir");
         let config_path = dir.path().join("relay.toml");
@@ -444,11 +452,15 @@ commit_interval_ms = {commit_interval_ms}
         }
     }
 
-    /// The last `lines` lines of the relay log.
+    /// The last `lines` lines of the relay log, headed by the log's path.
     pub fn log_tail(&self, lines: usize) -> String {
         let text = std::fs::read_to_string(&self.log_path).unwrap_or_default();
         let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        format!(
+            "({}; OUTBOX_TEST_KEEP=1 keeps it)\n{}",
+            self.log_path.display(),
+            all[all.len().saturating_sub(lines)..].join("\n")
+        )
     }
 
     /// `outbox-relay checkpoint show --config FILE`.

@@ -1,0 +1,290 @@
+//! In-process pipeline tests: a real scratch MariaDB, rdkafka's in-process mock cluster,
+//! and [`run_relay`] in a task. Process-level end-to-end tests (the binary, Tansu, crashes)
+//! live in `crates/relay/tests/`.
+
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+use outbox_checkpoint::Checkpoint;
+use outbox_testkit::ScratchMariadb;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::DefaultProducerContext;
+
+use crate::config::RelayConfig;
+use crate::demo::{consume_records, demo_config_text, write_sample_order, DEMO_SCHEMA, DEMO_TOPIC};
+use crate::pipeline::{run_relay, RelayError, RelayHandles, RelaySummary};
+use crate::stores::open_checkpoint_store;
+
+/// A scratch server with the demo schema, a mock cluster with the demo topic, and a config
+/// pointing at both with a checkpoint file in a temporary directory.
+struct Fixture {
+    /// The source server.
+    server: ScratchMariadb,
+    /// The in-process Kafka.
+    cluster: MockCluster<'static, DefaultProducerContext>,
+    /// Holds the checkpoint file.
+    _dir: tempfile::TempDir,
+    /// The relay config.
+    config: RelayConfig,
+}
+
+async fn fixture(extra_kafka: &str) -> Fixture {
+    let server = ScratchMariadb::start().await.unwrap();
+    server.exec(DEMO_SCHEMA).await.unwrap();
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic(DEMO_TOPIC, 1, 1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let text = demo_config_text(
+        &server.url(),
+        &cluster.bootstrap_servers(),
+        &dir.path().join("checkpoint.json").display().to_string(),
+    )
+    .replace(
+        "[kafka.properties]",
+        &format!("{extra_kafka}\n[kafka.properties]"),
+    );
+    let config = RelayConfig::parse(&text).unwrap();
+    Fixture {
+        server,
+        cluster,
+        _dir: dir,
+        config,
+    }
+}
+
+impl Fixture {
+    async fn stored(&self) -> Option<Checkpoint> {
+        open_checkpoint_store(&self.config.checkpoint)
+            .await
+            .unwrap()
+            .load()
+            .await
+            .unwrap()
+    }
+
+    async fn stored_gtid_set(&self) -> String {
+        self.stored()
+            .await
+            .map(|c| c.position.gtid_set.to_string())
+            .unwrap_or_default()
+    }
+
+    async fn write_orders(&self, numbers: std::ops::RangeInclusive<u32>) {
+        let mut conn = self.server.conn().await.unwrap();
+        for n in numbers {
+            write_sample_order(&mut conn, n).await.unwrap();
+        }
+        conn.disconnect().await.unwrap();
+    }
+
+    fn start_relay(
+        &self,
+    ) -> (
+        RelayHandles,
+        tokio::task::JoinHandle<Result<RelaySummary, RelayError>>,
+    ) {
+        let handles = RelayHandles::default();
+        let task = tokio::spawn(run_relay(self.config.clone(), handles.clone()));
+        (handles, task)
+    }
+
+    /// Waits until the stored checkpoint's GTID set is `expected`.
+    async fn wait_for_checkpoint(&self, expected: &str, timeout: Duration) {
+        let started = Instant::now();
+        loop {
+            let stored = self.stored_gtid_set().await;
+            if stored == expected {
+                return;
+            }
+            assert!(
+                started.elapsed() < timeout,
+                "checkpoint stayed at `{stored}`, expected `{expected}`"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+async fn stop(
+    handles: RelayHandles,
+    task: tokio::task::JoinHandle<Result<RelaySummary, RelayError>>,
+) -> Result<RelaySummary, RelayError> {
+    handles.shutdown.trigger();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("relay stops after shutdown")
+        .unwrap()
+}
+
+// The schema is 3 transactions (0-1-1..0-1-3); order n is transaction 0-1-(3+n).
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_flow_delivers_every_order_and_stores_the_checkpoint() {
+    let outcome = crate::demo::run_demo(3).await.unwrap();
+    assert_eq!(outcome.delivered, 3);
+    let keys: Vec<_> = outcome.records.iter().map(|r| r.key.clone()).collect();
+    assert_eq!(
+        keys,
+        vec![Some("1".into()), Some("2".into()), Some("3".into())]
+    );
+    for (n, record) in (1..).zip(&outcome.records) {
+        assert_eq!(record.topic, DEMO_TOPIC);
+        let id = record
+            .headers
+            .iter()
+            .find(|(k, _)| k == "id")
+            .map(|(_, v)| v.clone());
+        assert_eq!(id, Some(format!("00000000-0000-4000-8000-{n:012}")));
+        assert!(record
+            .value
+            .as_deref()
+            .unwrap()
+            .contains(&format!("\"order_id\":{n}")));
+    }
+    let checkpoint = outcome.checkpoint.expect("a checkpoint is stored");
+    assert_eq!(checkpoint.position.gtid_set.to_string(), "0-1-6");
+    assert!(checkpoint.position.binlog.position > 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_outage_holds_the_checkpoint_back_until_delivery() {
+    let fixture = fixture("message_timeout_ms = 1000").await;
+    let (handles, task) = fixture.start_relay();
+    // Caught up with the schema (no records) before the outage.
+    fixture
+        .wait_for_checkpoint("0-1-3", Duration::from_secs(20))
+        .await;
+    fixture.cluster.broker_down(1).unwrap();
+    fixture.write_orders(1..=3).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        fixture.stored_gtid_set().await,
+        "0-1-3",
+        "checkpoint moved past unacked records during the outage"
+    );
+    assert_eq!(handles.metrics.records_delivered.get(), 0);
+    fixture.cluster.broker_up(1).unwrap();
+    fixture
+        .wait_for_checkpoint("0-1-6", Duration::from_secs(30))
+        .await;
+    let records = consume_records(
+        &fixture.cluster.bootstrap_servers(),
+        DEMO_TOPIC,
+        3,
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let mut ids: Vec<String> = records
+        .iter()
+        .map(|r| r.key.clone().unwrap_or_default())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids, vec!["1", "2", "3"]);
+    let summary = stop(handles, task).await.unwrap();
+    assert_eq!(summary.delivered, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_resumes_from_the_checkpoint_without_replaying_acked_events() {
+    let fixture = fixture("").await;
+    fixture.write_orders(1..=2).await;
+    let (handles, task) = fixture.start_relay();
+    fixture
+        .wait_for_checkpoint("0-1-5", Duration::from_secs(30))
+        .await;
+    let first = stop(handles, task).await.unwrap();
+    assert_eq!(first.delivered, 2);
+    assert_eq!(
+        first.checkpoint.map(|c| c.position.gtid_set.to_string()),
+        Some("0-1-5".into())
+    );
+
+    fixture.write_orders(3..=4).await;
+    let (handles, task) = fixture.start_relay();
+    fixture
+        .wait_for_checkpoint("0-1-7", Duration::from_secs(30))
+        .await;
+    let second = stop(handles, task).await.unwrap();
+    assert_eq!(second.delivered, 2, "only the orders after the checkpoint");
+    let records = consume_records(
+        &fixture.cluster.bootstrap_servers(),
+        DEMO_TOPIC,
+        4,
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let keys: Vec<_> = records.iter().filter_map(|r| r.key.clone()).collect();
+    assert_eq!(keys, vec!["1", "2", "3", "4"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_that_cannot_be_routed_stops_the_relay_naming_event_table_and_column() {
+    let fixture = fixture("").await;
+    fixture.write_orders(1..=1).await;
+    let mut conn = fixture.server.conn().await.unwrap();
+    conn.query_drop("ALTER TABLE shop.outbox MODIFY aggregate_id VARCHAR(255) NULL")
+        .await
+        .unwrap();
+    conn.query_drop(
+        "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('bad-event-7', 'order', NULL, 'order_created', '{}')",
+    )
+    .await
+    .unwrap();
+    conn.disconnect().await.unwrap();
+    let (_handles, task) = fixture.start_relay();
+    let result = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("the relay stops by itself")
+        .unwrap();
+    let error = result.expect_err("routing error stops the relay");
+    assert!(matches!(error, RelayError::Routing(_)), "{error:?}");
+    let message = error.to_string();
+    for needle in ["bad-event-7", "shop.outbox", "aggregate_id"] {
+        assert!(message.contains(needle), "`{message}` lacks {needle}");
+    }
+    // The good order before it was delivered and checkpointed; the bad row's transaction
+    // (0-1-6, after the ALTER at 0-1-5) was not.
+    let stored = fixture.stored_gtid_set().await;
+    assert!(
+        stored == "0-1-4" || stored == "0-1-5",
+        "checkpoint `{stored}` must stop before the unroutable row"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_during_an_outage_abandons_unacked_records_and_keeps_them_out_of_the_checkpoint() {
+    let fixture = fixture("message_timeout_ms = 500").await;
+    let config_timeout = fixture.config.pipeline.shutdown_timeout_ms;
+    assert_eq!(config_timeout, 5000);
+    fixture.write_orders(1..=1).await;
+    let (handles, task) = fixture.start_relay();
+    // Order 1 delivered (the topic is known), then the broker goes away.
+    fixture
+        .wait_for_checkpoint("0-1-4", Duration::from_secs(20))
+        .await;
+    fixture.cluster.broker_down(1).unwrap();
+    fixture.write_orders(2..=3).await;
+    // Wait until records are in flight.
+    let started = Instant::now();
+    while handles.metrics.in_flight.get() < 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "records never got in flight"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stopping = Instant::now();
+    let summary = stop(handles, task).await.unwrap();
+    assert!(
+        stopping.elapsed() < Duration::from_secs(15),
+        "shutdown waited {:?}",
+        stopping.elapsed()
+    );
+    assert_eq!(summary.delivered, 1);
+    assert!(summary.abandoned >= 1, "{summary:?}");
+    assert_eq!(fixture.stored_gtid_set().await, "0-1-4");
+}
