@@ -177,8 +177,8 @@ pub enum SinkError {
         topic: String,
         /// The record's key, lossy UTF-8, for the operator.
         key: String,
-        /// What Kafka said.
-        error: KafkaError,
+        /// What Kafka said (boxed: it is large and this path is cold).
+        error: Box<KafkaError>,
     },
 }
 
@@ -311,7 +311,7 @@ where
                                 return Err(SinkError::Permanent {
                                     topic: record.map(|r| r.topic.clone()).unwrap_or_default(),
                                     key: record.and_then(|r| r.key.as_deref()).map(|k| String::from_utf8_lossy(k).into_owned()).unwrap_or_else(|| "<none>".into()),
-                                    error,
+                                    error: Box::new(error),
                                 });
                             }
                             FailureKind::Fatal => {
@@ -584,26 +584,22 @@ impl TopicManager {
             .request_timeout(Some(self.timeout));
         match admin.create_topics([&new_topic], &options).await {
             Ok(results) => {
-                for result in results {
-                    match result {
-                        Ok(_) => return Ok(true),
-                        Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => return Ok(false),
-                        Err((_, code @ (RDKafkaErrorCode::RequestTimedOut
+                match results.into_iter().next() {
+                    None | Some(Ok(_)) => Ok(true),
+                    Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => Ok(false),
+                    Some(Err((
+                        _,
+                        code @ (RDKafkaErrorCode::RequestTimedOut
                         | RDKafkaErrorCode::NotController
                         | RDKafkaErrorCode::BrokerTransportFailure
                         | RDKafkaErrorCode::AllBrokersDown
-                        | RDKafkaErrorCode::OperationTimedOut))) => {
-                            return Err(CreateFailure::Transient(format!("{code:?}")))
-                        }
-                        Err((_, code)) => {
-                            return Err(CreateFailure::Definite(format!(
-                                "{code} (partitions {}, replication factor {}: check kafka.topic_partitions, kafka.topic_replication_factor, kafka.topic_config)",
-                                self.partitions, self.replication
-                            )))
-                        }
-                    }
+                        | RDKafkaErrorCode::OperationTimedOut),
+                    ))) => Err(CreateFailure::Transient(format!("{code:?}"))),
+                    Some(Err((_, code))) => Err(CreateFailure::Definite(format!(
+                        "{code} (partitions {}, replication factor {}: check kafka.topic_partitions, kafka.topic_replication_factor, kafka.topic_config)",
+                        self.partitions, self.replication
+                    ))),
                 }
-                Ok(true)
             }
             Err(error) => Err(CreateFailure::Transient(error.to_string())),
         }
