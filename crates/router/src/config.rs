@@ -227,7 +227,8 @@ impl ColumnMapping {
 #[serde(rename_all = "snake_case")]
 pub enum TimestampSource {
     /// The timestamp column when the table has it and the row's value is not NULL,
-    /// else the binlog event time.
+    /// else the binlog event time. A value of an unusable type or out of range (zero
+    /// date, before 1970) is a routing error, not a silent fallback.
     #[default]
     ColumnOrEventTime,
     /// The timestamp column only: a missing column or NULL value is a routing error.

@@ -569,6 +569,12 @@ fn partition_number(value: &Value) -> Result<Option<i32>, RoutingErrorKind> {
         Value::Null => return Ok(None),
         Value::Int(number) => i128::from(*number),
         Value::UInt(number) => i128::from(*number),
+        Value::UndecodableText { bytes, charset } => {
+            return Err(RoutingErrorKind::UndecodableText {
+                charset: charset.clone(),
+                length: bytes.len(),
+            })
+        }
         other => {
             return Err(RoutingErrorKind::UnsupportedType {
                 value_type: value_type_name(other),
