@@ -36,6 +36,8 @@
 //! the relay's TOML, reject unknown keys, and [`validate_router_config`] lists every
 //! clash with a hint. See the crate README for the full key reference.
 
+#![warn(missing_docs)]
+
 mod config;
 mod error;
 mod record;

@@ -1148,3 +1148,27 @@ fn column_positions_follow_a_changed_column_list() {
     );
     assert_eq!(record(&router, &reordered).event_id, "e-2");
 }
+
+#[test]
+fn router_is_shareable_and_errors_read_well() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Router>();
+    let router = seeds_router(&RouteConfig::default());
+    let error = router
+        .route(&with_value(seeds_insert(), "payload", Value::Null))
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "cannot route event `6f1c2a3e-0000-4000-8000-000000000001` of table `shop.outbox`, \
+         column `payload`: the payload is NULL (set [route] tombstone_on_empty_payload = true \
+         to send a tombstone)"
+    );
+    let error = router
+        .route(&with_value(seeds_insert(), "event_id", Value::Null))
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "cannot route a row (event id unreadable) of table `shop.outbox`, column `event_id`: \
+         the value is NULL, but the column is required"
+    );
+}
