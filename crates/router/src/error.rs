@@ -132,3 +132,26 @@ pub enum RoutingErrorKind {
         reason: String,
     },
 }
+
+impl RoutingErrorKind {
+    /// A short, fixed label for metrics and dead-letter headers (e.g. `"null_column"`).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            RoutingErrorKind::UnknownTable => "unknown_table",
+            RoutingErrorKind::MissingRowImage { .. } => "missing_row_image",
+            RoutingErrorKind::InvalidOperation { .. } => "invalid_operation",
+            RoutingErrorKind::MissingColumn => "missing_column",
+            RoutingErrorKind::NullColumn => "null_column",
+            RoutingErrorKind::NullPayload => "null_payload",
+            RoutingErrorKind::EmptyEventId => "empty_event_id",
+            RoutingErrorKind::UndecodableText { .. } => "undecodable_text",
+            RoutingErrorKind::NotUtf8 => "not_utf8",
+            RoutingErrorKind::NotUuid { .. } => "not_uuid",
+            RoutingErrorKind::UnsupportedType { .. } => "unsupported_type",
+            RoutingErrorKind::PayloadNotJson { .. } => "payload_not_json",
+            RoutingErrorKind::InvalidTopic { .. } => "invalid_topic",
+            RoutingErrorKind::InvalidTimestamp { .. } => "invalid_timestamp",
+            RoutingErrorKind::InvalidPartition { .. } => "invalid_partition",
+        }
+    }
+}

@@ -58,3 +58,44 @@ pub enum SkipReason {
         event_id: Option<String>,
     },
 }
+
+impl SkipReason {
+    /// A short, fixed label for metrics (`"update"` or `"delete"`): bounded cardinality,
+    /// unlike the `Debug` text, which contains the event id.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            SkipReason::InvalidOperation {
+                operation: RowOperation::Update,
+                ..
+            } => "update",
+            SkipReason::InvalidOperation {
+                operation: RowOperation::Delete,
+                ..
+            } => "delete",
+            SkipReason::InvalidOperation {
+                operation: RowOperation::Insert,
+                ..
+            } => "insert",
+        }
+    }
+}
+
+impl std::fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SkipReason::InvalidOperation {
+                operation,
+                event_id,
+            } => {
+                write!(
+                    f,
+                    "{operation:?} on an outbox table (only inserts are events)"
+                )?;
+                if let Some(event_id) = event_id {
+                    write!(f, ", event `{event_id}`")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}

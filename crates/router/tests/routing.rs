@@ -876,18 +876,32 @@ fn update_and_delete_behaviors() {
             let result = router.route(&row);
             let expected_id = Some("6f1c2a3e-0000-4000-8000-000000000001".to_string());
             match behavior {
-                InvalidOperationBehavior::Ignore | InvalidOperationBehavior::Warn => assert_eq!(
-                    result,
-                    Ok(RouteOutcome::Skipped {
-                        reason: SkipReason::InvalidOperation {
-                            operation,
-                            event_id: expected_id
-                        }
-                    })
-                ),
+                InvalidOperationBehavior::Ignore | InvalidOperationBehavior::Warn => {
+                    if let Ok(RouteOutcome::Skipped { reason }) = &result {
+                        let label = if operation == RowOperation::Update {
+                            "update"
+                        } else {
+                            "delete"
+                        };
+                        assert_eq!(reason.metric_label(), label);
+                        assert!(reason
+                            .to_string()
+                            .contains("6f1c2a3e-0000-4000-8000-000000000001"));
+                    }
+                    assert_eq!(
+                        result,
+                        Ok(RouteOutcome::Skipped {
+                            reason: SkipReason::InvalidOperation {
+                                operation,
+                                event_id: expected_id
+                            }
+                        })
+                    )
+                }
                 InvalidOperationBehavior::Fail => {
                     let error = result.unwrap_err();
                     assert_eq!(error.kind, RoutingErrorKind::InvalidOperation { operation });
+                    assert_eq!(error.kind.metric_label(), "invalid_operation");
                     assert_eq!(error.event_id, expected_id);
                     assert!(error.to_string().contains("invalid_operation"));
                 }
