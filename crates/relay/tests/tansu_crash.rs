@@ -19,15 +19,19 @@ async fn stream_transactions(mut writer: ShopWriter, stop: Arc<AtomicBool>) -> S
     while !stop.load(Ordering::Relaxed) {
         index += 1;
         let dice = rand::random::<u32>();
-        let kind = if dice % 3 == 0 { "customer" } else { "order" };
+        let kind = if matches!(dice % 3, 0) {
+            "customer"
+        } else {
+            "order"
+        };
         let aggregate = format!("{kind}-{}", (dice / 3) % 8);
         let events = 1 + (dice / 24 % 3) as usize;
-        let commit = dice / 72 % 7 != 0; // about one in seven rolled back
-        let archive = dice / 504 % 5 == 0;
+        let commit = !matches!(dice / 72 % 7, 0); // about one in seven rolled back
+        let archive = matches!(dice / 504 % 5, 0);
         writer
             .transaction(kind, &aggregate, events, commit, archive)
             .await;
-        if index % 4 == 0 {
+        if matches!(index % 4, 0) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }

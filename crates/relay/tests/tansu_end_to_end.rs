@@ -101,7 +101,7 @@ async fn graceful_restart_neither_loses_nor_duplicates() {
     let broker = broker.expect("tansu starts");
     let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
     let mut writer = ShopWriter::connect(&db.url(), "restart").await;
-    let topics = vec![topic_for("order"), topic_for("customer")];
+    let topics = [topic_for("order"), topic_for("customer")];
 
     relay.start();
     for round in 0..3u32 {

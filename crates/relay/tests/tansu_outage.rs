@@ -16,7 +16,11 @@ async fn stream_into(writer: Arc<Mutex<ShopWriter>>, stop: Arc<AtomicBool>) {
     let mut index = 0u32;
     while !stop.load(Ordering::Relaxed) {
         index += 1;
-        let kind = if index % 3 == 0 { "customer" } else { "order" };
+        let kind = if matches!(index % 3, 0) {
+            "customer"
+        } else {
+            "order"
+        };
         let aggregate = format!("{kind}-{}", index % 6);
         writer
             .lock()
@@ -26,7 +30,7 @@ async fn stream_into(writer: Arc<Mutex<ShopWriter>>, stop: Arc<AtomicBool>) {
                 &aggregate,
                 1 + (index % 2) as usize,
                 index % 9 != 4,
-                index % 10 == 0,
+                matches!(index % 10, 0),
             )
             .await;
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -154,7 +158,11 @@ async fn broker_restarted_empty_gets_everything_after_the_checkpoint() {
 
     relay.start();
     for index in 0..30u32 {
-        let kind = if index % 3 == 0 { "customer" } else { "order" };
+        let kind = if matches!(index % 3, 0) {
+            "customer"
+        } else {
+            "order"
+        };
         writer
             .transaction(
                 kind,

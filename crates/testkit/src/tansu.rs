@@ -17,6 +17,11 @@
 //! * The process is killed (SIGKILL) when the [`TansuBroker`] is dropped, frozen or not.
 //! * Tansu 0.6 has no transactions and `read_committed` consumers see nothing: [`read_all`]
 //!   always reads `read_uncommitted`.
+//! * After [`TansuBroker::restart_empty`] the new broker does not know the producer ids the
+//!   old one handed out: an idempotent producer created before the restart gets
+//!   `UNKNOWN_PRODUCER_ID` on every produce (librdkafka bumps the epoch locally and retries,
+//!   forever, until `message.timeout.ms`); only a producer created after the restart (a new
+//!   `InitProducerId`) can write. Code under test has to recreate its producer to recover.
 //!
 //! # Finding the binary
 //! `$TANSU_BIN`, then `tansu` on `PATH`, then `$CARGO_HOME/bin` / `~/.cargo/bin`. When it is
@@ -792,6 +797,34 @@ mod tests {
         .await
         .unwrap();
         assert!(quiet.is_empty(), "restarted broker kept data: {quiet:?}");
+
+        // A producer created after the restart works against the new broker.
+        let fresh: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", broker.bootstrap())
+            .set("enable.idempotence", "true")
+            .set("message.timeout.ms", "10000")
+            .create()
+            .unwrap();
+        fresh
+            .send(
+                FutureRecord::to("harness.roundtrip")
+                    .key("k")
+                    .payload("after"),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+        let after = read_all(
+            &broker.bootstrap(),
+            &["harness.roundtrip"],
+            ReadStop::Count(1),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+        assert_eq!(after.len(), 1, "{after:?}");
+        assert_eq!(after[0].offset, 0);
+        assert_eq!(after[0].value.as_deref(), Some(&b"after"[..]));
     }
 
     #[tokio::test]

@@ -391,7 +391,11 @@ commit_interval_ms = {commit_interval_ms}
             .arg("run")
             .arg("--config")
             .arg(&self.config_path)
-            .env("RUST_LOG", "info")
+            // OUTBOX_TEST_RELAY_LOG overrides the relay's log filter (e.g. `debug`).
+            .env(
+                "RUST_LOG",
+                std::env::var("OUTBOX_TEST_RELAY_LOG").unwrap_or_else(|_| "info".to_string()),
+            )
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
