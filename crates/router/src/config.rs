@@ -41,6 +41,10 @@ pub struct OutboxTableConfig {
     /// Where the Kafka timestamp comes from, because not every table has a usable time column.
     #[serde(default = "default_timestamp_source")]
     pub timestamp_source: TimestampSource,
+    /// Extra columns of this table sent as headers, after `[route] additional_headers`, for
+    /// columns only some tables have.
+    #[serde(default)]
+    pub additional_headers: Vec<AdditionalHeader>,
 }
 
 impl OutboxTableConfig {
@@ -52,6 +56,7 @@ impl OutboxTableConfig {
             columns: ColumnOverrides::default(),
             topic: None,
             timestamp_source: default_timestamp_source(),
+            additional_headers: Vec::new(),
         }
     }
 
@@ -70,7 +75,13 @@ impl OutboxTableConfig {
         }
     }
 
-    /// Checks this table's settings alone; see [`validate_router_config`] for the whole set.
+    /// How messages name this table's section.
+    fn section(&self) -> String {
+        format!("[[outbox]] table = \"{}\":", self.table)
+    }
+
+    /// Checks this table's settings alone (header name clashes with `[route]` need both:
+    /// see [`validate_router_config`]).
     pub fn validate(&self) -> Result<(), RouterConfigError> {
         let mut problems = Vec::new();
         self.collect_problems(&mut problems);
@@ -88,6 +99,7 @@ impl OutboxTableConfig {
                 });
             }
         }
+        check_additional_headers(&self.section(), &self.additional_headers, problems);
         if let Some(topic) = &self.topic {
             if let Err(problem) = TopicTemplate::parse(topic) {
                 problems.push(ConfigProblem::TopicTemplate {
@@ -335,21 +347,15 @@ impl RouteConfig {
         if self.headers.id.is_empty() {
             problems.push(ConfigProblem::EmptyIdHeaderName);
         }
-        for (index, extra) in self.additional_headers.iter().enumerate() {
-            if extra.column.is_empty() {
-                problems.push(ConfigProblem::EmptyAdditionalHeaderColumn { index });
-            }
-            if extra.header.as_deref() == Some("") {
-                problems.push(ConfigProblem::EmptyAdditionalHeaderName {
-                    column: extra.column.clone(),
-                });
-            }
-        }
+        check_additional_headers("[route]", &self.additional_headers, problems);
         if self.tracing_span_context_column.as_deref() == Some("") {
             problems.push(ConfigProblem::EmptyTracingColumn);
         }
-        // Every header name may be produced by one setting only, else consumers could not
-        // tell the values apart.
+        push_duplicate_headers(&self.header_claims(), 0, problems);
+    }
+
+    /// Every header name this section produces, with the setting that produces it.
+    fn header_claims(&self) -> Vec<(&str, String)> {
         let mut claims: Vec<(&str, String)> = vec![
             (self.headers.id.as_str(), "headers.id".to_string()),
             (
@@ -383,17 +389,50 @@ impl RouteConfig {
                 ));
             }
         }
-        for (index, (name, setting)) in claims.iter().enumerate() {
-            if name.is_empty() {
-                continue;
-            }
-            if let Some((_, first)) = claims[..index].iter().find(|(taken, _)| taken == name) {
-                problems.push(ConfigProblem::DuplicateHeaderName {
-                    header: name.to_string(),
-                    first: first.clone(),
-                    second: setting.clone(),
-                });
-            }
+        claims
+    }
+}
+
+/// Appends the problems of one `additional_headers` list; `section` names where it is.
+fn check_additional_headers(
+    section: &str,
+    extras: &[AdditionalHeader],
+    problems: &mut Vec<ConfigProblem>,
+) {
+    for (index, extra) in extras.iter().enumerate() {
+        if extra.column.is_empty() {
+            problems.push(ConfigProblem::EmptyAdditionalHeaderColumn {
+                section: section.to_string(),
+                index,
+            });
+        }
+        if extra.header.as_deref() == Some("") {
+            problems.push(ConfigProblem::EmptyAdditionalHeaderName {
+                section: section.to_string(),
+                column: extra.column.clone(),
+            });
+        }
+    }
+}
+
+/// Every header name may be produced by one setting only, else consumers could not tell
+/// the values apart: reports each claim at or after `from` whose name an earlier claim took.
+/// Empty names (headers turned off) never clash.
+fn push_duplicate_headers(
+    claims: &[(&str, String)],
+    from: usize,
+    problems: &mut Vec<ConfigProblem>,
+) {
+    for (index, (name, setting)) in claims.iter().enumerate().skip(from) {
+        if name.is_empty() {
+            continue;
+        }
+        if let Some((_, first)) = claims[..index].iter().find(|(taken, _)| taken == name) {
+            problems.push(ConfigProblem::DuplicateHeaderName {
+                header: name.to_string(),
+                first: first.clone(),
+                second: setting.clone(),
+            });
         }
     }
 }
@@ -573,14 +612,20 @@ pub enum ConfigProblem {
     #[error("[route] headers.id is empty; the event id header is always sent (Debezium consumers dedupe on `id`), give it a name")]
     EmptyIdHeaderName,
     /// An additional header without a column.
-    #[error("[route] additional_headers[{index}] has an empty `column`; name the column to send")]
+    #[error(
+        "{section} additional_headers[{index}] has an empty `column`; name the column to send"
+    )]
     EmptyAdditionalHeaderColumn {
+        /// `[route]` or the `[[outbox]]` table whose list it is.
+        section: String,
         /// Position in the list.
         index: usize,
     },
     /// An additional header with `header = ""`.
-    #[error("[route] additional_headers: column `{column}` has an empty `header`; remove `header` to use the column name")]
+    #[error("{section} additional_headers: column `{column}` has an empty `header`; remove `header` to use the column name")]
     EmptyAdditionalHeaderName {
+        /// `[route]` or the `[[outbox]]` table whose list it is.
+        section: String,
         /// The column.
         column: String,
     },
@@ -662,6 +707,21 @@ pub fn validate_router_config(
         table.collect_problems(&mut problems);
     }
     route.collect_problems(&mut problems);
+    for table in tables {
+        if table.additional_headers.is_empty() {
+            continue;
+        }
+        let mut claims = route.header_claims();
+        let from = claims.len();
+        let section = table.section();
+        claims.extend(table.additional_headers.iter().map(|extra| {
+            (
+                extra.header_name(),
+                format!("{section} additional_headers (column `{}`)", extra.column),
+            )
+        }));
+        push_duplicate_headers(&claims, from, &mut problems);
+    }
     RouterConfigError::from_problems(problems)
 }
 

@@ -65,8 +65,6 @@ struct RouteSettings {
     aggregate_type_header: String,
     /// Aggregate id header name, empty when off.
     aggregate_id_header: String,
-    /// Extra columns sent as headers.
-    additional_headers: Vec<AdditionalHeader>,
     /// Tracing span context column.
     tracing_span_context_column: Option<String>,
     /// UPDATE/DELETE handling.
@@ -86,6 +84,8 @@ struct TableRoute {
     topic: Option<TopicTemplate>,
     /// Where the Kafka timestamp comes from.
     timestamp_source: TimestampSource,
+    /// Extra header columns: the route's, then the table's own.
+    additional_headers: Vec<AdditionalHeader>,
     /// The event type column must be read (a header or a template needs it).
     event_type_needed: bool,
     /// Column positions of the last column list seen.
@@ -151,7 +151,7 @@ impl TableRoute {
                 .tracing_span_context_column
                 .as_deref()
                 .and_then(position),
-            additional: settings
+            additional: self
                 .additional_headers
                 .iter()
                 .map(|extra| position(&extra.column))
@@ -244,7 +244,6 @@ impl Router {
             event_type_header: route.headers.event_type.clone(),
             aggregate_type_header: route.headers.aggregate_type.clone(),
             aggregate_id_header: route.headers.aggregate_id.clone(),
-            additional_headers: route.additional_headers.clone(),
             tracing_span_context_column: route.tracing_span_context_column.clone(),
             invalid_operation: route.invalid_operation,
             templates_use_event_type,
@@ -266,6 +265,12 @@ impl Router {
                     mapping: table.column_mapping(),
                     topic,
                     timestamp_source: table.timestamp_source,
+                    additional_headers: route
+                        .additional_headers
+                        .iter()
+                        .chain(&table.additional_headers)
+                        .cloned()
+                        .collect(),
                     event_type_needed,
                     column_cache: Mutex::new(None),
                 },
@@ -392,7 +397,7 @@ impl Router {
                 .map_err(|kind| context.error(column, kind))?,
         };
 
-        let mut headers = Vec::with_capacity(4 + settings.additional_headers.len() + 1);
+        let mut headers = Vec::with_capacity(4 + table.additional_headers.len() + 1);
         headers.push((settings.id_header.clone(), event_id.as_bytes().to_vec()));
         if !settings.event_type_header.is_empty() {
             headers.push((
@@ -409,7 +414,7 @@ impl Router {
         if !settings.aggregate_id_header.is_empty() {
             headers.push((settings.aggregate_id_header.clone(), key.clone()));
         }
-        for (extra, index) in settings.additional_headers.iter().zip(&indexes.additional) {
+        for (extra, index) in table.additional_headers.iter().zip(&indexes.additional) {
             match context.present(row, *index, &extra.column)? {
                 Value::Null => {}
                 value => {

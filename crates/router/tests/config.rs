@@ -250,8 +250,8 @@ fn validate_reports_every_clash_with_a_fix() {
             "use \"utf8\", \"hex\" or \"uuid\"",
         ),
         (
-            |p| matches!(p, ConfigProblem::EmptyAdditionalHeaderColumn { index: 1 }),
-            "additional_headers[1]",
+            |p| matches!(p, ConfigProblem::EmptyAdditionalHeaderColumn { index: 1, .. }),
+            "[route] additional_headers[1] has an empty `column`",
         ),
         (
             |p| matches!(p, ConfigProblem::EmptyAdditionalHeaderName { .. }),
@@ -337,4 +337,38 @@ fn config_round_trips_through_toml() {
     let route = RouteConfig::default();
     let back: RouteConfig = toml::from_str(&toml::to_string(&route).unwrap()).unwrap();
     assert_eq!(back, route);
+}
+
+#[test]
+fn table_additional_headers_clash_with_route_headers() {
+    let config = parse(
+        r#"
+        [[outbox]]
+        table = "shop.outbox"
+        additional_headers = [{ column = "tenant" }, { column = "kind", header = "event_type" }]
+
+        [[outbox]]
+        table = "billing.outbox"
+        additional_headers = [{ column = "region" }, { column = "" }]
+
+        [route]
+        additional_headers = [{ column = "region" }]
+        "#,
+    )
+    .unwrap();
+    let error = validate_router_config(&config.outbox, &config.route).unwrap_err();
+    let message = error.to_string();
+    assert_eq!(error.problems.len(), 3, "{message}");
+    assert!(message.contains(
+        "header `event_type` would be written by both headers.event_type and [[outbox]] table = \"shop.outbox\": additional_headers (column `kind`)"
+    ), "{message}");
+    assert!(message.contains(
+        "header `region` would be written by both additional_headers (column `region`) and [[outbox]] table = \"billing.outbox\": additional_headers (column `region`)"
+    ), "{message}");
+    assert!(
+        message.contains(
+            "[[outbox]] table = \"billing.outbox\": additional_headers[1] has an empty `column`"
+        ),
+        "{message}"
+    );
 }

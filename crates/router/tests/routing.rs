@@ -1186,3 +1186,45 @@ fn router_is_shareable_and_errors_read_well() {
          the value is NULL, but the column is required"
     );
 }
+
+#[test]
+fn table_additional_headers_follow_the_route_ones() {
+    let mut shop = OutboxTableConfig::new("shop.outbox".parse().unwrap(), ColumnPreset::Seeds);
+    shop.additional_headers = vec![AdditionalHeader {
+        column: "region".into(),
+        header: Some("x-region".into()),
+        encoding: BinaryEncoding::Raw,
+    }];
+    let mut billing =
+        OutboxTableConfig::new("billing.outbox".parse().unwrap(), ColumnPreset::Seeds);
+    billing.topic = Some("billing".into());
+    let route = RouteConfig {
+        additional_headers: vec![AdditionalHeader {
+            column: "tenant".into(),
+            header: None,
+            encoding: BinaryEncoding::Raw,
+        }],
+        ..RouteConfig::default()
+    };
+    let router = Router::new(&[shop, billing], &route).unwrap();
+    let shop_row = with_column(
+        with_column(seeds_insert(), "tenant", Value::Text("acme".into())),
+        "region",
+        Value::Text("eu".into()),
+    );
+    let record = record(&router, &shop_row);
+    assert_eq!(
+        record.headers[4..],
+        [
+            ("tenant".to_string(), b"acme".to_vec()),
+            ("x-region".to_string(), b"eu".to_vec())
+        ]
+    );
+    // The billing table has no `region` column and needs none.
+    let mut billing_row = with_column(seeds_insert(), "tenant", Value::Text("acme".into()));
+    billing_row.table = Arc::new("billing.outbox".parse().unwrap());
+    let record = common::record(&router, &billing_row);
+    assert_eq!(record.topic, "billing");
+    assert_eq!(record.headers.len(), 5);
+    assert_eq!(record.header("tenant"), Some(&b"acme"[..]));
+}
