@@ -28,7 +28,9 @@ use crate::record::{KafkaRecord, RouteOutcome, SkipReason};
 use crate::render::{
     find_traceparent, render_value_bytes, render_value_text, timestamp_millis, value_type_name,
 };
-use crate::topic::{check_topic_name, TopicPlaceholder, TopicTemplate, TopicValues};
+use crate::topic::{
+    check_topic_name, TopicNameProblem, TopicPlaceholder, TopicTemplate, TopicValues,
+};
 
 /// Routes rows of the configured outbox tables to Kafka records. Cheap to share between
 /// threads (`Send + Sync`); build it once with [`Router::new`].
@@ -376,10 +378,26 @@ impl Router {
             database: &change.table.database,
         });
         if let Err(problem) = check_topic_name(&topic) {
+            let column = topic_fault_column(
+                template,
+                &problem,
+                [
+                    (
+                        TopicPlaceholder::AggregateType,
+                        &aggregate_type,
+                        &mapping.aggregate_type,
+                    ),
+                    (
+                        TopicPlaceholder::EventType,
+                        &event_type,
+                        &mapping.event_type,
+                    ),
+                ],
+            );
             return Err(RoutingError {
                 event_id: Some(event_id),
                 table: Arc::clone(&table.table),
-                column: Some(mapping.aggregate_type.clone()),
+                column,
                 kind: RoutingErrorKind::InvalidTopic { topic, problem },
             });
         }
@@ -437,8 +455,6 @@ impl Router {
             }
         }
 
-        drop(aggregate_type);
-        drop(event_type);
         Ok(KafkaRecord {
             topic,
             key: Some(key),
@@ -566,6 +582,26 @@ impl Router {
             }),
         }
     }
+}
+
+/// The column to blame for an illegal rendered topic: the first placeholder column the
+/// template uses whose value can explain the problem (for an illegal character: contains
+/// it). `None` when only the table or database name can (e.g. `${table}` with a `$`).
+fn topic_fault_column(
+    template: &TopicTemplate,
+    problem: &TopicNameProblem,
+    candidates: [(TopicPlaceholder, &str, &String); 2],
+) -> Option<String> {
+    candidates
+        .into_iter()
+        .find(|(placeholder, value, _)| {
+            template.uses(*placeholder)
+                && match problem {
+                    TopicNameProblem::IllegalCharacter { character } => value.contains(*character),
+                    _ => true,
+                }
+        })
+        .map(|(_, _, column)| column.clone())
 }
 
 /// A partition number from the partition column (`None` for NULL).

@@ -1228,3 +1228,63 @@ fn table_additional_headers_follow_the_route_ones() {
     assert_eq!(record.headers.len(), 5);
     assert_eq!(record.header("tenant"), Some(&b"acme"[..]));
 }
+
+#[test]
+fn invalid_topic_blames_the_right_column() {
+    let route = RouteConfig {
+        topic: "${aggregate_type}.${event_type}".into(),
+        ..RouteConfig::default()
+    };
+    let router = seeds_router(&route);
+    // (aggregate type, event type, blamed column)
+    let cases = [
+        ("order", "Order Created", Some("event_type")),
+        ("or/der", "OrderCreated", Some("aggregate_type")),
+        ("or/der", "Order/Created", Some("aggregate_type")),
+        (
+            "a".repeat(200).leak() as &str,
+            "b".repeat(60).leak() as &str,
+            Some("aggregate_type"),
+        ),
+    ];
+    for (aggregate_type, event_type, column) in cases {
+        let row = with_value(
+            with_value(
+                seeds_insert(),
+                "aggregate_type",
+                Value::Text(aggregate_type.into()),
+            ),
+            "event_type",
+            Value::Text(event_type.into()),
+        );
+        let error = router.route(&row).unwrap_err();
+        assert!(
+            matches!(error.kind, RoutingErrorKind::InvalidTopic { .. }),
+            "{error}"
+        );
+        assert_eq!(error.column.as_deref(), column, "{error}");
+    }
+    // Only the table name can explain this one.
+    let router = Router::new(
+        &[OutboxTableConfig::new(
+            "shop.out$box".parse().unwrap(),
+            ColumnPreset::Seeds,
+        )],
+        &RouteConfig {
+            topic: "${database}.${table}.${aggregate_type}".into(),
+            ..RouteConfig::default()
+        },
+    )
+    .unwrap();
+    let mut row = seeds_insert();
+    row.table = Arc::new("shop.out$box".parse().unwrap());
+    let error = router.route(&row).unwrap_err();
+    assert_eq!(
+        error.kind,
+        RoutingErrorKind::InvalidTopic {
+            topic: "shop.out$box.order".into(),
+            problem: TopicNameProblem::IllegalCharacter { character: '$' }
+        }
+    );
+    assert_eq!(error.column, None);
+}
