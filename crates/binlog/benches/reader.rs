@@ -1,0 +1,259 @@
+//! Reader throughput: raw binlog pull vs. the decoded pipeline, in one run.
+//!
+//! Starts a scratch MariaDB, writes 200 000 transactions (each one `shop.orders` row and one
+//! `shop.outbox` row with a ~150-byte JSON payload), then measures, alternating twice:
+//! * raw pull: `mysql_async` `Conn::get_binlog_stream` from the first binlog file to the end
+//!   position, counting events, decoding nothing;
+//! * decoded: `BinlogReader` (live source + decoder) from the earliest position, watching
+//!   `shop.outbox`, counting commits and outbox rows until the end position.
+//!
+//! Prints transactions/s of each (best of three: the machine is shared, single rounds are
+//! noisy) and the ratio decoded/raw; the issue's target is a ratio of at least 0.8. For
+//! reference it also reads the same binlog file from disk with `BinlogFileReader` (decoder
+//! without network). Run with:
+//! `cargo bench -p outbox-binlog --bench reader` (set `READER_BENCH_TRANSACTIONS` to change
+//! the number of transactions).
+
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use mysql_async::prelude::Queryable;
+use mysql_async::BinlogStreamRequest;
+use outbox_binlog::{
+    BinlogReader, ReaderConfig, StartPosition, StreamItem, TableFilter, TableName, Value,
+};
+use outbox_testkit::{ScratchMariadb, ScratchOptions};
+
+/// Transactions written per multi-statement round trip.
+const BATCH: usize = 500;
+
+fn payload(n: usize) -> String {
+    // ~150 bytes of JSON.
+    format!(
+        r#"{{"orderId":{n},"customerId":"c-{:06}","items":[{{"sku":"sku-{:05}","qty":2,"price":"19.99"}}],"total":"39.98","currency":"EUR","note":"bench"}}"#,
+        n % 100_000,
+        n % 50_000
+    )
+}
+
+async fn write_transactions(server: &ScratchMariadb, transactions: usize) {
+    let mut conn = server.conn().await.expect("connect");
+    conn.query_drop(
+        "CREATE DATABASE shop;
+         CREATE TABLE shop.orders (id BIGINT PRIMARY KEY, customer VARCHAR(64), total DECIMAL(10,2),
+             created_at DATETIME(6)) ENGINE=InnoDB;
+         CREATE TABLE shop.outbox (event_id CHAR(36) PRIMARY KEY, aggregate_type VARCHAR(255),
+             aggregate_id VARCHAR(255), event_type VARCHAR(255), payload JSON,
+             created_at DATETIME(6)) ENGINE=InnoDB",
+    )
+    .await
+    .expect("schema");
+    let mut written = 0;
+    while written < transactions {
+        let end = (written + BATCH).min(transactions);
+        let mut sql = String::with_capacity((end - written) * 600);
+        for n in written..end {
+            sql.push_str(&format!(
+                "BEGIN;INSERT INTO shop.orders VALUES ({n}, 'c-{:06}', 39.98, NOW(6));\
+                 INSERT INTO shop.outbox VALUES ('00000000-0000-4000-8000-{n:012}', 'order', \
+                 '{n}', 'OrderCreated', '{}', NOW(6));COMMIT;",
+                n % 100_000,
+                payload(n)
+            ));
+        }
+        conn.query_drop(sql).await.expect("batch");
+        written = end;
+    }
+    conn.disconnect().await.expect("disconnect");
+}
+
+/// Binlog file and position after the last transaction.
+async fn end_of_log(server: &ScratchMariadb) -> (String, u64) {
+    let mut conn = server.conn().await.expect("connect");
+    let row: mysql_async::Row = conn
+        .query_first("SHOW MASTER STATUS")
+        .await
+        .expect("status")
+        .expect("binlog on");
+    let file: String = row.get(0).expect("file");
+    let position: u64 = row.get(1).expect("position");
+    (file, position)
+}
+
+async fn first_file(server: &ScratchMariadb) -> String {
+    let mut conn = server.conn().await.expect("connect");
+    let row: mysql_async::Row = conn
+        .query_first("SHOW BINARY LOGS")
+        .await
+        .expect("logs")
+        .expect("a log");
+    row.get(0).expect("name")
+}
+
+/// Raw pull: events from the first file to the end position, nothing decoded.
+async fn raw_pull(server: &ScratchMariadb, first: &str, end: &(String, u64)) -> (Duration, u64) {
+    let conn = server.conn().await.expect("connect");
+    let started = Instant::now();
+    let mut stream = conn
+        .get_binlog_stream(
+            BinlogStreamRequest::new(9001)
+                .with_filename(first.as_bytes())
+                .with_pos(4),
+        )
+        .await
+        .expect("binlog stream");
+    let mut events = 0u64;
+    let mut file = first.to_owned();
+    while let Some(event) = stream.next().await {
+        let event = event.expect("event");
+        events += 1;
+        let header = event.header();
+        if header.event_type_raw() == 0x04 {
+            // ROTATE: name after the 8-byte position (may carry 4 trailing CRC bytes).
+            let name = &event.data()[8..];
+            file = String::from_utf8_lossy(name)
+                .chars()
+                .take_while(|c| c.is_ascii_graphic())
+                .collect();
+        }
+        if file == end.0 && u64::from(header.log_pos()) >= end.1 {
+            break;
+        }
+    }
+    let elapsed = started.elapsed();
+    drop(stream);
+    (elapsed, events)
+}
+
+/// Decoded pipeline: the live reader watching the outbox until the end position.
+async fn decoded(server: &ScratchMariadb, end: &(String, u64), transactions: usize) -> Duration {
+    let started = Instant::now();
+    let mut reader = BinlogReader::connect(ReaderConfig {
+        url: server.url(),
+        server_id: 9002,
+        start: StartPosition::Earliest,
+        filter: TableFilter::tables([TableName::new("shop", "outbox")]),
+        heartbeat_interval: Duration::from_secs(5),
+        idle_timeout: Duration::from_secs(60),
+        connect_timeout: Duration::from_secs(30),
+    })
+    .await
+    .expect("reader connects");
+    let mut rows = 0usize;
+    let mut payload_bytes = 0usize;
+    loop {
+        match reader.next_item().await.expect("item") {
+            StreamItem::Row(row) => {
+                rows += 1;
+                if let Some(Value::Text(text)) = row.after.as_ref().and_then(|r| r.get("payload")) {
+                    payload_bytes += text.len();
+                }
+            }
+            StreamItem::Commit(commit) => {
+                if commit.position.file == end.0 && commit.position.position >= end.1 {
+                    break;
+                }
+            }
+            StreamItem::Heartbeat(_) => {}
+        }
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(rows, transactions, "every outbox row decoded");
+    assert!(
+        payload_bytes >= transactions * 100,
+        "payloads decoded as text"
+    );
+    elapsed
+}
+
+fn per_second(count: usize, elapsed: Duration) -> f64 {
+    count as f64 / elapsed.as_secs_f64()
+}
+
+fn main() {
+    let transactions: usize = std::env::var("READER_BENCH_TRANSACTIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200_000);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let server = ScratchMariadb::start_with(ScratchOptions {
+            extra_args: vec![
+                "--innodb-flush-log-at-trx-commit=0".into(),
+                "--sync-binlog=0".into(),
+                "--innodb-buffer-pool-size=256M".into(),
+                "--max-binlog-size=1G".into(),
+            ],
+            ..ScratchOptions::default()
+        })
+        .await
+        .expect("scratch MariaDB");
+        let setup = Instant::now();
+        write_transactions(&server, transactions).await;
+        let end = end_of_log(&server).await;
+        let first = first_file(&server).await;
+        println!(
+            "setup: {transactions} transactions written in {:.1}s, binlog ends at {}:{}",
+            setup.elapsed().as_secs_f64(),
+            end.0,
+            end.1
+        );
+        let mut best_raw = Duration::MAX;
+        let mut best_decoded = Duration::MAX;
+        for round in 1..=3 {
+            let (raw, events) = raw_pull(&server, &first, &end).await;
+            println!(
+                "round {round}: raw pull     {events} events in {:.2}s = {:.0} transactions/s",
+                raw.as_secs_f64(),
+                per_second(transactions, raw)
+            );
+            let dec = decoded(&server, &end, transactions).await;
+            println!(
+                "round {round}: decoded      {transactions} outbox rows in {:.2}s = {:.0} transactions/s",
+                dec.as_secs_f64(),
+                per_second(transactions, dec)
+            );
+            best_raw = best_raw.min(raw);
+            best_decoded = best_decoded.min(dec);
+        }
+        let files: Vec<std::path::PathBuf> = {
+            let mut files: Vec<_> = std::fs::read_dir(server.datadir())
+                .expect("datadir")
+                .map(|entry| entry.expect("entry").path())
+                .filter(|path| {
+                    path.file_name()
+                        .and_then(|name| name.to_str())
+                        .is_some_and(|name| name.starts_with("binlog.") && !name.ends_with(".index"))
+                })
+                .collect();
+            files.sort();
+            files
+        };
+        let started = Instant::now();
+        let mut reader = outbox_binlog::BinlogFileReader::open(
+            files,
+            TableFilter::tables([TableName::new("shop", "outbox")]),
+        )
+        .expect("file reader");
+        let mut file_rows = 0usize;
+        while let Some(item) = reader.next_item().expect("file item") {
+            if matches!(item, StreamItem::Row(_)) {
+                file_rows += 1;
+            }
+        }
+        assert_eq!(file_rows, transactions);
+        println!(
+            "file reader (decoder, no network): {:.0} transactions/s",
+            per_second(transactions, started.elapsed())
+        );
+        let raw_rate = per_second(transactions, best_raw);
+        let decoded_rate = per_second(transactions, best_decoded);
+        println!(
+            "best: raw {raw_rate:.0} tx/s, decoded {decoded_rate:.0} tx/s, ratio {:.2} (target >= 0.80)",
+            decoded_rate / raw_rate
+        );
+    });
+}
