@@ -62,7 +62,8 @@ pub fn check_topic_name(name: &str) -> Result<(), TopicNameProblem> {
 /// A value a topic template can insert.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TopicPlaceholder {
-    /// `${aggregate_type}`: the row's aggregate type column, rendered as text.
+    /// `${aggregate_type}`: the row's aggregate type column, rendered as text. Debezium's
+    /// spelling `${routedByValue}` is accepted too, so Debezium topic settings carry over.
     AggregateType,
     /// `${event_type}`: the row's event type column, rendered as text.
     EventType,
@@ -93,6 +94,9 @@ impl TopicPlaceholder {
 
     /// The placeholder called `name`, if there is one.
     fn from_name(name: &str) -> Option<Self> {
+        if name == "routedByValue" {
+            return Some(TopicPlaceholder::AggregateType);
+        }
         Self::ALL.into_iter().find(|p| p.name() == name)
     }
 }
@@ -275,6 +279,13 @@ mod tests {
             TopicTemplate::parse("${database}.${table}.${aggregate_type}-${event_type}").unwrap();
         assert_eq!(template.render(&values()), "shop.outbox.order-OrderCreated");
         assert!(template.uses(TopicPlaceholder::EventType));
+    }
+
+    #[test]
+    fn debezium_placeholder_spelling() {
+        let template = TopicTemplate::parse("outbox.event.${routedByValue}").unwrap();
+        assert_eq!(template.render(&values()), "outbox.event.order");
+        assert!(template.uses(TopicPlaceholder::AggregateType));
     }
 
     #[test]
