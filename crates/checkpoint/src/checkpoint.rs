@@ -162,14 +162,22 @@ pub enum CheckpointFormatError {
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CheckpointDocumentV1 {
+    /// [`CHECKPOINT_FORMAT_VERSION`]: lets readers refuse formats they do not know.
     format: u32,
+    /// [`Checkpoint::writer_version`].
     writer_version: String,
+    /// [`Checkpoint::source`].
     source: SourceIdentity,
+    /// [`BinlogPosition::file`] of [`CheckpointPosition::binlog`], flat for readability.
     binlog_file: String,
+    /// [`BinlogPosition::position`] of [`CheckpointPosition::binlog`].
     binlog_position: u64,
+    /// [`CheckpointPosition::gtid`] in the server's syntax (absent or null: none).
     #[serde(default)]
     gtid: Option<String>,
+    /// [`CheckpointPosition::gtid_set`] in the server's syntax (`""`: empty).
     gtid_set: String,
+    /// [`CheckpointPosition::timestamp`].
     timestamp: u32,
 }
 

@@ -27,6 +27,8 @@
 //! dyn-compatible ([`SharedCheckpointStore`]), so the backend is chosen at runtime and a later
 //! Kafka compacted-topic store is just one more implementation.
 
+#![warn(missing_docs)]
+
 mod checkpoint;
 mod committer;
 mod file_store;
