@@ -860,10 +860,9 @@ fn starts_with_word(text: &[u8], word: &[u8]) -> bool {
 fn classify_query(query: &[u8]) -> QueryKind {
     let text = skip_leading_noise(query);
     let after_word = |word: &[u8]| skip_leading_noise(&text[word.len()..]);
-    if starts_with_word(text, b"BEGIN") {
-        QueryKind::Begin
-    } else if starts_with_word(text, b"START")
-        && starts_with_word(after_word(b"START"), b"TRANSACTION")
+    if starts_with_word(text, b"BEGIN")
+        || (starts_with_word(text, b"START")
+            && starts_with_word(after_word(b"START"), b"TRANSACTION"))
     {
         QueryKind::Begin
     } else if starts_with_word(text, b"COMMIT") {

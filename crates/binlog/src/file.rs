@@ -230,7 +230,10 @@ impl BinlogFileReader {
             return Err(BinlogError::UnsupportedEvent {
                 event_type,
                 event_name: "START_ENCRYPTION",
-                position: crate::types::BinlogPosition::new(file_name_of(&path), event_offset),
+                position: crate::types::BinlogPosition::new(
+                    self.decoder.current_file(),
+                    event_offset,
+                ),
                 reason: "the rest of this file is encrypted; read it through the server".into(),
             });
         }
