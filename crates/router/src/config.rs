@@ -286,7 +286,8 @@ pub struct RouteConfig {
     pub additional_headers: Vec<AdditionalHeader>,
     /// Column holding a tracing span context (Debezium's `tracingspancontext`), carried as
     /// header `traceparent` when it is a W3C trace context, else under the column's name,
-    /// so traces continue across the relay.
+    /// so traces continue across the relay. NULL, or a table without the column (logged
+    /// once as a warning), sends no tracing header.
     #[serde(default)]
     pub tracing_span_context_column: Option<String>,
     /// What to do with UPDATE and DELETE rows of an outbox table (Debezium's

@@ -159,6 +159,14 @@ impl TableRoute {
                 .map(|extra| position(&extra.column))
                 .collect(),
         });
+        if let (Some(column), None) = (&settings.tracing_span_context_column, resolved.tracing) {
+            tracing::warn!(
+                table = %self.table,
+                column = %column,
+                "the outbox table has no tracing span context column of this name; its \
+                 records carry no tracing header"
+            );
+        }
         *cache = Some(Arc::clone(&resolved));
         resolved
     }
@@ -442,9 +450,15 @@ impl Router {
                 }
             }
         }
-        if let Some(column) = &settings.tracing_span_context_column {
-            if let Some(header) = tracing_header(context.present(row, indexes.tracing, column)?)
-                .map_err(|kind| context.error(column, kind))?
+        // A table without the span context column simply has no traces to carry (warned
+        // about once per column list, in `indexes`).
+        let tracing_value = settings
+            .tracing_span_context_column
+            .as_ref()
+            .zip(indexes.tracing.and_then(|index| row.values.get(index)));
+        if let Some((column, value)) = tracing_value {
+            if let Some(header) =
+                tracing_header(value).map_err(|kind| context.error(column, kind))?
             {
                 headers.push(match header {
                     TracingHeader::Traceparent(traceparent) => {

@@ -738,6 +738,24 @@ fn tracing_span_context_header() {
             assert_eq!(record.headers.last(), expected.last());
         }
     }
+    let bad = with_column(
+        seeds_insert(),
+        "tracingspancontext",
+        Value::UndecodableText {
+            bytes: vec![0x9f],
+            charset: "utf8mb4".into(),
+        },
+    );
+    let error = router.route(&bad).unwrap_err();
+    assert!(matches!(
+        error.kind,
+        RoutingErrorKind::UndecodableText { .. }
+    ));
+    assert_eq!(error.column.as_deref(), Some("tracingspancontext"));
+    // A table without the span context column has no traces to carry: no header.
+    let record = common::record(&router, &seeds_insert());
+    assert_eq!(record.headers.len(), 4);
+    assert_eq!(record.header("traceparent"), None);
 }
 
 #[test]
@@ -1102,6 +1120,13 @@ fn partition_column() {
         (Value::Int(-1), Err(())),
         (Value::UInt(u64::from(u32::MAX)), Err(())),
         (Value::Text("3".into()), Err(())),
+        (
+            Value::UndecodableText {
+                bytes: vec![0x80],
+                charset: "latin1".into(),
+            },
+            Err(()),
+        ),
     ];
     for (value, expected) in cases {
         let row = with_column(seeds_insert(), "kafka_partition", value.clone());
