@@ -127,12 +127,14 @@ impl InternalEvent for DeliveryFailedTransient<'_> {
     }
 }
 
-/// librdkafka reported a fatal producer error; the producer is rebuilt and every unacked
+/// The producer is rebuilt (after a fatal error or a delivery timeout) and every unacked
 /// record resent.
 #[derive(Debug)]
 pub struct ProducerRecreated<'a> {
-    /// The fatal error.
+    /// Why, for the log.
     pub reason: &'a str,
+    /// `fatal` or `timeout`: the `delivery_errors` label counted for it.
+    pub kind: &'static str,
     /// Records that will be resent.
     pub resending: usize,
 }

@@ -9,8 +9,10 @@
 //!   new record is taken, and waiting records are resent in input order, so per-key order
 //!   holds as far as librdkafka's own idempotent retries allow (a resend after a reported
 //!   failure may duplicate, never lose).
-//! * A fatal producer error (librdkafka's `Fatal`, e.g. an idempotence sequence gap)
-//!   rebuilds the producer and resends every unacked record in input order.
+//! * A fatal producer error (librdkafka's `Fatal`, e.g. an idempotence sequence gap), and a
+//!   delivery timeout (librdkafka already retried for `message.timeout.ms`; a broker that
+//!   restarted empty no longer knows the producer id, so that producer never recovers),
+//!   rebuild the producer and resend every unacked record in input order.
 //! * Permanent errors (record too large, authorization, invalid topic) stop the sink with
 //!   [`SinkError::Permanent`] naming the topic; nothing is skipped.
 //! * Before the first send to a topic the sink checks that it exists, creating it through
@@ -262,6 +264,8 @@ where
     let mut backoff = Backoff::new(settings.retry_initial_backoff, settings.retry_max_backoff);
     let mut resend_timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
     let mut input_open = true;
+    // Set when the producer must be rebuilt before the next resend: (reason, metric kind).
+    let mut recreate_reason: Option<(String, &'static str)> = None;
     let mut drain_deadline: Option<tokio::time::Instant> = None;
     let mut summary = SinkSummary::default();
 
@@ -315,16 +319,20 @@ where
                                 });
                             }
                             FailureKind::Fatal => {
-                                let reason = fatal.map(|(code, message)| format!("{code:?}: {message}")).unwrap_or_else(|| error.to_string());
-                                ProducerRecreated { reason: &reason, resending: pending.len() }.emit(&metrics);
-                                let old = std::mem::replace(&mut producer, settings.client_config().create().map_err(SinkError::Client)?);
-                                // Dropping a producer purges and flushes for up to 500 ms: not on the runtime.
-                                tokio::task::spawn_blocking(move || drop(old));
-                                generation += 1;
-                                waiting_for_resend = pending.keys().copied().collect();
-                                resend_timer = Some(Box::pin(tokio::time::sleep(backoff.next_delay())));
+                                let reason = fatal.map(|(code, message)| format!("fatal {code:?}: {message}")).unwrap_or_else(|| format!("fatal: {error}"));
+                                recreate_reason = Some((reason, "fatal"));
+                                waiting_for_resend.insert(sequence);
+                                if resend_timer.is_none() {
+                                    resend_timer = Some(Box::pin(tokio::time::sleep(backoff.next_delay())));
+                                }
                             }
                             FailureKind::Transient => {
+                                if error.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageTimedOut) && recreate_reason.is_none() {
+                                    // librdkafka retried for message.timeout.ms already. A producer
+                                    // whose id the cluster forgot (broker restarted empty) never
+                                    // recovers by itself: start over with a fresh one.
+                                    recreate_reason = Some((format!("delivery timed out: {error}"), "timeout"));
+                                }
                                 let first_failure = waiting_for_resend.is_empty();
                                 waiting_for_resend.insert(sequence);
                                 if first_failure || resend_timer.is_none() {
@@ -345,6 +353,17 @@ where
             }
             _ = resend_due => {
                 resend_timer = None;
+                if let Some((reason, kind)) = recreate_reason.take() {
+                    ProducerRecreated { reason: &reason, kind, resending: pending.len() }.emit(&metrics);
+                    let fresh = settings.client_config().create().map_err(SinkError::Client)?;
+                    let old = std::mem::replace(&mut producer, fresh);
+                    // Dropping a producer purges and flushes for up to 500 ms: not on the runtime.
+                    // Its outstanding deliveries then fail (ignored: older generation) or
+                    // succeed (accepted: a real ack).
+                    tokio::task::spawn_blocking(move || drop(old));
+                    generation += 1;
+                    waiting_for_resend = pending.keys().copied().collect();
+                }
                 let due: Vec<u64> = std::mem::take(&mut waiting_for_resend).into_iter().collect();
                 for sequence in due {
                     if let Some(item) = pending.get(&sequence) {
