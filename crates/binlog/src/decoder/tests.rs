@@ -237,3 +237,184 @@ fn queries_are_classified() {
         QueryKind::Statement { ddl: false }
     );
 }
+
+/// A TABLE_MAP body for `shop.<table>` with columns INT and VARCHAR(10) utf8mb4, without
+/// column names (binlog_row_metadata=MINIMAL).
+fn table_map_body(table_id: u64, table: &str) -> Vec<u8> {
+    let mut body = table_id.to_le_bytes()[..6].to_vec();
+    body.extend_from_slice(&[0, 0]);
+    body.push(4);
+    body.extend_from_slice(b"shop\0");
+    body.push(table.len() as u8);
+    body.extend_from_slice(table.as_bytes());
+    body.push(0);
+    body.push(2); // columns
+    body.extend_from_slice(&[3, 15]); // LONG, VARCHAR
+    body.extend_from_slice(&[2, 10, 0]); // metadata: VARCHAR max length 10
+    body.push(0b10); // nullable bitmap
+    body.extend_from_slice(&[1, 1, 0]); // SIGNEDNESS: signed
+    body.extend_from_slice(&[2, 1, 45]); // DEFAULT_CHARSET utf8mb4_general_ci
+    body
+}
+
+/// A WRITE_ROWS_V1 body with one row `(id, text)`.
+fn write_rows_body(table_id: u64, id: i32, text: &str) -> Vec<u8> {
+    let mut body = table_id.to_le_bytes()[..6].to_vec();
+    body.extend_from_slice(&1u16.to_le_bytes()); // STMT_END_F
+    body.push(2);
+    body.push(0b11);
+    body.push(0); // NULL bitmap
+    body.extend_from_slice(&id.to_le_bytes());
+    body.push(text.len() as u8);
+    body.extend_from_slice(text.as_bytes());
+    body
+}
+
+#[test]
+fn minimal_metadata_asks_for_names_and_ddl_makes_it_ask_again() {
+    let outbox = TableName::new("shop", "outbox");
+    let mut decoder = Decoder::new(TableFilter::tables([outbox.clone()]), "b.000001".into());
+    let mut out = VecDeque::new();
+    let map = event(code::TABLE_MAP, 200, &table_map_body(7, "outbox"));
+    decoder
+        .push(
+            &event(code::MARIADB_GTID, 100, &mariadb_gtid_body(1, 0, 0)),
+            &mut out,
+        )
+        .unwrap();
+    assert_eq!(
+        decoder.push(&map, &mut out).unwrap(),
+        PushOutcome::NeedColumnNames(outbox.clone())
+    );
+    decoder.set_column_names(&outbox, vec!["id".into(), "body".into()]);
+    assert_eq!(decoder.push(&map, &mut out).unwrap(), PushOutcome::Consumed);
+    let rows = event(code::WRITE_ROWS_V1, 260, &write_rows_body(7, -5, "héllo"));
+    decoder.push(&rows, &mut out).unwrap();
+    decoder
+        .push(&event(code::XID, 300, &1u64.to_le_bytes()), &mut out)
+        .unwrap();
+    match out.pop_front() {
+        Some(StreamItem::Row(change)) => {
+            let after = change.after.unwrap();
+            assert_eq!(after.get("id"), Some(&crate::Value::Int(-5)));
+            assert_eq!(after.get("body"), Some(&crate::Value::Text("héllo".into())));
+            assert_eq!(change.event_position, BinlogPosition::new("b.000001", 260 - 41));
+        }
+        other => panic!("expected a row, got {other:?}"),
+    }
+    assert!(matches!(out.pop_front(), Some(StreamItem::Commit(c)) if c.row_count == 1));
+
+    // DDL on the table: the cached names are forgotten and looked up again.
+    decoder
+        .push(
+            &event(
+                code::QUERY,
+                400,
+                &query_body("ALTER TABLE `outbox` ADD x INT"),
+            ),
+            &mut out,
+        )
+        .unwrap();
+    assert!(matches!(out.pop_front(), Some(StreamItem::Commit(c)) if c.position.position == 400));
+    decoder
+        .push(
+            &event(code::MARIADB_GTID, 450, &mariadb_gtid_body(3, 0, 0)),
+            &mut out,
+        )
+        .unwrap();
+    let map = event(code::TABLE_MAP, 550, &table_map_body(7, "outbox"));
+    assert_eq!(
+        decoder.push(&map, &mut out).unwrap(),
+        PushOutcome::NeedColumnNames(outbox.clone())
+    );
+    // Names that do not match the binlog's column count are a definite error.
+    decoder.set_column_names(&outbox, vec!["id".into(), "body".into(), "x".into()]);
+    let error = decoder.push(&map, &mut out).unwrap_err();
+    assert!(
+        matches!(error, BinlogError::RowImageMismatch { .. }),
+        "{error}"
+    );
+}
+
+#[test]
+fn rows_of_unwatched_tables_are_skipped_without_decoding() {
+    let mut decoder = Decoder::new(
+        TableFilter::tables([TableName::new("shop", "outbox")]),
+        "b.000001".into(),
+    );
+    let mut body = write_rows_body(9, 1, "x");
+    body.truncate(body.len() - 3); // a row image that would not decode
+    let items = push_all(
+        &mut decoder,
+        &[
+            event(code::MARIADB_GTID, 100, &mariadb_gtid_body(1, 0, 0)),
+            event(code::TABLE_MAP, 200, &table_map_body(9, "orders")),
+            event(code::WRITE_ROWS_V1, 260, &body),
+            event(code::XID, 300, &1u64.to_le_bytes()),
+        ],
+    )
+    .unwrap();
+    assert!(matches!(&items[..], [StreamItem::Commit(c)] if c.row_count == 0));
+}
+
+/// An event as `mysql_async` yields the inner events of a TRANSACTION_PAYLOAD: parsed with
+/// checksums switched off.
+fn inner_event(event_type: u8, body: &[u8]) -> Event {
+    use mysql_common::binlog::events::BinlogEventFooter;
+    let mut footer = BinlogEventFooter::default();
+    footer.set_checksum_enabled(false);
+    let fde = FormatDescriptionEvent::new(BinlogVersion::Version4).with_footer(footer);
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&1_700_000_000u32.to_le_bytes());
+    bytes.push(event_type);
+    bytes.extend_from_slice(&7u32.to_le_bytes());
+    bytes.extend_from_slice(&((19 + body.len()) as u32).to_le_bytes());
+    bytes.extend_from_slice(&0u32.to_le_bytes());
+    bytes.extend_from_slice(&0u16.to_le_bytes());
+    bytes.extend_from_slice(body);
+    Event::read(&fde, &bytes[..]).unwrap()
+}
+
+#[test]
+fn compressed_transactions_commit_at_the_payload_end_and_must_be_complete() {
+    let mut decoder = Decoder::new(TableFilter::all(), "b.000001".into());
+    let items = push_all(
+        &mut decoder,
+        &[
+            event(code::ANONYMOUS_GTID, 200, &[0u8; 42]),
+            event(code::TRANSACTION_PAYLOAD, 500, &[0u8; 10]),
+            inner_event(code::QUERY, &query_body("BEGIN")),
+            inner_event(code::XID, &1u64.to_le_bytes()),
+        ],
+    )
+    .unwrap();
+    assert!(
+        matches!(&items[..], [StreamItem::Commit(c)] if c.position.position == 500),
+        "{items:?}"
+    );
+    assert!(!decoder.in_transaction());
+
+    // The payload's events never came: the next outer event is an error, not a skip.
+    let mut decoder = Decoder::new(TableFilter::all(), "b.000001".into());
+    let error = push_all(
+        &mut decoder,
+        &[
+            event(code::ANONYMOUS_GTID, 200, &[0u8; 42]),
+            event(code::TRANSACTION_PAYLOAD, 500, &[0u8; 10]),
+            event(code::ANONYMOUS_GTID, 600, &[0u8; 42]),
+        ],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(error, BinlogError::BrokenTransaction { .. }),
+        "{error}"
+    );
+
+    // Inner events without their payload event are an error too.
+    let mut decoder = Decoder::new(TableFilter::all(), "b.000001".into());
+    let error = push_all(&mut decoder, &[inner_event(code::XID, &1u64.to_le_bytes())]).unwrap_err();
+    assert!(
+        matches!(error, BinlogError::BrokenTransaction { .. }),
+        "{error}"
+    );
+}
