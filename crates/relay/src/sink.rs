@@ -823,6 +823,36 @@ mod tests {
                 > 0,
             "the sink's own retry path ran"
         );
+        assert!(
+            metrics.producer_recreations.get() > 0,
+            "delivery timeouts rebuild the producer"
+        );
+    }
+
+    /// An idempotence sequence error the producer cannot recover from raises a fatal
+    /// error: the sink rebuilds the producer and resends, losing nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fatal_producer_error_rebuilds_the_producer_and_resends() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("sink.fatal", 1, 1).unwrap();
+        cluster.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER; 3],
+        );
+        let metrics = Metrics::new();
+        let (result, mut tickets) = run_with(
+            settings(&cluster.bootstrap_servers()),
+            "sink.fatal",
+            10,
+            async {},
+            metrics.clone(),
+        )
+        .await;
+        assert_eq!(result.unwrap().delivered, 10);
+        tickets.sort_unstable();
+        assert_eq!(tickets, (0..10).collect::<Vec<_>>());
+        assert!(metrics.producer_recreations.get() > 0);
+        assert!(metrics.delivery_errors.with_label_values(&["fatal"]).get() > 0);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
