@@ -18,7 +18,8 @@
 //! * **value**: the payload as is: a JSON column as its JSON text, text and binary columns
 //!   byte-exact; NULL/empty is a tombstone only with `tombstone_on_empty_payload`.
 //! * **headers**: `id` (event id), `event_type`, `aggregate_type`, `aggregate_id`, the
-//!   `additional_headers` columns, and the tracing span context (`traceparent`).
+//!   `additional_headers` columns (route-wide, then per table), and the tracing span
+//!   context (`traceparent`).
 //! * **timestamp**: the timestamp column (DATETIME as UTC, TIMESTAMP, integer epoch
 //!   millis) or the binlog event time, per `timestamp_source`.
 //!
