@@ -765,6 +765,46 @@ mod tests {
         assert_eq!(metrics.in_flight.get(), 0);
     }
 
+    /// With a slow broker, many records are in flight at once (sends never wait for the
+    /// previous ack) but never more than `max_in_flight`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn keeps_many_records_in_flight_up_to_the_limit() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("sink.slow", 4, 1).unwrap();
+        cluster
+            .broker_round_trip_time(1, Duration::from_millis(100))
+            .unwrap();
+        let metrics = Metrics::new();
+        let mut limited = settings(&cluster.bootstrap_servers());
+        limited.max_in_flight = 8;
+        let sampled_max = Arc::new(std::sync::atomic::AtomicI64::new(0));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sampler = {
+            let metrics = metrics.clone();
+            let sampled_max = sampled_max.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    sampled_max.fetch_max(
+                        metrics.in_flight.get(),
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            })
+        };
+        let started = std::time::Instant::now();
+        let (result, tickets) = run_with(limited, "sink.slow", 64, async {}, metrics.clone()).await;
+        let elapsed = started.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        sampler.await.unwrap();
+        assert_eq!(result.unwrap().delivered, 64);
+        assert_eq!(tickets.len(), 64);
+        let max = sampled_max.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(max <= 8, "in flight reached {max} with a limit of 8");
+        assert!(max >= 4, "only {max} in flight: sends are not pipelined");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn missing_topic_without_creation_is_an_error_naming_it() {
         let cluster = MockCluster::new(1).unwrap();
