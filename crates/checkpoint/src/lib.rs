@@ -32,6 +32,7 @@
 mod checkpoint;
 mod committer;
 mod file_store;
+mod gtid_union;
 pub mod internal_events;
 mod mysql_store;
 mod store;

@@ -44,7 +44,10 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use outbox_binlog::{BinlogPosition, Gtid, GtidSet};
+
 use crate::checkpoint::CheckpointPosition;
+use crate::gtid_union::{add_optional, union_into};
 
 /// Distinguishes trackers so a token of one tracker is never mistaken for one of another.
 static NEXT_TRACKER_ID: AtomicU64 = AtomicU64::new(1);
@@ -95,11 +98,39 @@ struct Entry {
     /// One bit per record (`1` = acked) while some are unacked; emptied once all are acked
     /// (any further ack in range is then a double ack).
     acked_bits: Vec<u64>,
-    /// Position after the entry's last transaction; `None` while the transaction is open.
-    end: Option<CheckpointPosition>,
+    /// Where the entry's last transaction ends; `None` while the transaction is open.
+    end: Option<EntryEnd>,
     /// How many transactions (or heartbeats) the entry stands for (more than 1 once merged),
     /// so [`AckTracker::completed_transactions`] stays exact.
     transaction_count: u64,
+}
+
+/// The end of an entry: what the checkpoint becomes when the entry is released.
+///
+/// Entries do not carry a snapshot of the whole GTID set (a clone per transaction); they
+/// carry their own GTIDs, folded into the checkpoint's set on release.
+#[derive(Debug)]
+struct EntryEnd {
+    /// Position after the entry's last transaction.
+    binlog: BinlogPosition,
+    /// The last transaction's GTID (becomes [`CheckpointPosition::gtid`]).
+    last_gtid: Option<Gtid>,
+    /// GTIDs of the entry's earlier (merged) transactions, in binlog order; empty, without an
+    /// allocation, for a single transaction.
+    earlier_gtids: GtidSet,
+    /// Event timestamp after the last transaction (heartbeats' 0 already replaced).
+    timestamp: u32,
+}
+
+impl EntryEnd {
+    /// Appends `later` (the next entry's end) to this one.
+    fn absorb(&mut self, later: EntryEnd) {
+        add_optional(&mut self.earlier_gtids, self.last_gtid.as_ref());
+        union_into(&mut self.earlier_gtids, later.earlier_gtids);
+        self.last_gtid = later.last_gtid;
+        self.binlog = later.binlog;
+        self.timestamp = later.timestamp;
+    }
 }
 
 impl Entry {
@@ -131,8 +162,6 @@ pub struct AckTracker {
     next_sequence: u64,
     /// Next entry number to hand out.
     next_entry_number: u64,
-    /// GTID set after the newest ended transaction (the read head, not the checkpoint).
-    read_head_gtid_set: outbox_binlog::GtidSet,
     /// Timestamp of the newest ended transaction with a non-zero timestamp.
     read_head_timestamp: u32,
     /// Records added and not yet acked.
@@ -146,7 +175,6 @@ impl AckTracker {
     pub fn new(start: CheckpointPosition) -> Self {
         Self {
             tracker_id: NEXT_TRACKER_ID.fetch_add(1, Ordering::Relaxed),
-            read_head_gtid_set: start.gtid_set.clone(),
             read_head_timestamp: start.timestamp,
             checkpoint: start,
             checkpoint_moved: false,
@@ -208,16 +236,13 @@ impl AckTracker {
             gtid_set: _,
             timestamp,
         } = position;
-        if let Some(gtid) = &gtid {
-            self.read_head_gtid_set.add(gtid);
-        }
         if timestamp != 0 {
             self.read_head_timestamp = timestamp;
         }
-        let end = CheckpointPosition {
+        let end = EntryEnd {
             binlog,
-            gtid,
-            gtid_set: self.read_head_gtid_set.clone(),
+            last_gtid: gtid,
+            earlier_gtids: GtidSet::Empty,
             timestamp: self.read_head_timestamp,
         };
         let key = match self.open_entry.take() {
@@ -344,7 +369,7 @@ impl AckTracker {
                 if let Some(previous) = self.entries.get_mut(&previous_key) {
                     previous.record_count += current.record_count;
                     previous.transaction_count += current.transaction_count;
-                    previous.end = current.end;
+                    absorb_end(&mut previous.end, current.end);
                 }
                 key = previous_key;
             }
@@ -360,7 +385,7 @@ impl AckTracker {
                 if let Some(current) = self.entries.get_mut(&key) {
                     current.record_count += next.record_count;
                     current.transaction_count += next.transaction_count;
-                    current.end = next.end;
+                    absorb_end(&mut current.end, next.end);
                 }
             }
         }
@@ -375,11 +400,25 @@ impl AckTracker {
             }
             let entry = front.get_mut();
             if let Some(end) = entry.end.take() {
-                self.checkpoint = end;
+                let checkpoint = &mut self.checkpoint;
+                union_into(&mut checkpoint.gtid_set, end.earlier_gtids);
+                add_optional(&mut checkpoint.gtid_set, end.last_gtid.as_ref());
+                checkpoint.binlog = end.binlog;
+                checkpoint.gtid = end.last_gtid;
+                checkpoint.timestamp = end.timestamp;
                 self.checkpoint_moved = true;
             }
             self.completed_transactions += entry.transaction_count;
             front.remove();
         }
+    }
+}
+
+/// Appends `later` to `earlier` (both are set for complete entries).
+fn absorb_end(earlier: &mut Option<EntryEnd>, later: Option<EntryEnd>) {
+    match (earlier.as_mut(), later) {
+        (Some(earlier), Some(later)) => earlier.absorb(later),
+        (None, later) => *earlier = later,
+        (Some(_), None) => {}
     }
 }

@@ -17,19 +17,40 @@ fn start_position() -> CheckpointPosition {
     CheckpointPosition::at(BinlogPosition::new("binlog.000001", 4))
 }
 
-/// A transaction's GTID (two replication domains, alternating), `None` for heartbeats.
-fn gtid_of(index: usize, heartbeat: bool) -> Option<Gtid> {
-    (!heartbeat).then(|| Gtid::Mariadb {
-        domain_id: (index % 2) as u32,
-        server_id: 1,
-        sequence: index as u64 + 1,
+/// A transaction's GTID, `None` for heartbeats. MariaDB: two replication domains,
+/// alternating. MySQL: two source UUIDs, alternating (so each has gaps: many intervals).
+fn gtid_of(index: usize, heartbeat: bool, mysql: bool) -> Option<Gtid> {
+    if heartbeat {
+        return None;
+    }
+    Some(if mysql {
+        Gtid::Mysql {
+            source_uuid: if index % 2 == 0 {
+                "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+            } else {
+                "4e11fa47-71ca-11e1-9e33-c80aa9429562"
+            }
+            .to_owned(),
+            tag: None,
+            transaction_id: index as u64 + 1,
+        }
+    } else {
+        Gtid::Mariadb {
+            domain_id: (index % 2) as u32,
+            server_id: 1,
+            sequence: index as u64 + 1,
+        }
     })
 }
 
 fn end_of(index: usize, heartbeat: bool) -> CheckpointPosition {
+    end_of_flavor(index, heartbeat, false)
+}
+
+fn end_of_flavor(index: usize, heartbeat: bool, mysql: bool) -> CheckpointPosition {
     CheckpointPosition {
         binlog: end_position(index),
-        gtid: gtid_of(index, heartbeat),
+        gtid: gtid_of(index, heartbeat, mysql),
         gtid_set: GtidSet::Empty,
         timestamp: if heartbeat { 0 } else { 1000 + index as u32 },
     }
@@ -46,6 +67,8 @@ struct ModelTransaction {
 struct Model {
     transactions: Vec<ModelTransaction>,
     acked: Vec<bool>,
+    /// MySQL GTIDs instead of MariaDB ones.
+    mysql: bool,
 }
 
 impl Model {
@@ -66,7 +89,7 @@ impl Model {
         let mut set = GtidSet::Empty;
         let mut timestamp = 0;
         for (i, transaction) in self.transactions.iter().enumerate().take(index + 1) {
-            if let Some(gtid) = gtid_of(i, transaction.heartbeat) {
+            if let Some(gtid) = gtid_of(i, transaction.heartbeat, self.mysql) {
                 set.add(&gtid);
             }
             if !transaction.heartbeat {
@@ -90,7 +113,7 @@ enum StreamStep {
 }
 
 /// Runs one scenario and checks the invariants after every step.
-fn run_scenario(transactions: &[(usize, bool)], choices: &[u32], final_seed: u64) {
+fn run_scenario(transactions: &[(usize, bool)], choices: &[u32], final_seed: u64, mysql: bool) {
     let mut steps = Vec::new();
     for (index, &(size, heartbeat)) in transactions.iter().enumerate() {
         let size = if heartbeat { 0 } else { size };
@@ -110,6 +133,7 @@ fn run_scenario(transactions: &[(usize, bool)], choices: &[u32], final_seed: u64
             })
             .collect(),
         acked: Vec::new(),
+        mysql,
     };
     let mut tokens: Vec<AckToken> = Vec::new();
     let mut pending: Vec<usize> = Vec::new();
@@ -126,7 +150,7 @@ fn run_scenario(transactions: &[(usize, bool)], choices: &[u32], final_seed: u64
                 assert_eq!(checkpoint.binlog, end_position(index), "checkpoint binlog");
                 assert_eq!(
                     checkpoint.gtid,
-                    gtid_of(index, model.transactions[index].heartbeat)
+                    gtid_of(index, model.transactions[index].heartbeat, model.mysql)
                 );
                 assert_eq!(checkpoint.gtid_set, set, "gtid set after {index}");
                 assert_eq!(checkpoint.timestamp, timestamp, "timestamp after {index}");
@@ -175,7 +199,11 @@ fn run_scenario(transactions: &[(usize, bool)], choices: &[u32], final_seed: u64
             pending.push(record);
         }
         StreamStep::End(index) => {
-            tracker.end_transaction(end_of(index, model.transactions[index].heartbeat));
+            tracker.end_transaction(end_of_flavor(
+                index,
+                model.transactions[index].heartbeat,
+                model.mysql,
+            ));
             model.transactions[index].ended = true;
         }
     };
@@ -242,8 +270,9 @@ proptest! {
         transactions in prop::collection::vec((0usize..6, prop::bool::weighted(0.25)), 0..40),
         choices in prop::collection::vec(any::<u32>(), 0..300),
         final_seed in any::<u64>(),
+        mysql in any::<bool>(),
     ) {
-        run_scenario(&transactions, &choices, final_seed);
+        run_scenario(&transactions, &choices, final_seed, mysql);
     }
 }
 
