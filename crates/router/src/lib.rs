@@ -58,5 +58,5 @@ pub use render::{render_value_bytes, render_value_text};
 pub use router::Router;
 pub use topic::{
     check_topic_name, TopicNameProblem, TopicPlaceholder, TopicTemplate, TopicTemplateProblem,
-    MAX_TOPIC_NAME_LENGTH,
+    TopicValues, MAX_TOPIC_NAME_LENGTH,
 };
