@@ -288,3 +288,32 @@ async fn shutdown_during_an_outage_abandons_unacked_records_and_keeps_them_out_o
     assert!(summary.abandoned >= 1, "{summary:?}");
     assert_eq!(fixture.stored_gtid_set().await, "0-1-4");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_restart_reconnects_and_resumes_without_loss() {
+    let mut fixture = fixture("").await;
+    fixture.write_orders(1..=2).await;
+    let (handles, task) = fixture.start_relay();
+    fixture
+        .wait_for_checkpoint("0-1-5", Duration::from_secs(30))
+        .await;
+    fixture.server.restart().await.unwrap();
+    fixture.write_orders(3..=4).await;
+    fixture
+        .wait_for_checkpoint("0-1-7", Duration::from_secs(60))
+        .await;
+    assert!(handles.metrics.source_reconnects.get() >= 1);
+    let summary = stop(handles, task).await.unwrap();
+    assert!(summary.delivered >= 4, "{summary:?}");
+    let records = consume_records(
+        &fixture.cluster.bootstrap_servers(),
+        DEMO_TOPIC,
+        summary.delivered as usize,
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let mut keys: Vec<String> = records.iter().filter_map(|r| r.key.clone()).collect();
+    keys.dedup();
+    assert_eq!(keys, vec!["1", "2", "3", "4"]);
+}
