@@ -148,11 +148,23 @@ async fn frozen_broker_holds_the_checkpoint_and_loses_nothing() {
 /// The broker is killed (all data gone) and later restarted empty on the same port with its
 /// topics recreated: the relay reconnects and delivers everything committed after its last
 /// checkpoint, including what was committed while the broker was down.
+///
+/// The new broker does not know the idempotent producer id the relay got from the old one
+/// (every produce answers UNKNOWN_PRODUCER_ID), so the relay only recovers if it recreates its
+/// producer when deliveries keep failing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_restarted_empty_gets_everything_after_the_checkpoint() {
     let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
     let mut broker = broker.expect("tansu starts");
-    let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
+    let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
+    // librdkafka's idempotence state changes in the relay log: evidence if the relay gets stuck.
+    setup.kafka_properties.push(("debug".into(), "eos".into()));
+    // Deliveries to the dead broker time out sooner, so the test does not wait the default 30 s.
+    setup
+        .kafka_properties
+        .push(("message.timeout.ms".into(), "5000".into()));
+    setup.log_filter = "info,librdkafka=debug".into();
+    let mut relay = Relay::prepare(&setup);
     let mut writer = ShopWriter::connect(&db.url(), "lost").await;
     let topics = vec![topic_for("order"), topic_for("customer")];
 
@@ -199,6 +211,7 @@ async fn broker_restarted_empty_gets_everything_after_the_checkpoint() {
     );
 
     broker.restart_empty().await.expect("broker restarts");
+    let restarted_at = Instant::now();
     for topic in &topics {
         broker.create_topic(topic, 1).await.expect("recreate topic");
     }
@@ -214,7 +227,24 @@ async fn broker_restarted_empty_gets_everything_after_the_checkpoint() {
             .await;
     }
     let end = writer.master_position().await;
-    wait_for_checkpoint(&relay, &end, Duration::from_secs(60)).await;
+    let caught_up = try_wait_for_checkpoint(&relay, &end, Duration::from_secs(70)).await;
+    let recovered_after = restarted_at.elapsed();
+    if let Err(stuck) = caught_up {
+        panic!(
+            "after the broker restarted empty (topics recreated), the checkpoint never reached {end} \
+             in 70 s: {} events committed after the last checkpoint were not acknowledged. \
+             Checkpoint: {}. The relay log has {} delivery timeouts (MessageTimedOut) and {} \
+             'unknown producer id' lines: a new empty broker does not know the producer id the \
+             relay's producer got from the old one, so resending through the same producer never \
+             succeeds (see outbox_testkit::tansu docs); the relay has to recreate its producer. \
+             Relay log tail:\n{}",
+            writer.committed.len() - before_outage,
+            stuck.raw,
+            log_count(&relay, "MessageTimedOut"),
+            log_count(&relay, "unknown producer id"),
+            relay.log_tail(25)
+        );
+    }
 
     let after_checkpoint = &writer.committed[before_outage..];
     let records = read_until_ids(
@@ -264,6 +294,13 @@ async fn broker_restarted_empty_gets_everything_after_the_checkpoint() {
         &missing_after[..missing_after.len().min(10)],
         relay.checkpoint().raw,
         relay.log_tail(40)
+    );
+    eprintln!(
+        "restart-empty test: {} events after the checkpoint all on the new broker ({summary:?}), \
+         checkpoint caught up {:?} after the restart, {} delivery timeouts in the relay log",
+        after_checkpoint.len(),
+        recovered_after,
+        log_count(&relay, "MessageTimedOut")
     );
     let status = relay.terminate(Duration::from_secs(30)).await;
     assert!(status.success(), "graceful stop: {status}");

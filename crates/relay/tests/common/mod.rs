@@ -269,6 +269,8 @@ pub struct RelaySetup {
     pub kafka_properties: Vec<(String, String)>,
     /// `[pipeline] commit_interval_ms`.
     pub commit_interval_ms: u64,
+    /// The relay's `RUST_LOG` (default `info`, or `$OUTBOX_TEST_RELAY_LOG`).
+    pub log_filter: String,
 }
 
 impl RelaySetup {
@@ -286,6 +288,8 @@ impl RelaySetup {
             create_topics: true,
             kafka_properties,
             commit_interval_ms: 200,
+            log_filter: std::env::var("OUTBOX_TEST_RELAY_LOG")
+                .unwrap_or_else(|_| "info".to_string()),
         }
     }
 }
@@ -304,6 +308,8 @@ pub struct Relay {
     child: Option<Child>,
     /// How many times the relay was started.
     pub starts: u32,
+    /// `RUST_LOG` for the relay process (from [`RelaySetup::log_filter`]).
+    log_filter: String,
 }
 
 impl Relay {
@@ -367,6 +373,7 @@ commit_interval_ms = {commit_interval_ms}
             log_path,
             child: None,
             starts: 0,
+            log_filter: setup.log_filter.clone(),
         }
     }
 
@@ -391,11 +398,7 @@ commit_interval_ms = {commit_interval_ms}
             .arg("run")
             .arg("--config")
             .arg(&self.config_path)
-            // OUTBOX_TEST_RELAY_LOG overrides the relay's log filter (e.g. `debug`).
-            .env(
-                "RUST_LOG",
-                std::env::var("OUTBOX_TEST_RELAY_LOG").unwrap_or_else(|_| "info".to_string()),
-            )
+            .env("RUST_LOG", &self.log_filter)
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
@@ -550,21 +553,43 @@ pub async fn wait_for_checkpoint(
     target: &BinlogPoint,
     limit: Duration,
 ) -> CheckpointView {
+    match try_wait_for_checkpoint(relay, target, limit).await {
+        Ok(view) => view,
+        Err(view) => panic!(
+            "checkpoint did not reach {target} within {limit:?}; checkpoint show: {}\nrelay log tail:\n{}",
+            view.raw,
+            relay.log_tail(30)
+        ),
+    }
+}
+
+/// Waits until the checkpoint reaches at least `target`; `Err` with the last view after
+/// `limit`.
+pub async fn try_wait_for_checkpoint(
+    relay: &Relay,
+    target: &BinlogPoint,
+    limit: Duration,
+) -> Result<CheckpointView, CheckpointView> {
     let started = Instant::now();
     loop {
         let view = relay.checkpoint();
         if view.position.as_ref().is_some_and(|p| p >= target) {
-            return view;
+            return Ok(view);
         }
         if started.elapsed() > limit {
-            panic!(
-                "checkpoint did not reach {target} within {limit:?}; checkpoint show: {}\nrelay log tail:\n{}",
-                view.raw,
-                relay.log_tail(30)
-            );
+            return Err(view);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Counts the lines of the relay log that contain `needle` (evidence for messages).
+pub fn log_count(relay: &Relay, needle: &str) -> usize {
+    std::fs::read_to_string(&relay.log_path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| line.contains(needle))
+        .count()
 }
 
 /// Topics of `events`' aggregate types (deduplicated).
