@@ -39,6 +39,9 @@ struct FileStoreInner {
     /// for the regression check without re-reading the file on every commit; `None` until
     /// known.
     last_stored: Mutex<Option<Option<Checkpoint>>>,
+    /// Held while writing or removing: two commits of this process writing the one temp file
+    /// at once could rename a half-written file into place.
+    write_lock: Mutex<()>,
 }
 
 impl FileCheckpointStore {
@@ -58,6 +61,7 @@ impl FileCheckpointStore {
                 temp_path,
                 directory,
                 last_stored: Mutex::new(None),
+                write_lock: Mutex::new(()),
             }),
         }
     }
@@ -161,7 +165,8 @@ impl FileStoreInner {
         Ok(Some(checkpoint))
     }
 
-    fn write(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointStoreError> {
+    /// Writes the temp file and renames it into place; the caller holds `write_lock`.
+    fn write_unlocked(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointStoreError> {
         self.check_directory()?;
         let io = |operation: &'static str, path: &Path| {
             let path = path.to_path_buf();
@@ -192,15 +197,32 @@ impl FileStoreInner {
     }
 
     fn commit(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointStoreError> {
+        // A poisoned lock only means another write panicked; the file is still consistent.
+        let _writing = self
+            .write_lock
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         let stored = match self.remembered() {
             Some(stored) => stored,
             None => self.read()?,
         };
         reject_regression(&self.location(), stored.as_ref(), checkpoint)?;
-        self.write(checkpoint)
+        self.write_unlocked(checkpoint)
+    }
+
+    fn write(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointStoreError> {
+        let _writing = self
+            .write_lock
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        self.write_unlocked(checkpoint)
     }
 
     fn remove(&self) -> Result<(), CheckpointStoreError> {
+        let _writing = self
+            .write_lock
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
         self.check_directory()?;
         match fs::remove_file(&self.path) {
             Ok(()) => {}

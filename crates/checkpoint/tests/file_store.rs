@@ -207,3 +207,36 @@ async fn usable_as_a_runtime_chosen_trait_object() {
     store.commit(&checkpoint).await.unwrap();
     assert_eq!(store.load().await.unwrap(), Some(checkpoint));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_commits_never_leave_a_torn_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("checkpoint.json");
+    let store = FileCheckpointStore::new(&path);
+    let mut tasks = Vec::new();
+    for offset in 1..=32u64 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let result = store
+                .commit(&checkpoint_at("binlog.000001", offset * 10, offset))
+                .await;
+            (offset * 10, result)
+        }));
+    }
+    let mut newest_stored = 0;
+    for task in tasks {
+        let (offset, result) = task.await.unwrap();
+        match result {
+            Ok(()) => newest_stored = newest_stored.max(offset),
+            Err(CheckpointStoreError::Regression { .. }) => {}
+            Err(other) => panic!("unexpected {other:?}"),
+        }
+    }
+    let loaded = FileCheckpointStore::new(&path)
+        .load()
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(loaded.position.binlog.position, newest_stored);
+    assert!(!store.temp_path().exists());
+}
