@@ -63,6 +63,9 @@ pub struct GtidSetParseError {
     pub reason: String,
 }
 
+/// The source of MySQL GTIDs: a server UUID and an optional tag (MySQL 8.3+).
+pub type MysqlGtidSource = (String, Option<String>);
+
 /// A set of executed transactions, in the syntax of the flavor that wrote it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum GtidSet {
@@ -70,7 +73,7 @@ pub enum GtidSet {
     #[default]
     Empty,
     /// MySQL: for each `(uuid, tag)` a sorted list of disjoint, non-adjacent inclusive intervals.
-    Mysql(BTreeMap<(String, Option<String>), Vec<(u64, u64)>>),
+    Mysql(BTreeMap<MysqlGtidSource, Vec<(u64, u64)>>),
     /// MariaDB: for each domain, the last GTID applied in it.
     Mariadb(BTreeMap<u32, (u32, u64)>),
 }

@@ -28,8 +28,7 @@ mod types;
 pub use checks::{check_server, ServerIdentity, ServerReport, SettingCheck, Severity};
 pub use error::BinlogError;
 pub use file::BinlogFileReader;
-pub use file::BinlogFileReader;
-pub use gtid::{Gtid, GtidSet, GtidSetParseError};
+pub use gtid::{Gtid, GtidSet, GtidSetParseError, MysqlGtidSource};
 pub use live::{BinlogReader, ReaderConfig, StartPosition};
 pub use types::{
     BinlogPosition, ColumnNames, Commit, DateTime, Flavor, Heartbeat, Row, RowChange, RowOperation,
