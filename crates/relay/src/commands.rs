@@ -34,9 +34,16 @@ pub fn init_logging(format: LogFormat) {
 pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Run { config } => run_command(&config).await,
-        Command::Check { config } => check_command(&config).await,
-        Command::Checkpoint { action } => checkpoint_command(action).await,
-        Command::Inspect { files, config } => inspect_command(&files, config.as_deref()),
+        Command::Check { config } => check_command(&config, &mut std::io::stdout().lock()).await,
+        Command::Checkpoint { action } => {
+            checkpoint_command(action, &mut std::io::stdout().lock()).await
+        }
+        Command::Inspect { files, config } => inspect_command(
+            &files,
+            config.as_deref(),
+            &mut std::io::stdout().lock(),
+            &mut std::io::stderr().lock(),
+        ),
         Command::Demo { orders } => crate::demo::demo_command(orders).await,
     }
 }
@@ -71,7 +78,8 @@ struct CheckLine {
     detail: String,
 }
 
-async fn check_command(path: &Path) -> anyhow::Result<i32> {
+/// `check`: prints one `ok`/`FAIL` line per item to `out`; returns 1 if any failed.
+pub async fn check_command(path: &Path, out: &mut dyn Write) -> anyhow::Result<i32> {
     let config = load_config(path)?;
     let mut lines: Vec<CheckLine> = vec![CheckLine {
         ok: true,
@@ -184,7 +192,7 @@ async fn check_command(path: &Path) -> anyhow::Result<i32> {
             },
         },
     });
-    let mut stdout = std::io::stdout().lock();
+    let stdout = out;
     let mut failed = 0;
     for line in &lines {
         if !line.ok {
@@ -244,15 +252,20 @@ async fn broker_metadata(config: &RelayConfig) -> anyhow::Result<(usize, usize)>
     .context("metadata task failed")?
 }
 
-async fn checkpoint_command(action: CheckpointAction) -> anyhow::Result<i32> {
+/// `checkpoint show|set|reset`: the checkpoint JSON (or `null`) goes to `out`, messages to
+/// stderr.
+pub async fn checkpoint_command(
+    action: CheckpointAction,
+    out: &mut dyn Write,
+) -> anyhow::Result<i32> {
     match action {
         CheckpointAction::Show { config } => {
             let config = load_config(&config)?;
             let store = open_checkpoint_store(&config.checkpoint).await?;
             match store.load().await? {
-                Some(checkpoint) => println!("{}", checkpoint.to_json()),
+                Some(checkpoint) => writeln!(out, "{}", checkpoint.to_json())?,
                 None => {
-                    println!("null");
+                    writeln!(out, "null")?;
                     eprintln!("no checkpoint stored in {}", store.describe());
                 }
             }
@@ -294,7 +307,7 @@ async fn checkpoint_command(action: CheckpointAction) -> anyhow::Result<i32> {
             let checkpoint = Checkpoint::new(identity, position);
             let store = open_checkpoint_store(&config.checkpoint).await?;
             store.set(&checkpoint).await?;
-            println!("{}", checkpoint.to_json());
+            writeln!(out, "{}", checkpoint.to_json())?;
             eprintln!("checkpoint stored in {}", store.describe());
             Ok(0)
         }
@@ -312,8 +325,15 @@ async fn checkpoint_command(action: CheckpointAction) -> anyhow::Result<i32> {
     }
 }
 
-/// `inspect`: one JSON line per transaction of the given binlog files.
-fn inspect_command(files: &[PathBuf], config: Option<&Path>) -> anyhow::Result<i32> {
+/// `inspect`: one JSON line per transaction of the given binlog files to `out`; errors to
+/// `diagnostics`. Returns 2 for an unreadable or corrupt file (the message names file and
+/// offset), 1 when rows could not be routed, else 0.
+pub fn inspect_command(
+    files: &[PathBuf],
+    config: Option<&Path>,
+    out: &mut dyn Write,
+    diagnostics: &mut dyn Write,
+) -> anyhow::Result<i32> {
     let (filter, router) = match config {
         Some(path) => {
             let config = load_config(path)?;
@@ -323,9 +343,18 @@ fn inspect_command(files: &[PathBuf], config: Option<&Path>) -> anyhow::Result<i
         }
         None => (TableFilter::all(), None),
     };
-    let mut reader = BinlogFileReader::open(files.to_vec(), filter)
-        .with_context(|| format!("cannot open {}", describe_files(files)))?;
-    let mut stdout = std::io::stdout().lock();
+    let mut reader = match BinlogFileReader::open(files.to_vec(), filter) {
+        Ok(reader) => reader,
+        Err(error) => {
+            writeln!(
+                diagnostics,
+                "error: cannot open {}: {error}",
+                describe_files(files)
+            )?;
+            return Ok(2);
+        }
+    };
+    let stdout = out;
     let mut rows: Vec<serde_json::Value> = Vec::new();
     let mut routing_errors = 0u64;
     loop {
@@ -334,7 +363,7 @@ fn inspect_command(files: &[PathBuf], config: Option<&Path>) -> anyhow::Result<i
             Ok(None) => break,
             Err(error) => {
                 stdout.flush()?;
-                eprintln!("error: {error}");
+                writeln!(diagnostics, "error: {error}")?;
                 return Ok(2);
             }
         };
@@ -374,14 +403,18 @@ fn inspect_command(files: &[PathBuf], config: Option<&Path>) -> anyhow::Result<i
         }
     }
     if !rows.is_empty() {
-        eprintln!(
+        writeln!(
+            diagnostics,
             "warning: {} row(s) at the end of {} belong to a transaction without a commit (not printed)",
             rows.len(),
             describe_files(files)
-        );
+        )?;
     }
     if routing_errors > 0 {
-        eprintln!("error: {routing_errors} row(s) could not be routed (see `routing_error` lines)");
+        writeln!(
+            diagnostics,
+            "error: {routing_errors} row(s) could not be routed (see `routing_error` lines)"
+        )?;
         return Ok(1);
     }
     Ok(0)

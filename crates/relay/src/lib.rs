@@ -19,6 +19,8 @@
 mod backoff;
 pub mod cli;
 pub mod commands;
+#[cfg(test)]
+mod commands_tests;
 pub mod config;
 pub mod demo;
 pub mod internal_events;
