@@ -57,8 +57,9 @@ pub struct CheckpointPosition {
     /// File and offset just after the last fully delivered transaction: where a
     /// file+position resume starts.
     pub binlog: BinlogPosition,
-    /// The GTID of that transaction, when the server assigned one (for diagnostics: the
-    /// last delivered transaction is easy to find in the server's binlog by it).
+    /// The GTID of the last delivered transaction, when the server assigned one (for
+    /// diagnostics: that transaction is easy to find in the server's binlog by it). Heartbeat
+    /// positions carry none; the tracker then keeps the previous transaction's GTID.
     pub gtid: Option<Gtid>,
     /// Every transaction at or before `binlog` that has a GTID, in the server's syntax:
     /// where a GTID resume starts, which survives a failover to another server.

@@ -16,7 +16,8 @@
 //! # GTID sets
 //! The tracker owns the GTID set: it starts from the start position's `gtid_set` and folds in
 //! each ended transaction's `gtid` in binlog order. The `gtid_set` of a position passed to
-//! `end_transaction` is ignored. A timestamp of 0 (heartbeats) keeps the previous timestamp.
+//! `end_transaction` is ignored. A heartbeat (no `gtid`, timestamp 0) keeps the previous
+//! `gtid` and timestamp, so the checkpoint always names the last delivered transaction.
 //!
 //! # Memory
 //! The tracker keeps one entry per ended transaction that still has unacked records, at most
@@ -113,10 +114,11 @@ struct Entry {
 struct EntryEnd {
     /// Position after the entry's last transaction.
     binlog: BinlogPosition,
-    /// The last transaction's GTID (becomes [`CheckpointPosition::gtid`]).
+    /// The GTID of the entry's last transaction that had one (becomes
+    /// [`CheckpointPosition::gtid`]); `None` if none had one.
     last_gtid: Option<Gtid>,
-    /// GTIDs of the entry's earlier (merged) transactions, in binlog order; empty, without an
-    /// allocation, for a single transaction.
+    /// GTIDs of the entry's other (merged, earlier) transactions; empty, without an
+    /// allocation, for a single transaction, and always empty when `last_gtid` is `None`.
     earlier_gtids: GtidSet,
     /// Event timestamp after the last transaction (heartbeats' 0 already replaced).
     timestamp: u32,
@@ -125,9 +127,14 @@ struct EntryEnd {
 impl EntryEnd {
     /// Appends `later` (the next entry's end) to this one.
     fn absorb(&mut self, later: EntryEnd) {
-        add_optional(&mut self.earlier_gtids, self.last_gtid.as_ref());
-        union_into(&mut self.earlier_gtids, later.earlier_gtids);
-        self.last_gtid = later.last_gtid;
+        // `later` without a last GTID holds only heartbeats or GTID-less transactions (its
+        // `earlier_gtids` is empty then): it keeps this entry's last GTID.
+        if later.last_gtid.is_some() {
+            // Binlog order matters for MariaDB (last GTID per domain wins).
+            add_optional(&mut self.earlier_gtids, self.last_gtid.as_ref());
+            union_into(&mut self.earlier_gtids, later.earlier_gtids);
+            self.last_gtid = later.last_gtid;
+        }
         self.binlog = later.binlog;
         self.timestamp = later.timestamp;
     }
@@ -402,9 +409,11 @@ impl AckTracker {
             if let Some(end) = entry.end.take() {
                 let checkpoint = &mut self.checkpoint;
                 union_into(&mut checkpoint.gtid_set, end.earlier_gtids);
-                add_optional(&mut checkpoint.gtid_set, end.last_gtid.as_ref());
+                if let Some(gtid) = end.last_gtid {
+                    checkpoint.gtid_set.add(&gtid);
+                    checkpoint.gtid = Some(gtid);
+                }
                 checkpoint.binlog = end.binlog;
-                checkpoint.gtid = end.last_gtid;
                 checkpoint.timestamp = end.timestamp;
                 self.checkpoint_moved = true;
             }

@@ -148,10 +148,10 @@ fn run_scenario(transactions: &[(usize, bool)], choices: &[u32], final_seed: u64
             Some(index) => {
                 let (set, timestamp) = model.expected_gtid_set_and_timestamp(index);
                 assert_eq!(checkpoint.binlog, end_position(index), "checkpoint binlog");
-                assert_eq!(
-                    checkpoint.gtid,
-                    gtid_of(index, model.transactions[index].heartbeat, model.mysql)
-                );
+                let last_gtid = (0..=index)
+                    .rev()
+                    .find_map(|i| gtid_of(i, model.transactions[i].heartbeat, model.mysql));
+                assert_eq!(checkpoint.gtid, last_gtid, "gtid after {index}");
                 assert_eq!(checkpoint.gtid_set, set, "gtid set after {index}");
                 assert_eq!(checkpoint.timestamp, timestamp, "timestamp after {index}");
             }
@@ -346,6 +346,18 @@ fn gtid_set_accumulates_from_the_start_set() {
     assert_eq!(tracker.checkpoint().gtid_set.to_string(), "0-1-5,7-1-3");
     tracker.ack(token).unwrap();
     assert_eq!(tracker.checkpoint().gtid_set.to_string(), "0-2-6,7-1-3");
+    assert_eq!(tracker.checkpoint().timestamp, 1001);
+    // A heartbeat after it moves the position but keeps the last transaction's GTID.
+    tracker.end_transaction(CheckpointPosition::at(end_position(2)));
+    assert_eq!(tracker.checkpoint().binlog, end_position(2));
+    assert_eq!(
+        tracker.checkpoint().gtid,
+        Some(Gtid::Mariadb {
+            domain_id: 0,
+            server_id: 2,
+            sequence: 6
+        })
+    );
     assert_eq!(tracker.checkpoint().timestamp, 1001);
 }
 
