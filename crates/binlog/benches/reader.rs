@@ -90,10 +90,11 @@ async fn first_file(server: &ScratchMariadb) -> String {
     row.get(0).expect("name")
 }
 
-/// Raw pull: events from the first file to the end position, nothing decoded.
+/// Raw pull: connect, then events from the first file to the end position, nothing decoded.
 async fn raw_pull(server: &ScratchMariadb, first: &str, end: &(String, u64)) -> (Duration, u64) {
-    let conn = server.conn().await.expect("connect");
+    // Timed from connecting, like the decoded run (whose `connect` also checks the server).
     let started = Instant::now();
+    let conn = server.conn().await.expect("connect");
     let mut stream = conn
         .get_binlog_stream(
             BinlogStreamRequest::new(9001)

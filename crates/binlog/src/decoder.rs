@@ -441,7 +441,25 @@ impl Decoder {
             return Ok(());
         };
         let stored = u32::from_le_bytes(stored);
-        let computed = event.calc_checksum(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32);
+        let computed = if event.header().event_type_raw() == code::FORMAT_DESCRIPTION {
+            // The format description's CRC covers its algorithm byte and ignores the
+            // "binlog in use" flag: mysql_common knows those rules.
+            event.calc_checksum(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32)
+        } else {
+            // Same computation without allocating: the 19 header bytes, then the body.
+            let header = event.header();
+            let mut header_bytes = [0u8; 19];
+            header_bytes[0..4].copy_from_slice(&header.timestamp().to_le_bytes());
+            header_bytes[4] = header.event_type_raw();
+            header_bytes[5..9].copy_from_slice(&header.server_id().to_le_bytes());
+            header_bytes[9..13].copy_from_slice(&header.event_size().to_le_bytes());
+            header_bytes[13..17].copy_from_slice(&header.log_pos().to_le_bytes());
+            header_bytes[17..19].copy_from_slice(&header.flags_raw().to_le_bytes());
+            let mut hasher = crc32fast::Hasher::new();
+            hasher.update(&header_bytes);
+            hasher.update(event.data());
+            hasher.finalize()
+        };
         if stored != computed {
             return Err(BinlogError::ChecksumMismatch {
                 position: self.position(start),
