@@ -432,11 +432,17 @@ impl Decoder {
     }
 
     fn verify_checksum(&self, event: &Event, start: u64) -> Result<(), BinlogError> {
-        let Ok(Some(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32)) =
-            event.footer().get_checksum_alg()
-        else {
-            return Ok(());
-        };
+        match event.footer().get_checksum_alg() {
+            Ok(Some(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32)) => {}
+            Ok(Some(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_OFF)) | Ok(None) => return Ok(()),
+            Err(_) => {
+                return Err(self.malformed(
+                    event.header().event_type_raw(),
+                    start,
+                    "the format description names an unknown checksum algorithm".into(),
+                ))
+            }
+        }
         let Some(stored) = event.checksum() else {
             return Ok(());
         };
