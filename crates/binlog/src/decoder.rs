@@ -336,8 +336,15 @@ impl Decoder {
                 }
             }
             code::HEARTBEAT | code::HEARTBEAT_V2 => {
-                if !self.in_transaction() && log_pos != 0 {
-                    let position = self.position(log_pos);
+                let position = if event_type == code::HEARTBEAT_V2 {
+                    events::parse_heartbeat_v2_position(event.data())
+                        .map_err(|reason| self.malformed(event_type, start, reason))?
+                        .unwrap_or(log_pos)
+                } else {
+                    log_pos
+                };
+                if !self.in_transaction() && position != 0 {
+                    let position = self.position(position);
                     self.last_boundary.0 = position.clone();
                     out.push_back(StreamItem::Heartbeat(Heartbeat { position }));
                 }

@@ -177,6 +177,27 @@ pub(crate) fn parse_mariadb_gtid_list(data: &[u8]) -> Result<Vec<Gtid>, String> 
     Ok(list)
 }
 
+/// The log position a MySQL HEARTBEAT_LOG_EVENT_V2 (0x29) carries in its body: fields of
+/// `type:lenenc length:lenenc value`, ended by type 0; type 1 is the file name, type 2 the
+/// position (itself a lenenc integer). V2 exists because a 4-byte header `log_pos` cannot
+/// hold positions beyond 4 GiB. `None` when the body has no position field.
+pub(crate) fn parse_heartbeat_v2_position(data: &[u8]) -> Result<Option<u64>, String> {
+    let mut reader = ByteReader::new(data);
+    let mut position = None;
+    while !reader.rest().is_empty() {
+        let field = reader.lenenc()?;
+        if field == 0 {
+            break;
+        }
+        let len = usize::try_from(reader.lenenc()?).map_err(|_| "field length overflows")?;
+        let value = reader.bytes(len)?;
+        if field == 2 {
+            position = Some(ByteReader::new(value).lenenc()?);
+        }
+    }
+    Ok(position)
+}
+
 /// Formats a 16-byte server UUID in its canonical lower-case text form.
 pub(crate) fn format_uuid(sid: &[u8; 16]) -> String {
     let mut text = String::with_capacity(36);
@@ -232,6 +253,17 @@ mod tests {
             0x95, 0x62,
         ];
         assert_eq!(format_uuid(&sid), "3e11fa47-71ca-11e1-9e33-c80aa9429562");
+    }
+
+    #[test]
+    fn heartbeat_v2_position_parses() {
+        let mut body = vec![1, 13];
+        body.extend_from_slice(b"binlog.000041");
+        body.extend_from_slice(&[2, 4, 0xfd, 0x15, 0xcd, 0x5b]);
+        body.push(0);
+        assert_eq!(parse_heartbeat_v2_position(&body).unwrap(), Some(0x5bcd15));
+        assert_eq!(parse_heartbeat_v2_position(&[0]).unwrap(), None);
+        assert!(parse_heartbeat_v2_position(&[2, 9, 1]).is_err());
     }
 
     #[test]
