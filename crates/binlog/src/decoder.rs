@@ -131,7 +131,7 @@ pub(crate) struct Decoder {
     last_boundary: (BinlogPosition, Option<Gtid>),
 }
 
-/// How many table ids are remembered before a rotate clears the map.
+/// How many table ids are remembered before the map is cleared (at a commit or rotate).
 const MAX_REMEMBERED_TABLE_IDS: usize = 1024;
 
 impl Decoder {
@@ -572,6 +572,11 @@ impl Decoder {
         self.group = Group::Idle;
         self.rows_in_group = 0;
         self.payload = None;
+        // Every transaction sends its TABLE_MAPs again, so between transactions remembered
+        // maps can be dropped; this bounds memory when table ids keep changing.
+        if self.tables.len() > MAX_REMEMBERED_TABLE_IDS {
+            self.tables.clear();
+        }
         Ok(())
     }
 
