@@ -298,7 +298,10 @@ fn minimal_metadata_asks_for_names_and_ddl_makes_it_ask_again() {
             let after = change.after.unwrap();
             assert_eq!(after.get("id"), Some(&crate::Value::Int(-5)));
             assert_eq!(after.get("body"), Some(&crate::Value::Text("héllo".into())));
-            assert_eq!(change.event_position, BinlogPosition::new("b.000001", 260 - 41));
+            assert_eq!(
+                change.event_position,
+                BinlogPosition::new("b.000001", 260 - 41)
+            );
         }
         other => panic!("expected a row, got {other:?}"),
     }
@@ -416,5 +419,50 @@ fn compressed_transactions_commit_at_the_payload_end_and_must_be_complete() {
     assert!(
         matches!(error, BinlogError::BrokenTransaction { .. }),
         "{error}"
+    );
+}
+
+#[test]
+fn mysql_gtids_plain_and_tagged_commit_with_their_transaction() {
+    use mysql_common::binlog::events::GtidEvent;
+    use mysql_common::packets::Tag;
+    use mysql_common::proto::MySerialize;
+    let sid = [
+        0x3e, 0x11, 0xfa, 0x47, 0x71, 0xca, 0x11, 0xe1, 0x9e, 0x33, 0xc8, 0x0a, 0xa9, 0x42, 0x95,
+        0x62,
+    ];
+    let mut plain = Vec::new();
+    GtidEvent::new(sid, 41).serialize(&mut plain);
+    let mut tagged = Vec::new();
+    GtidEvent::new_tagged(sid, Tag::new("blue").unwrap(), 42).serialize(&mut tagged);
+
+    let mut decoder = Decoder::new(TableFilter::all(), "binlog.000009".into());
+    let items = push_all(
+        &mut decoder,
+        &[
+            event(code::GTID, 200, &plain),
+            event(code::QUERY, 300, &query_body("BEGIN")),
+            event(code::XID, 400, &1u64.to_le_bytes()),
+            event(code::GTID_TAGGED, 500, &tagged),
+            event(code::QUERY, 600, &query_body("CREATE TABLE t (a INT)")),
+        ],
+    )
+    .unwrap();
+    let gtids: Vec<(u64, String)> = items
+        .iter()
+        .map(|item| match item {
+            StreamItem::Commit(c) => (c.position.position, c.gtid.as_ref().unwrap().to_string()),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        gtids,
+        vec![
+            (400, "3e11fa47-71ca-11e1-9e33-c80aa9429562:41".to_owned()),
+            (
+                600,
+                "3e11fa47-71ca-11e1-9e33-c80aa9429562:blue:42".to_owned()
+            ),
+        ]
     );
 }
