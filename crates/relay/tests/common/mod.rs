@@ -271,6 +271,8 @@ pub struct RelaySetup {
     pub commit_interval_ms: u64,
     /// The relay's `RUST_LOG` (default `info`, or `$OUTBOX_TEST_RELAY_LOG`).
     pub log_filter: String,
+    /// `[pipeline] shutdown_timeout_ms` when set (the relay's default otherwise).
+    pub shutdown_timeout_ms: Option<u64>,
 }
 
 impl RelaySetup {
@@ -290,6 +292,7 @@ impl RelaySetup {
             commit_interval_ms: 200,
             log_filter: std::env::var("OUTBOX_TEST_RELAY_LOG")
                 .unwrap_or_else(|_| "info".to_string()),
+            shutdown_timeout_ms: None,
         }
     }
 }
@@ -358,12 +361,16 @@ path = "{checkpoint}"
 [pipeline]
 max_in_flight = 10000
 commit_interval_ms = {commit_interval_ms}
-"#,
+{shutdown_timeout}"#,
             url = setup.mysql_url,
             brokers = setup.brokers,
             create_topics = setup.create_topics,
             checkpoint = checkpoint_path.display(),
             commit_interval_ms = setup.commit_interval_ms,
+            shutdown_timeout = setup
+                .shutdown_timeout_ms
+                .map(|ms| format!("shutdown_timeout_ms = {ms}\n"))
+                .unwrap_or_default(),
         );
         std::fs::write(&config_path, config).expect("write config");
         Relay {

@@ -1,0 +1,159 @@
+//! The operator commands as processes: `check` (names what is wrong, exit code) and
+//! `inspect --config` over the scratch server's binlog files (exactly the records the relay
+//! would send, in binlog order).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::*;
+use outbox_testkit::tansu::TansuBroker;
+use outbox_testkit::ScratchMariadb;
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(RELAY_BIN)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run outbox-relay");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// `check` fails (exit 1) naming the missing outbox table, passes once it exists, and fails
+/// naming Kafka when the broker is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_names_what_is_wrong_and_exits_non_zero() {
+    let (db, broker) = tokio::join!(ScratchMariadb::start(), TansuBroker::start());
+    let db = db.expect("scratch MariaDB starts");
+    let mut broker = broker.expect("tansu starts");
+    let relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
+    let config = relay.config_path.to_str().unwrap().to_string();
+
+    let (code, stdout, stderr) = run(&["check", "--config", &config]);
+    assert_eq!(
+        code, 1,
+        "check must fail without the outbox table:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .any(|line| line.starts_with("FAIL") && line.contains("shop.outbox")),
+        "no FAIL line naming shop.outbox:\n{stdout}"
+    );
+
+    db.exec(SHOP_SCHEMA).await.unwrap();
+    let (code, stdout, stderr) = run(&["check", "--config", &config]);
+    assert_eq!(code, 0, "check must pass:\n{stdout}\n{stderr}");
+    assert!(
+        !stdout.lines().any(|line| line.starts_with("FAIL")),
+        "{stdout}"
+    );
+
+    broker.kill();
+    let (code, stdout, stderr) = run(&["check", "--config", &config]);
+    assert_eq!(
+        code, 1,
+        "check must fail with the broker gone:\n{stdout}\n{stderr}"
+    );
+    let kafka_line = stdout
+        .lines()
+        .find(|line| line.starts_with("FAIL") && line.to_lowercase().contains("kafka"));
+    assert!(
+        kafka_line.is_some_and(|line| line.contains(&broker.bootstrap())),
+        "no FAIL line naming kafka and the broker address {}:\n{stdout}",
+        broker.bootstrap()
+    );
+}
+
+/// `inspect --config` over the server's binlog files prints exactly the committed outbox
+/// events, once each, in commit order, with the topic/key/id/payload the relay would send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_with_config_routes_exactly_the_committed_events() {
+    let db = start_shop_database().await;
+    let relay = Relay::prepare(&RelaySetup::new(&db.url(), "127.0.0.1:1"));
+    let mut writer = ShopWriter::connect(&db.url(), "inspect").await;
+    for index in 0..12u32 {
+        let kind = ["order", "customer", "invoice"][(index % 3) as usize];
+        writer
+            .transaction(
+                kind,
+                &format!("{kind}-{}", index % 4),
+                1 + (index % 3) as usize,
+                index % 5 != 2,
+                index % 4 == 1,
+            )
+            .await;
+        if index == 6 {
+            // Events continue in the next binlog file.
+            db.exec(&["FLUSH BINARY LOGS"]).await.unwrap();
+        }
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(db.datadir())
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| {
+                    name.starts_with("binlog.") && name[7..].chars().all(|c| c.is_ascii_digit())
+                })
+        })
+        .collect();
+    files.sort();
+    assert!(files.len() >= 2, "expected a rotated binlog: {files:?}");
+    let mut args: Vec<String> = vec![
+        "inspect".into(),
+        "--config".into(),
+        relay.config_path.display().to_string(),
+    ];
+    args.extend(files.iter().map(|path| path.display().to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, stdout, stderr) = run(&args);
+    assert_eq!(code, 0, "inspect failed:\n{stderr}\n{stdout}");
+
+    let mut routed: Vec<(String, String, String, String)> = Vec::new();
+    for line in stdout.lines().filter(|line| !line.trim().is_empty()) {
+        let transaction: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("inspect line is not JSON ({e}): {line}"));
+        for record in transaction["records"].as_array().into_iter().flatten() {
+            if record.get("skipped").is_some() {
+                continue;
+            }
+            let text = |value: &serde_json::Value| value.as_str().unwrap_or_default().to_string();
+            routed.push((
+                text(&record["headers"]["id"]),
+                text(&record["topic"]),
+                text(&record["key"]),
+                text(&record["value"]),
+            ));
+        }
+    }
+    let expected: Vec<(String, String, String, String)> = writer
+        .committed
+        .iter()
+        .map(|event| {
+            (
+                event.id.clone(),
+                event.topic(),
+                event.aggregate_id.clone(),
+                event.payload.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        routed.len(),
+        expected.len(),
+        "inspect routed {} records, {} events were committed; inspect output:\n{stdout}",
+        routed.len(),
+        expected.len()
+    );
+    for (index, (got, want)) in routed.iter().zip(&expected).enumerate() {
+        assert_eq!(got, want, "record #{index} differs");
+    }
+    writer.close().await;
+}
