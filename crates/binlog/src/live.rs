@@ -337,11 +337,28 @@ impl BinlogReader {
     async fn read_event(&mut self) -> Result<Event, BinlogError> {
         match tokio::time::timeout(self.idle_timeout, self.stream.next()).await {
             Ok(Some(Ok(event))) => Ok(event),
-            Ok(Some(Err(error))) => Err(self.explain(error).await),
+            Ok(Some(Err(error))) => {
+                // Recorded before the explaining query, so a cancelled `next_item` cannot
+                // lose the error and read on from a dead stream.
+                self.failure = Some((
+                    connection::is_transient_client_error(&error),
+                    error.to_string(),
+                ));
+                tracing::debug!(
+                    server = %self.endpoint.address,
+                    file = %self.decoder.current_file(),
+                    %error,
+                    "replication stream failed"
+                );
+                Err(self.explain(error).await)
+            }
             Ok(None) => Err(BinlogError::StreamLost {
                 server: self.endpoint.address.clone(),
                 position: self.position_text(),
-                message: "the server ended the replication stream".into(),
+                message: format!(
+                    "the server ended the replication stream (while in {})",
+                    self.decoder.current_file()
+                ),
             }),
             Err(_) => Err(BinlogError::IdleTimeout {
                 server: self.endpoint.address.clone(),

@@ -122,6 +122,12 @@ impl ServerEndpoint {
     }
 }
 
+/// True when `error` is transient before any server-specific refinement (network trouble,
+/// temporary server conditions).
+pub(crate) fn is_transient_client_error(error: &mysql_async::Error) -> bool {
+    classify(error) == ErrorKind::Transient
+}
+
 /// Rough kind of a client library error, before the server-specific refinements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ErrorKind {
