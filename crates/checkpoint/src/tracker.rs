@@ -96,9 +96,9 @@ struct Entry {
     record_count: u64,
     /// How many of them are not acked yet.
     unacked_count: u64,
-    /// One bit per record (`1` = acked) while some are unacked; emptied once all are acked
-    /// (any further ack in range is then a double ack).
-    acked_bits: Vec<u64>,
+    /// One bit per record (`1` = acked), to tell a double ack from a first one; released once
+    /// the entry is complete (any ack in range is then a double ack).
+    acked_bits: AckBits,
     /// Where the entry's last transaction ends; `None` while the transaction is open.
     end: Option<EntryEnd>,
     /// How many transactions (or heartbeats) the entry stands for (more than 1 once merged),
@@ -137,6 +137,33 @@ impl EntryEnd {
         }
         self.binlog = later.binlog;
         self.timestamp = later.timestamp;
+    }
+}
+
+/// One bit per record; the first 64 inline, so small transactions allocate nothing.
+#[derive(Debug, Default)]
+struct AckBits {
+    /// Bits of records 0..64.
+    first_word: u64,
+    /// Bits of records 64.., 64 per word.
+    more_words: Vec<u64>,
+}
+
+impl AckBits {
+    /// Ensures record `index` (the next one added) has a bit.
+    fn make_room_for(&mut self, index: u64) {
+        if index >= 64 && index % 64 == 0 {
+            self.more_words.push(0);
+        }
+    }
+
+    /// The word holding record `index`'s bit.
+    fn word_mut(&mut self, index: u64) -> Option<&mut u64> {
+        if index < 64 {
+            return Some(&mut self.first_word);
+        }
+        let word = usize::try_from(index / 64 - 1).ok()?;
+        self.more_words.get_mut(word)
     }
 }
 
@@ -210,7 +237,7 @@ impl AckTracker {
                         first_sequence: sequence,
                         record_count: 0,
                         unacked_count: 0,
-                        acked_bits: Vec::new(),
+                        acked_bits: AckBits::default(),
                         end: None,
                         transaction_count: 1,
                     },
@@ -220,10 +247,7 @@ impl AckTracker {
             }
         };
         if let Some(entry) = self.entries.get_mut(&key) {
-            let index = entry.record_count;
-            if index % 64 == 0 {
-                entry.acked_bits.push(0);
-            }
+            entry.acked_bits.make_room_for(entry.record_count);
             entry.record_count += 1;
             entry.unacked_count += 1;
         }
@@ -267,7 +291,7 @@ impl AckTracker {
                         first_sequence: self.next_sequence,
                         record_count: 0,
                         unacked_count: 0,
-                        acked_bits: Vec::new(),
+                        acked_bits: AckBits::default(),
                         end: Some(end),
                         transaction_count: 1,
                     },
@@ -297,11 +321,13 @@ impl AckTracker {
         let Some(entry) = self.entries.get_mut(&key) else {
             return Err(AckError::DoubleAck { token });
         };
+        if entry.is_complete() {
+            // Every record of a complete entry is acked (its bits are released).
+            return Err(AckError::DoubleAck { token });
+        }
         let index = token.sequence - entry.first_sequence;
-        let word_index = usize::try_from(index / 64).unwrap_or(usize::MAX);
         let bit = 1u64 << (index % 64);
-        let Some(word) = entry.acked_bits.get_mut(word_index) else {
-            // Fully acked entries drop their bits.
+        let Some(word) = entry.acked_bits.word_mut(index) else {
             return Err(AckError::DoubleAck { token });
         };
         if *word & bit != 0 {
@@ -363,7 +389,7 @@ impl AckTracker {
         if !entry.is_complete() {
             return;
         }
-        entry.acked_bits = Vec::new();
+        entry.acked_bits = AckBits::default();
         // Merge into a complete predecessor.
         let mut key = key;
         let previous_key = self
