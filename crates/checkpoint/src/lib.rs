@@ -15,6 +15,23 @@
 //!   checkpoint is an error naming where it is, never a silent restart from zero; commits
 //!   that would move backwards are rejected.
 //!
+//! ```
+//! use outbox_binlog::BinlogPosition;
+//! use outbox_checkpoint::{AckTracker, CheckpointPosition};
+//!
+//! let start = CheckpointPosition::at(BinlogPosition::new("binlog.000001", 4));
+//! let mut tracker = AckTracker::new(start);
+//! let first = tracker.add_record();
+//! let second = tracker.add_record();
+//! tracker.end_transaction(CheckpointPosition::at(BinlogPosition::new("binlog.000001", 500)));
+//! tracker.ack(second)?;
+//! assert_eq!(tracker.acked_position(), None, "the first record is still in flight");
+//! tracker.ack(first)?;
+//! assert_eq!(tracker.acked_position().map(|p| p.binlog.position), Some(500));
+//! assert!(tracker.ack(first).is_err(), "a double ack is an error, not a panic");
+//! # Ok::<(), outbox_checkpoint::AckError>(())
+//! ```
+//!
 //! # Resumption
 //! A stored [`Checkpoint`] names its source ([`SourceIdentity`]), the binlog file+position
 //! just after the last fully delivered transaction, and the GTID set up to there. Starting the
