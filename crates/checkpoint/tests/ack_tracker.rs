@@ -414,3 +414,26 @@ fn a_big_open_transaction_is_not_released_until_it_ends() {
     tracker.ack(late).unwrap();
     assert_eq!(tracker.acked_position().unwrap().binlog, end_position(0));
 }
+
+#[test]
+fn a_reconnect_inside_a_transaction_holds_the_end_until_both_copies_are_acked() {
+    let mut tracker = AckTracker::new(start_position());
+    // The first copy: two rows of the transaction, then the stream breaks.
+    let partial = [tracker.add_record(), tracker.add_record()];
+    // The reader resumes at the last boundary and re-yields all three rows, then the commit.
+    let full: Vec<AckToken> = (0..3).map(|_| tracker.add_record()).collect();
+    tracker.end_transaction(end_of(0, false));
+    for token in &full {
+        tracker.ack(*token).unwrap();
+    }
+    assert_eq!(
+        tracker.acked_position(),
+        None,
+        "the first copy is still in flight"
+    );
+    tracker.ack(partial[0]).unwrap();
+    assert_eq!(tracker.acked_position(), None);
+    tracker.ack(partial[1]).unwrap();
+    assert_eq!(tracker.acked_position().unwrap().binlog, end_position(0));
+    assert_eq!(tracker.in_flight(), 0);
+}
