@@ -47,10 +47,13 @@
 //! every commit handed out.
 //!
 //! # Duplicate `server_id`
-//! Both flavors let a new replica with an already connected `server_id` take over: the
-//! server ends the older dump. MySQL tells the older connection so (error 1236, mapped to
-//! [`BinlogError::DuplicateServerId`]); what MariaDB does is asserted by the test
-//! `live_errors.rs::duplicate_server_id_*` and documented on [`BinlogReader::next_item`].
+//! A second replica connecting with a `server_id` that is already streaming takes over: the
+//! server ends the *older* dump. MySQL sends the older connection error 1236 ("A slave with
+//! the same server_uuid/server_id as this slave has connected"); MariaDB 10.6+ sends error
+//! 4052 ("A slave with the same server_uuid/server_id is already connected"; asserted
+//! against MariaDB 10.11 in `tests/live_errors.rs`). Both become the definite
+//! [`BinlogError::DuplicateServerId`] on the older reader, while the newer one streams
+//! normally: reconnecting would only kick the other reader off in turn.
 
 mod connection;
 mod start;
@@ -279,9 +282,9 @@ impl BinlogReader {
     ///
     /// Fails with the transient [`BinlogError::IdleTimeout`] when neither an event nor a
     /// heartbeat arrived for `idle_timeout`, and with [`BinlogError::StreamLost`] when the
-    /// connection breaks or the server shuts down. On MariaDB, a second replica connecting
-    /// with the same `server_id` makes the server end this stream (see
-    /// `tests/live_errors.rs` for what exactly arrives).
+    /// connection breaks or the server shuts down, and with the definite
+    /// [`BinlogError::DuplicateServerId`] when another replica with our `server_id` took
+    /// over (module docs).
     pub async fn next_item(&mut self) -> Result<StreamItem, BinlogError> {
         if let Some((transient, message)) = &self.failure {
             let position = self.position_text();

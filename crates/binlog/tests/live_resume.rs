@@ -147,5 +147,25 @@ async fn a_gtid_set_resumes_exactly_after_its_transactions() {
     .await
     .unwrap();
     assert_eq!(ids_until(&mut resumed_at_end, 3).await, vec![1, 2, 3]);
+
+    // The empty set starts at the beginning of the binlog.
+    let mut from_nothing = BinlogReader::connect(config(
+        &server,
+        StartPosition::Gtid(GtidSet::Empty),
+        &["app.outbox"],
+    ))
+    .await
+    .unwrap();
+    assert_eq!(ids_until(&mut from_nothing, 3).await, vec![1, 2, 3]);
+    let StartPosition::Gtid(everything) = from_nothing.resume_point() else {
+        panic!("GTID stream resumes by GTID");
+    };
+    let mut server_state: String = conn
+        .query_first("SELECT @@gtid_binlog_pos")
+        .await
+        .unwrap()
+        .unwrap();
+    server_state.retain(|c| !c.is_whitespace());
+    assert_eq!(everything.to_string(), server_state);
     conn.disconnect().await.unwrap();
 }

@@ -183,3 +183,35 @@ async fn a_32_mib_payload_arrives_byte_exact() {
         other => panic!("expected bytes, got {:?}", std::mem::discriminant(other)),
     }
 }
+
+#[tokio::test]
+async fn a_server_without_binlog_checksums_streams_too() {
+    let server = ScratchMariadb::start_with(outbox_testkit::ScratchOptions {
+        extra_args: vec!["--binlog-checksum=NONE".into()],
+        ..outbox_testkit::ScratchOptions::default()
+    })
+    .await
+    .unwrap();
+    sql(
+        &server,
+        &[
+            "CREATE DATABASE app",
+            "CREATE TABLE app.outbox (id INT PRIMARY KEY) ENGINE=InnoDB",
+        ],
+    )
+    .await;
+    let mut reader =
+        BinlogReader::connect(config(&server, StartPosition::Earliest, &["app.outbox"]))
+            .await
+            .unwrap();
+    sql(
+        &server,
+        &[
+            "INSERT INTO app.outbox VALUES (1)",
+            "INSERT INTO app.outbox VALUES (2)",
+        ],
+    )
+    .await;
+    assert_eq!(ids(&next_transaction_with_rows(&mut reader).await), vec![1]);
+    assert_eq!(ids(&next_transaction_with_rows(&mut reader).await), vec![2]);
+}
