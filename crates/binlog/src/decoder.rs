@@ -614,6 +614,13 @@ impl Decoder {
             (QueryKind::Statement { ddl }, group) => {
                 if ddl {
                     self.forget_names_mentioned_in(query_event.query_raw());
+                } else if self.is_statement_dml_on_watched_table(query_event.query_raw()) {
+                    return Err(self.unsupported(
+                        code::QUERY,
+                        start,
+                        "a data change of a watched table was logged as an SQL statement, not \
+                         as row events; the server must use binlog_format=ROW",
+                    ));
                 }
                 if matches!(group, Group::Idle | Group::AwaitingStatement) {
                     self.commit(end, timestamp, start, out)?;
@@ -621,6 +628,32 @@ impl Decoder {
             }
         }
         Ok(())
+    }
+
+    /// True for INSERT/UPDATE/DELETE/REPLACE/LOAD statements (statement-based logging) that
+    /// mention a watched table's name: their rows are not in the binlog, so reading on
+    /// would silently lose them.
+    fn is_statement_dml_on_watched_table(&self, query: &[u8]) -> bool {
+        let text = skip_leading_noise(query);
+        let is_dml = [
+            b"INSERT".as_slice(),
+            b"UPDATE",
+            b"DELETE",
+            b"REPLACE",
+            b"LOAD",
+        ]
+        .iter()
+        .any(|word| starts_with_word(text, word));
+        if !is_dml {
+            return false;
+        }
+        if self.filter == TableFilter::all() {
+            return true;
+        }
+        let text = String::from_utf8_lossy(text).to_lowercase();
+        self.filter
+            .watched()
+            .any(|table| text.contains(&table.table.to_lowercase()))
     }
 
     /// Forgets cached column names of every table the DDL statement mentions by name, so

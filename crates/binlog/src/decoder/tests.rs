@@ -466,3 +466,46 @@ fn mysql_gtids_plain_and_tagged_commit_with_their_transaction() {
         ]
     );
 }
+
+#[test]
+fn statement_based_changes_of_watched_tables_are_errors() {
+    let outbox = TableName::new("shop", "outbox");
+    let mut decoder = Decoder::new(TableFilter::tables([outbox]), "b.000001".into());
+    // Statements on other tables (MIXED format) pass; they carry no watched rows.
+    let items = push_all(
+        &mut decoder,
+        &[
+            event(code::QUERY, 100, &query_body("BEGIN")),
+            event(
+                code::QUERY,
+                200,
+                &query_body("INSERT INTO shop.orders VALUES (1)"),
+            ),
+            event(code::XID, 300, &1u64.to_le_bytes()),
+        ],
+    )
+    .unwrap();
+    assert!(matches!(&items[..], [StreamItem::Commit(c)] if c.row_count == 0));
+    let error = push_all(
+        &mut decoder,
+        &[
+            event(code::QUERY, 400, &query_body("BEGIN")),
+            event(
+                code::QUERY,
+                500,
+                &query_body("/* app */ insert into `outbox` (id) values (2)"),
+            ),
+        ],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            BinlogError::UnsupportedEvent {
+                event_type: code::QUERY,
+                ..
+            }
+        ),
+        "{error}"
+    );
+}
