@@ -43,7 +43,10 @@ async fn twenty_kill_nine_restarts_lose_nothing() {
     let started = Instant::now();
     let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
     let broker = broker.expect("tansu starts");
-    let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
+    let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
+    // Several partitions per topic: per-key order has to hold per partition under retries.
+    setup.topic_partitions = 3;
+    let mut relay = Relay::prepare(&setup);
     let writer = ShopWriter::connect(&db.url(), "crash").await;
     let stop = Arc::new(AtomicBool::new(false));
     let writer_task = tokio::spawn(stream_transactions(writer, Arc::clone(&stop)));
@@ -105,6 +108,14 @@ async fn twenty_kill_nine_restarts_lose_nothing() {
         &forbidden,
         &records,
         &relay,
+    );
+    let partitions_used: std::collections::BTreeSet<(String, i32)> = records
+        .iter()
+        .map(|record| (record.topic.clone(), record.partition))
+        .collect();
+    assert!(
+        partitions_used.len() > topics.len(),
+        "topic_partitions = 3 but records only came from {partitions_used:?}"
     );
     let distinct_checkpoints = checkpoints
         .iter()

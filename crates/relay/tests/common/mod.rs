@@ -273,6 +273,10 @@ pub struct RelaySetup {
     pub log_filter: String,
     /// `[pipeline] shutdown_timeout_ms` when set (the relay's default otherwise).
     pub shutdown_timeout_ms: Option<u64>,
+    /// `[source] start` (first run only): `earliest`, `latest`, `file:NAME:POS`, `gtid:SET`.
+    pub start: String,
+    /// `[kafka] topic_partitions` for the topics the relay creates.
+    pub topic_partitions: i32,
 }
 
 impl RelaySetup {
@@ -293,6 +297,8 @@ impl RelaySetup {
             log_filter: std::env::var("OUTBOX_TEST_RELAY_LOG")
                 .unwrap_or_else(|_| "info".to_string()),
             shutdown_timeout_ms: None,
+            start: "earliest".to_string(),
+            topic_partitions: 1,
         }
     }
 }
@@ -335,7 +341,7 @@ impl Relay {
             r#"[source]
 url = "{url}"
 server_id = 4242
-start = "earliest"
+start = "{start}"
 heartbeat_interval_ms = 1000
 idle_timeout_ms = 30000
 
@@ -349,7 +355,7 @@ topic = "outbox.event.${{aggregate_type}}"
 [kafka]
 brokers = "{brokers}"
 create_topics = {create_topics}
-topic_partitions = 1
+topic_partitions = {topic_partitions}
 topic_replication_factor = 1
 
 [kafka.properties]
@@ -367,6 +373,8 @@ commit_interval_ms = {commit_interval_ms}
             create_topics = setup.create_topics,
             checkpoint = checkpoint_path.display(),
             commit_interval_ms = setup.commit_interval_ms,
+            start = setup.start,
+            topic_partitions = setup.topic_partitions,
             shutdown_timeout = setup
                 .shutdown_timeout_ms
                 .map(|ms| format!("shutdown_timeout_ms = {ms}\n"))
