@@ -13,6 +13,9 @@
 //!   column), a definite source error, a permanent Kafka rejection, a checkpoint store
 //!   failure. The acked prefix is still committed before returning the error.
 //!
+//! * **Startup retries.** A source that is unreachable at startup (transient error) is
+//!   retried with backoff like a lost connection; definite errors fail at once.
+//!
 //! # Resumption
 //! * With a stored checkpoint the stream starts at its binlog position (on the server that
 //!   wrote it) or at its GTID set (when the relay now talks to another server, e.g. after a
@@ -226,9 +229,21 @@ pub async fn run_relay(
         idle_timeout: Duration::from_millis(config.source.idle_timeout_ms),
         connect_timeout: Duration::from_millis(config.source.connect_timeout_ms),
     };
-    let mut reader = BinlogReader::connect(reader_config(first_start.clone()))
-        .await
-        .map_err(RelayError::Source)?;
+    let startup_backoff = Backoff::new(
+        Duration::from_millis(config.source.reconnect_initial_backoff_ms),
+        Duration::from_millis(config.source.reconnect_max_backoff_ms),
+    );
+    let Some(mut reader) = connect_at_startup(
+        reader_config(first_start.clone()),
+        startup_backoff.clone(),
+        &metrics,
+        controller.subscribe(),
+    )
+    .await?
+    else {
+        tracing::info!("shutdown requested before the source connected");
+        return Ok(RelaySummary::default());
+    };
     let identity = source_identity(&reader);
     if let Some(checkpoint) = &stored {
         if checkpoint.source != identity {
@@ -239,11 +254,13 @@ pub async fn run_relay(
                 });
             }
             tracing::warn!(stored = %describe_identity(&checkpoint.source), connected = %describe_identity(&identity), gtid_set = %checkpoint.position.gtid_set, "checkpoint was taken on another server; resuming by GTID set");
-            reader = BinlogReader::connect(reader_config(StartPosition::Gtid(
-                checkpoint.position.gtid_set.clone(),
-            )))
-            .await
-            .map_err(RelayError::Source)?;
+            let by_gtid = reader_config(StartPosition::Gtid(checkpoint.position.gtid_set.clone()));
+            match connect_at_startup(by_gtid, startup_backoff, &metrics, controller.subscribe())
+                .await?
+            {
+                Some(connected) => reader = connected,
+                None => return Ok(RelaySummary::default()),
+            }
         }
     }
     SourceConnected {
@@ -461,6 +478,40 @@ fn initial_position(start: &StartPosition) -> CheckpointPosition {
             gtid_set: GtidSet::Empty,
             ..CheckpointPosition::at(gtid_only_binlog_position())
         },
+    }
+}
+
+/// Connects the source at startup, retrying transient errors (server not up yet, network)
+/// with backoff; definite errors (wrong settings, purged position, access denied) fail at
+/// once. `None` when shutdown was requested meanwhile.
+async fn connect_at_startup(
+    reader_config: ReaderConfig,
+    mut backoff: Backoff,
+    metrics: &Metrics,
+    mut shutdown: Shutdown,
+) -> Result<Option<BinlogReader>, RelayError> {
+    loop {
+        let connected = tokio::select! {
+            _ = shutdown.recv() => return Ok(None),
+            connected = BinlogReader::connect(reader_config.clone()) => connected,
+        };
+        match connected {
+            Ok(reader) => return Ok(Some(reader)),
+            Err(error) if error.is_transient() => {
+                let delay = backoff.next_delay();
+                SourceReconnecting {
+                    error: &error,
+                    delay,
+                    resume_from: describe_start(&reader_config.start),
+                }
+                .emit(metrics);
+                tokio::select! {
+                    _ = shutdown.recv() => return Ok(None),
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+            Err(error) => return Err(RelayError::Source(error)),
+        }
     }
 }
 

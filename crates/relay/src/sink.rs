@@ -793,9 +793,7 @@ mod tests {
                 }
             })
         };
-        let started = std::time::Instant::now();
         let (result, tickets) = run_with(limited, "sink.slow", 64, async {}, metrics.clone()).await;
-        let elapsed = started.elapsed();
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         sampler.await.unwrap();
         assert_eq!(result.unwrap().delivered, 64);
