@@ -115,9 +115,9 @@ impl FileStoreInner {
         match fs::metadata(&self.directory) {
             Ok(metadata) if metadata.is_dir() => Ok(()),
             Ok(_) => Err(CheckpointStoreError::Io {
-                operation: "checkpoint directory is not a directory:",
+                operation: "checking checkpoint directory",
                 path: self.directory.clone(),
-                source: std::io::Error::other("not a directory"),
+                source: std::io::Error::other("it exists but is not a directory"),
             }),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                 Err(CheckpointStoreError::MissingDirectory {
