@@ -372,17 +372,44 @@ impl BinlogReader {
     }
 
     /// Column names of `table` in `ORDINAL_POSITION` order, from `information_schema` on the
-    /// side connection (for servers that log `binlog_row_metadata=MINIMAL` or less).
+    /// side connection (for servers that log `binlog_row_metadata=MINIMAL` or less). A side
+    /// connection that went stale while idle (server `wait_timeout`, killed) is replaced once.
     async fn column_names(&mut self, table: &TableName) -> Result<Vec<String>, BinlogError> {
         let position = self.position_text();
-        let mut conn = match self.side_connection.take() {
-            Some(conn) => conn,
+        match self.side_connection.take() {
+            Some(reused) => match self.lookup_column_names(reused, table, &position).await {
+                Err(error) if error.is_transient() => {
+                    tracing::debug!(
+                        server = %self.endpoint.address,
+                        %error,
+                        "side connection failed; retrying the column lookup on a new one"
+                    );
+                    let fresh = self
+                        .endpoint
+                        .connect(self.connect_timeout, &position)
+                        .await?;
+                    self.lookup_column_names(fresh, table, &position).await
+                }
+                result => result,
+            },
             None => {
-                self.endpoint
+                let fresh = self
+                    .endpoint
                     .connect(self.connect_timeout, &position)
-                    .await?
+                    .await?;
+                self.lookup_column_names(fresh, table, &position).await
             }
-        };
+        }
+    }
+
+    /// One `information_schema.COLUMNS` query on `conn`; keeps `conn` as the side connection
+    /// when it succeeds.
+    async fn lookup_column_names(
+        &mut self,
+        mut conn: Conn,
+        table: &TableName,
+        position: &str,
+    ) -> Result<Vec<String>, BinlogError> {
         let lookup = conn.exec::<String, _, _>(
             "SELECT COLUMN_NAME FROM information_schema.COLUMNS \
              WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
@@ -390,11 +417,11 @@ impl BinlogReader {
         );
         let names = match tokio::time::timeout(self.connect_timeout, lookup).await {
             Ok(Ok(names)) => names,
-            Ok(Err(error)) => return Err(self.endpoint.connect_error(error, &position)),
+            Ok(Err(error)) => return Err(self.endpoint.connect_error(error, position)),
             Err(_) => {
                 return Err(BinlogError::ConnectTimeout {
                     server: self.endpoint.address.clone(),
-                    position,
+                    position: position.to_owned(),
                     waited: self.connect_timeout,
                 })
             }

@@ -4,6 +4,7 @@
 mod live_support;
 
 use live_support::*;
+use mysql_async::prelude::Queryable;
 use outbox_binlog::{check_server, BinlogError, BinlogReader, Severity, StartPosition};
 use outbox_testkit::{ScratchMariadb, ScratchOptions};
 
@@ -182,6 +183,25 @@ async fn minimal_metadata_takes_column_names_from_information_schema_and_follows
         vec!["id".to_owned(), "payload".to_owned()]
     );
     assert_eq!(text(after(&first.rows[0], "payload")), "a");
+
+    // The reader keeps a side connection for lookups; the server may close it while idle
+    // (wait_timeout). Kill every idle connection: the next lookup must reconnect.
+    let mut admin = server.conn().await.unwrap();
+    let idle: Vec<u64> = admin
+        .query(
+            "SELECT ID FROM information_schema.PROCESSLIST \
+             WHERE COMMAND = 'Sleep' AND ID <> CONNECTION_ID()",
+        )
+        .await
+        .unwrap();
+    assert!(
+        !idle.is_empty(),
+        "the reader keeps its side connection open"
+    );
+    for id in idle {
+        admin.query_drop(format!("KILL {id}")).await.unwrap();
+    }
+    admin.disconnect().await.unwrap();
 
     sql(
         &server,

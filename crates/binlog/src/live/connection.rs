@@ -68,7 +68,7 @@ impl ServerEndpoint {
         match classify(&error) {
             ErrorKind::Transient => BinlogError::Connection {
                 server: self.address.clone(),
-                message: format!("{error} (while starting at {position})"),
+                message: format!("{error} (stream at {position})"),
             },
             _ => self.definite_error(error, position),
         }

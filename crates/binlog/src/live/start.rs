@@ -156,6 +156,12 @@ pub(crate) async fn explain_stream_error(
             message,
         },
         FatalReadKind::PositionUnavailable => {
+            // A side connection idle for long may have been closed by the server.
+            if let Some(conn) = side.as_mut() {
+                if conn.ping().await.is_err() {
+                    *side = None;
+                }
+            }
             if side.is_none() {
                 *side = endpoint.connect(connect_timeout, &position).await.ok();
             }
