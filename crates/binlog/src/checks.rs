@@ -34,9 +34,9 @@ use crate::{BinlogError, Flavor};
 /// How long [`check_server`] waits for the connection.
 const CHECK_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Who the server is: shown at startup and stored with checkpoints, so a relay notices when
-/// it is pointed at a different server than the one its position came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Who the server is: shown at startup (and by the relay's `check` command), so an operator
+/// can tell which server a position belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ServerIdentity {
     /// `host:port` we connected to (as configured, not resolved).
     pub address: String,
@@ -53,7 +53,8 @@ pub struct ServerIdentity {
 }
 
 /// How bad a wrong setting is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Severity {
     /// The relay cannot work correctly with this: it refuses to start.
     Error,
@@ -71,7 +72,7 @@ impl fmt::Display for Severity {
 }
 
 /// One setting or grant that is not as outbox-relay needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SettingCheck {
     /// The server variable (e.g. `binlog_format`) or grant (e.g. `grant REPLICATION SLAVE`).
     pub setting: String,
@@ -94,7 +95,7 @@ impl fmt::Display for SettingCheck {
 }
 
 /// Result of [`check_server`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ServerReport {
     /// Which server was checked.
     pub identity: ServerIdentity,

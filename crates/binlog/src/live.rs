@@ -97,6 +97,27 @@ pub struct ReaderConfig {
     pub connect_timeout: Duration,
 }
 
+impl ReaderConfig {
+    /// A config with the usual timings: heartbeat every 5 s, idle timeout 30 s, connect
+    /// timeout 10 s.
+    pub fn new(
+        url: impl Into<String>,
+        server_id: u32,
+        start: StartPosition,
+        filter: TableFilter,
+    ) -> Self {
+        ReaderConfig {
+            url: url.into(),
+            server_id,
+            start,
+            filter,
+            heartbeat_interval: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
 impl fmt::Debug for ReaderConfig {
     /// Like a derived `Debug`, but without the URL (it may hold a password).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -167,6 +188,17 @@ pub struct BinlogReader {
     handed_out_gtids: Option<GtidSet>,
     /// Set once an error was returned: (was it transient, its text).
     failure: Option<(bool, String)>,
+}
+
+impl fmt::Debug for BinlogReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BinlogReader")
+            .field("server", &self.identity)
+            .field("our_server_id", &self.our_server_id)
+            .field("resume_point", &self.resume_point())
+            .field("failed", &self.failure.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl BinlogReader {

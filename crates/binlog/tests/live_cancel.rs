@@ -17,7 +17,7 @@ const TRANSACTIONS: i64 = 300;
 /// `next_item` has to wait at all (cancelling it at its first `.await` that is not ready),
 /// otherwise after 2 ms (so multi-round-trip work like a column-name lookup can finish).
 async fn cancel_signal(iteration: u64) {
-    if iteration % 2 == 0 {
+    if iteration & 1 == 0 {
         tokio::task::yield_now().await;
     } else {
         tokio::time::sleep(Duration::from_millis(2)).await;

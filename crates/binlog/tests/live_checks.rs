@@ -61,8 +61,7 @@ async fn wrong_settings_are_reported_and_refuse_to_start() {
 
     let error = BinlogReader::connect(config(&server, StartPosition::Latest, &["a.b"]))
         .await
-        .err()
-        .expect("a misconfigured server is refused");
+        .expect_err("a misconfigured server is refused");
     assert!(!error.is_transient());
     let BinlogError::ServerMisconfigured { problems, .. } = &error else {
         panic!("expected ServerMisconfigured, got {error:?}");
@@ -119,8 +118,7 @@ async fn users_without_replication_grants_are_reported_and_granted_users_pass() 
     plain_config.url = plain_url;
     let error = BinlogReader::connect(plain_config)
         .await
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     assert!(!error.is_transient());
     assert!(
         error.to_string().contains("grant REPLICATION SLAVE"),
@@ -142,8 +140,7 @@ async fn users_without_replication_grants_are_reported_and_granted_users_pass() 
     wrong_password.url = format!("mysql://relay:nope@127.0.0.1:{}", server.port());
     let error = BinlogReader::connect(wrong_password)
         .await
-        .err()
-        .expect("denied");
+        .expect_err("denied");
     assert!(!error.is_transient());
     assert!(
         matches!(error, BinlogError::AccessDenied { .. }),

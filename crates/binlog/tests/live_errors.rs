@@ -99,8 +99,7 @@ async fn purged_start_is_definite_and_names_the_oldest_file() {
         &["app.outbox"],
     ))
     .await
-    .err()
-    .expect("a purged file cannot be streamed");
+    .expect_err("a purged file cannot be streamed");
     assert!(!by_position.is_transient());
     match &by_position {
         BinlogError::PositionPurged {
@@ -129,8 +128,7 @@ async fn purged_start_is_definite_and_names_the_oldest_file() {
         &["app.outbox"],
     ))
     .await
-    .err()
-    .expect("a purged GTID cannot be streamed");
+    .expect_err("a purged GTID cannot be streamed");
     assert!(!by_gtid.is_transient());
     match &by_gtid {
         BinlogError::PositionPurged {
@@ -219,7 +217,7 @@ async fn refused_connection_is_transient_and_wrong_gtid_flavor_is_definite() {
         listener.local_addr().unwrap().port()
     };
     refused.url = format!("mysql://root@127.0.0.1:{closed_port}");
-    let error = BinlogReader::connect(refused).await.err().expect("refused");
+    let error = BinlogReader::connect(refused).await.expect_err("refused");
     assert!(error.is_transient(), "{error}");
     assert!(
         error
@@ -236,8 +234,7 @@ async fn refused_connection_is_transient_and_wrong_gtid_flavor_is_definite() {
         &["app.outbox"],
     ))
     .await
-    .err()
-    .expect("a MySQL GTID set on MariaDB");
+    .expect_err("a MySQL GTID set on MariaDB");
     assert!(!error.is_transient());
     assert!(
         matches!(error, BinlogError::InvalidReaderConfig { .. }),
@@ -248,8 +245,7 @@ async fn refused_connection_is_transient_and_wrong_gtid_flavor_is_definite() {
     bad_heartbeat.heartbeat_interval = bad_heartbeat.idle_timeout;
     let error = BinlogReader::connect(bad_heartbeat)
         .await
-        .err()
-        .expect("rejected");
+        .expect_err("rejected");
     assert!(
         matches!(error, BinlogError::InvalidReaderConfig { ref field, .. } if field == "heartbeat_interval"),
         "{error:?}"
