@@ -476,3 +476,39 @@ pub fn in_process_handles() -> RelayHandles {
         metrics: crate::metrics::Metrics::new(),
     }
 }
+
+/// An error and its causes joined by `: `, skipping a cause whose text the message already
+/// contains (many of the relay's messages embed their cause).
+pub fn render_error_chain(error: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if message.contains(&text) {
+            continue;
+        }
+        if !message.is_empty() {
+            message.push_str(": ");
+        }
+        message.push_str(&text);
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer: {0}")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn error_chains_do_not_repeat_embedded_causes() {
+        let error = anyhow::Error::from(Outer(std::io::Error::other("disk gone")))
+            .context("loading the checkpoint");
+        assert_eq!(
+            render_error_chain(&error),
+            "loading the checkpoint: outer: disk gone"
+        );
+    }
+}

@@ -2,12 +2,13 @@
 //! command (all logic lives in the library).
 
 use clap::Parser;
-use outbox_relay::cli::Cli;
-use outbox_relay::commands::{execute, init_logging};
+use outbox_relay::cli::{Cli, LogFormat};
+use outbox_relay::commands::{execute, init_logging, render_error_chain};
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    let log_format = cli.log_format;
+    init_logging(log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("outbox-relay")
@@ -22,8 +23,11 @@ fn main() -> std::process::ExitCode {
     match runtime.block_on(execute(cli)) {
         Ok(code) => std::process::ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(error) => {
-            tracing::error!("{error:#}");
-            eprintln!("error: {error:#}");
+            let message = render_error_chain(&error);
+            match log_format {
+                LogFormat::Json => tracing::error!(error = %message, "outbox-relay failed"),
+                LogFormat::Human => eprintln!("error: {message}"),
+            }
             std::process::ExitCode::from(1)
         }
     }

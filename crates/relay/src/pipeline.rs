@@ -348,26 +348,12 @@ pub async fn run_relay(
         ),
     );
 
-    // Any task that fails stops the others; the first error is the one reported.
-    let source_and_router = async {
-        let source = source_task.await;
-        if !matches!(source, Ok(Ok(()))) {
-            controller.trigger();
-        }
-        let router = router_task.await;
-        if !matches!(router, Ok(Ok(()))) {
-            controller.trigger();
-        }
-        (source, router)
-    };
-    let sink = async {
-        let result = sink_task.await;
-        if !matches!(result, Ok(Ok(_))) {
-            controller.trigger();
-        }
-        result
-    };
-    let ((source_result, router_result), sink_result) = tokio::join!(source_and_router, sink);
+    // Any task that fails stops the others at once; the first error is the one reported.
+    let (source_result, router_result, sink_result) = tokio::join!(
+        stop_all_on_failure(source_task, &controller),
+        stop_all_on_failure(router_task, &controller),
+        stop_all_on_failure(sink_task, &controller),
+    );
     let mut errors: Vec<RelayError> = Vec::new();
     let mut summary = RelaySummary::default();
     flatten_task("binlog-source", source_result, &mut errors);
@@ -412,6 +398,18 @@ pub async fn run_relay(
 /// checkpoint resumes by GTID set.
 pub fn gtid_only_binlog_position() -> BinlogPosition {
     BinlogPosition::new("", 4)
+}
+
+/// Awaits a task; if it failed (error or panic) triggers shutdown so the others stop too.
+async fn stop_all_on_failure<T, E>(
+    task: tokio::task::JoinHandle<Result<T, E>>,
+    controller: &ShutdownController,
+) -> Result<Result<T, E>, tokio::task::JoinError> {
+    let result = task.await;
+    if !matches!(result, Ok(Ok(_))) {
+        controller.trigger();
+    }
+    result
 }
 
 /// A task's result, with panics turned into [`RelayError::TaskFailed`] and errors collected.
