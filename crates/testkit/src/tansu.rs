@@ -29,7 +29,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -298,14 +298,12 @@ impl TansuBroker {
             if started.elapsed() > STARTUP_LIMIT {
                 return Err(self.start_timeout(started, format!("timed out: {last_error}")));
             }
-            let address = format!("127.0.0.1:{}", self.port);
-            let connectable = TcpStream::connect_timeout(
-                &address
-                    .parse()
-                    .map_err(|e| io_err("parsing the loopback address")(io::Error::other(e)))?,
+            let connectable = tokio::time::timeout(
                 Duration::from_millis(200),
+                tokio::net::TcpStream::connect(("127.0.0.1", self.port)),
             )
-            .is_ok();
+            .await
+            .is_ok_and(|connected| connected.is_ok());
             if connectable {
                 match fetch_topic_partitions(self.bootstrap(), Duration::from_secs(2)).await {
                     Ok(_) => return Ok(()),
@@ -432,9 +430,13 @@ impl TansuBroker {
     /// until it answers metadata. Topics must be created again.
     pub async fn restart_empty(&mut self) -> Result<(), TansuError> {
         self.kill();
-        // The old listener's port can take a moment to become bindable again.
+        // The old listener's port can take a moment to become bindable again. Probe with
+        // SO_REUSEADDR (tokio sets it, as the broker's own listener does), so connections left
+        // in TIME_WAIT do not count as "in use".
         let started = Instant::now();
-        while TcpListener::bind(("127.0.0.1", self.port)).is_err()
+        while tokio::net::TcpListener::bind(("127.0.0.1", self.port))
+            .await
+            .is_err()
             && started.elapsed() < Duration::from_secs(10)
         {
             tokio::time::sleep(Duration::from_millis(50)).await;
