@@ -281,6 +281,18 @@ pub async fn run_relay(
     let (items_tx, items_rx) = mpsc::channel::<StreamItem>(capacity);
     let (records_tx, records_rx) = mpsc::channel::<SinkItem<AckToken>>(capacity);
 
+    // The source has its own stop signal: a failing source or router stops reading, but the
+    // sink still delivers what was routed before the failure (the checkpoint then ends right
+    // before the problem). The global signal (SIGTERM, a failing sink) stops it too.
+    let source_stop = ShutdownController::new();
+    {
+        let mut global = controller.subscribe();
+        let source_stop = source_stop.clone();
+        spawn_named("source-stop-forwarder", async move {
+            global.recv().await;
+            source_stop.trigger();
+        });
+    }
     let source_task = spawn_named(
         "binlog-source",
         run_source(
@@ -295,7 +307,7 @@ pub async fn run_relay(
             reader_config(first_start),
             items_tx,
             metrics.clone(),
-            controller.subscribe(),
+            source_stop.subscribe(),
         ),
     );
     let router_task = spawn_named(
@@ -348,11 +360,12 @@ pub async fn run_relay(
         ),
     );
 
-    // Any task that fails stops the others at once; the first error is the one reported.
+    // A failing source or router stops reading (the sink drains what was routed); a failing
+    // sink stops everything. The first error is the one reported.
     let (source_result, router_result, sink_result) = tokio::join!(
-        stop_all_on_failure(source_task, &controller),
-        stop_all_on_failure(router_task, &controller),
-        stop_all_on_failure(sink_task, &controller),
+        stop_on_failure(source_task, &source_stop),
+        stop_on_failure(router_task, &source_stop),
+        stop_on_failure(sink_task, &controller),
     );
     let mut errors: Vec<RelayError> = Vec::new();
     let mut summary = RelaySummary::default();
@@ -400,8 +413,8 @@ pub fn gtid_only_binlog_position() -> BinlogPosition {
     BinlogPosition::new("", 4)
 }
 
-/// Awaits a task; if it failed (error or panic) triggers shutdown so the others stop too.
-async fn stop_all_on_failure<T, E>(
+/// Awaits a task; if it failed (error or panic) triggers `controller`.
+async fn stop_on_failure<T, E>(
     task: tokio::task::JoinHandle<Result<T, E>>,
     controller: &ShutdownController,
 ) -> Result<Result<T, E>, tokio::task::JoinError> {
