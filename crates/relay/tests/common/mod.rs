@@ -6,6 +6,18 @@
 //!
 //! Every failure message carries the evidence: counts, missing ids, the checkpoint, the tail of
 //! the relay's log.
+//!
+//! # Knobs for a post-mortem (environment variables)
+//! * `OUTBOX_TEST_KEEP=1`: keep each relay's directory (config, checkpoint, full log); failure
+//!   messages print its path.
+//! * `OUTBOX_TEST_RELAY_LOG=info,librdkafka=debug`: the relay's `RUST_LOG` (default `info`).
+//! * `OUTBOX_TEST_KAFKA_DEBUG=eos,msg,broker`: librdkafka's `debug` property for the relay
+//!   (its lines need `librdkafka=debug` in the log filter to show).
+//! * `TANSU_BIN=/path/to/tansu`: the broker binary (see `outbox_testkit::tansu`).
+//!
+//! # Needs
+//! A `tansu` binary (`scripts/test.sh` installs it) and MariaDB server binaries; every test
+//! starts its own scratch MariaDB and broker on free loopback ports.
 
 #![allow(dead_code)] // Each test binary uses a different part of the harness.
 
