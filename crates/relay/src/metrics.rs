@@ -84,6 +84,10 @@ impl Metrics {
         )
         .unwrap_or_else(|e| panic!("metric checkpoint_lag_seconds: {e}"));
         let _ = registry.register(Box::new(checkpoint_lag_seconds.clone()));
+        // The checkpoint crate's own counters (commit durations, failures, ack errors).
+        if let Err(error) = outbox_checkpoint::register_metrics(&registry) {
+            tracing::warn!(%error, "checkpoint metrics not registered");
+        }
         Arc::new(Metrics {
             events_read: counter("events_read_total", "Row changes of watched tables read"),
             transactions_read: counter("transactions_read_total", "Committed transactions read"),
@@ -255,6 +259,8 @@ mod tests {
             "{ok}"
         );
         assert!(ok.contains("outbox_relay_checkpoint_lag_seconds 0"), "{ok}");
+        assert!(ok.contains("# TYPE outbox_relay_in_flight gauge"), "{ok}");
+        assert!(ok.contains("outbox_checkpoint_commits_total"), "{ok}");
         let missing = get(addr, "/nope").await;
         assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
         controller.trigger();
