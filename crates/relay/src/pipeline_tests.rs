@@ -317,3 +317,41 @@ async fn a_source_restart_reconnects_and_resumes_without_loss() {
     keys.dedup();
     assert_eq!(keys, vec!["1", "2", "3", "4"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_endpoint_reports_the_pipeline() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut fixture = fixture("").await;
+    fixture.config.metrics.listen = Some(format!("127.0.0.1:{port}"));
+    fixture.write_orders(1..=2).await;
+    let (handles, task) = fixture.start_relay();
+    fixture
+        .wait_for_checkpoint("0-1-5", Duration::from_secs(30))
+        .await;
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: relay\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    for line in [
+        "outbox_relay_events_read_total 2",
+        "outbox_relay_events_routed_total 2",
+        "outbox_relay_records_delivered_total 2",
+        "outbox_relay_in_flight 0",
+        "outbox_relay_checkpoint_binlog_file_number 1",
+    ] {
+        assert!(response.contains(line), "no `{line}` in:\n{response}");
+    }
+    assert!(handles.metrics.checkpoint_binlog_offset.get() > 4);
+    assert!(handles.metrics.transactions_read.get() >= 5);
+    stop(handles, task).await.unwrap();
+}
