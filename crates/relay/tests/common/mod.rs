@@ -289,6 +289,8 @@ pub struct RelaySetup {
     pub start: String,
     /// `[kafka] topic_partitions` for the topics the relay creates.
     pub topic_partitions: i32,
+    /// `Some(url)`: `[checkpoint] store = "mysql"` on that server instead of the file store.
+    pub mysql_checkpoint_url: Option<String>,
 }
 
 impl RelaySetup {
@@ -311,6 +313,7 @@ impl RelaySetup {
             shutdown_timeout_ms: None,
             start: "earliest".to_string(),
             topic_partitions: 1,
+            mysql_checkpoint_url: None,
         }
     }
 }
@@ -372,10 +375,7 @@ topic_replication_factor = 1
 
 [kafka.properties]
 {properties}
-[checkpoint]
-store = "file"
-path = "{checkpoint}"
-
+{checkpoint_section}
 [pipeline]
 max_in_flight = 10000
 commit_interval_ms = {commit_interval_ms}
@@ -383,7 +383,16 @@ commit_interval_ms = {commit_interval_ms}
             url = setup.mysql_url,
             brokers = setup.brokers,
             create_topics = setup.create_topics,
-            checkpoint = checkpoint_path.display(),
+            checkpoint_section = match &setup.mysql_checkpoint_url {
+                Some(url) => format!(
+                    "[checkpoint]\nstore = \"mysql\"\nurl = \"{url}\"\ndatabase = \"outbox_relay\"\n\
+                     table = \"relay_checkpoints\"\nconnector = \"test\"\n"
+                ),
+                None => format!(
+                    "[checkpoint]\nstore = \"file\"\npath = \"{}\"\n",
+                    checkpoint_path.display()
+                ),
+            },
             commit_interval_ms = setup.commit_interval_ms,
             start = setup.start,
             topic_partitions = setup.topic_partitions,

@@ -1,0 +1,231 @@
+//! Checkpoint operations as an operator runs them (`checkpoint set` / `reset` between runs),
+//! and the MySQL checkpoint store under `kill -9`.
+
+mod common;
+
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use outbox_testkit::tansu::{read_all, ReadStop, TansuBroker};
+
+fn checkpoint_command(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(RELAY_BIN)
+        .arg("checkpoint")
+        .args(args)
+        .output()
+        .expect("run outbox-relay checkpoint");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+async fn write_batch(writer: &mut ShopWriter, kind: &str, transactions: u32) -> BinlogPoint {
+    for index in 0..transactions {
+        writer
+            .transaction(
+                kind,
+                &format!("{kind}-{}", index % 3),
+                1,
+                index % 5 != 4,
+                false,
+            )
+            .await;
+    }
+    writer.master_position().await
+}
+
+async fn read_topics(bootstrap: &str) -> Vec<outbox_testkit::tansu::ConsumedRecord> {
+    let topics = [
+        topic_for("order"),
+        topic_for("customer"),
+        topic_for("invoice"),
+    ];
+    read_all(
+        bootstrap,
+        &topics.iter().map(String::as_str).collect::<Vec<_>>(),
+        ReadStop::Quiet(Duration::from_millis(1000)),
+        Duration::from_secs(20),
+    )
+    .await
+    .unwrap()
+}
+
+/// `checkpoint set --position` skips what lies before it; `checkpoint reset` makes the next run
+/// start at `source.start` (earliest) again, so everything is delivered (again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_set_and_reset_decide_where_the_next_run_starts() {
+    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
+    let broker = broker.expect("tansu starts");
+    let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
+    let config = relay.config_path.display().to_string();
+
+    let mut first = ShopWriter::connect(&db.url(), "ops-a").await;
+    relay.start();
+    let end_a = write_batch(&mut first, "order", 6).await;
+    wait_for_checkpoint(&relay, &end_a, Duration::from_secs(30)).await;
+    assert!(relay.terminate(Duration::from_secs(30)).await.success());
+
+    let mut skipped = ShopWriter::connect(&db.url(), "ops-b").await;
+    let end_b = write_batch(&mut skipped, "customer", 6).await;
+    let mut last = ShopWriter::connect(&db.url(), "ops-c").await;
+    let end_c = write_batch(&mut last, "invoice", 6).await;
+
+    let position = format!("{}:{}", end_b.file, end_b.position);
+    let (code, stdout, stderr) =
+        checkpoint_command(&["set", "--config", &config, "--position", &position]);
+    assert_eq!(code, 0, "checkpoint set failed: {stdout}\n{stderr}");
+    let shown = relay.checkpoint();
+    assert_eq!(
+        shown.position.as_ref(),
+        Some(&end_b),
+        "checkpoint show after set: {}",
+        shown.raw
+    );
+
+    relay.start();
+    wait_for_checkpoint(&relay, &end_c, Duration::from_secs(30)).await;
+    assert!(relay.terminate(Duration::from_secs(30)).await.success());
+    let records = read_topics(&broker.bootstrap()).await;
+    let mut committed = first.committed.clone();
+    committed.extend(last.committed.iter().cloned());
+    let mut forbidden = skipped.committed.clone();
+    forbidden.extend(first.rolled_back.iter().cloned());
+    forbidden.extend(skipped.rolled_back.iter().cloned());
+    forbidden.extend(last.rolled_back.iter().cloned());
+    let summary = assert_delivery(
+        "after checkpoint set past batch B",
+        &committed,
+        &forbidden,
+        &records,
+        &relay,
+    );
+    assert_eq!(summary.duplicates, 0, "{summary:?}");
+
+    let (code, stdout, stderr) = checkpoint_command(&["reset", "--config", &config]);
+    assert_eq!(code, 0, "checkpoint reset failed: {stdout}\n{stderr}");
+    let shown = relay.checkpoint();
+    assert!(
+        shown.position.is_none(),
+        "checkpoint still there after reset: {}",
+        shown.raw
+    );
+
+    relay.start();
+    wait_for_checkpoint(&relay, &end_c, Duration::from_secs(30)).await;
+    let records = read_topics(&broker.bootstrap()).await;
+    let mut everything = first.committed.clone();
+    everything.extend(skipped.committed.iter().cloned());
+    everything.extend(last.committed.iter().cloned());
+    let mut rolled_back = first.rolled_back.clone();
+    rolled_back.extend(skipped.rolled_back.iter().cloned());
+    rolled_back.extend(last.rolled_back.iter().cloned());
+    // Batch B (skipped before) now arrives too; A and C come a second time.
+    let summary = assert_delivery(
+        "after checkpoint reset (start = earliest)",
+        &everything,
+        &rolled_back,
+        &records,
+        &relay,
+    );
+    assert_eq!(
+        summary.duplicates,
+        first.committed.len() + last.committed.len(),
+        "{summary:?}"
+    );
+    assert!(relay.terminate(Duration::from_secs(30)).await.success());
+}
+
+/// The MySQL checkpoint store (a table on the source server itself) under 8 kill -9 restarts
+/// while a writer streams: at-least-once, per-key order, nothing rolled back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_checkpoint_store_survives_kill_nine() {
+    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
+    let broker = broker.expect("tansu starts");
+    let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
+    // The store creates its table, not the database (an operator's decision).
+    db.exec(&["CREATE DATABASE outbox_relay"]).await.unwrap();
+    setup.mysql_checkpoint_url = Some(db.url());
+    let mut relay = Relay::prepare(&setup);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = ShopWriter::connect(&db.url(), "mysqlstore").await;
+    let streaming = {
+        let stop = Arc::clone(&stop);
+        tokio::spawn(async move {
+            let mut writer = writer;
+            let mut index = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                index += 1;
+                let kind = if matches!(index % 3, 0) {
+                    "customer"
+                } else {
+                    "order"
+                };
+                writer
+                    .transaction(
+                        kind,
+                        &format!("{kind}-{}", index % 5),
+                        1 + (index % 2) as usize,
+                        index % 6 != 2,
+                        false,
+                    )
+                    .await;
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+            writer
+        })
+    };
+    let mut positions = Vec::new();
+    for kill in 0..8 {
+        relay.start();
+        tokio::time::sleep(Duration::from_millis(300 + rand::random::<u64>() % 900)).await;
+        relay.assert_running(&format!("before kill #{kill}"));
+        relay.kill9();
+        let view = relay.checkpoint();
+        if let Some(previous) = positions.last() {
+            assert!(
+                view.position >= *previous,
+                "checkpoint went backwards after kill #{kill}: {previous:?} -> {}",
+                view.raw
+            );
+        }
+        positions.push(view.position);
+    }
+    relay.start();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut writer = streaming.await.unwrap();
+    let end = writer.master_position().await;
+    // The store's own writes go to the same binlog; the checkpoint only has to reach `end`.
+    wait_for_checkpoint(&relay, &end, Duration::from_secs(40)).await;
+    let records = read_until_ids(
+        &broker.bootstrap(),
+        &[topic_for("order"), topic_for("customer")],
+        &writer.committed,
+        Duration::from_secs(30),
+    )
+    .await;
+    let summary = assert_delivery(
+        "mysql checkpoint store, 8 x kill -9",
+        &writer.committed,
+        &writer.rolled_back,
+        &records,
+        &relay,
+    );
+    let distinct: std::collections::BTreeSet<_> = positions.iter().collect();
+    assert!(
+        distinct.len() > 2,
+        "the MySQL-stored checkpoint barely moved over 8 runs: {positions:?}"
+    );
+    eprintln!(
+        "mysql store: {} committed, {summary:?}, checkpoints after each kill {positions:?}",
+        writer.committed.len()
+    );
+    assert!(relay.terminate(Duration::from_secs(30)).await.success());
+    writer.close().await;
+}
