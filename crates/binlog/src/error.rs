@@ -249,6 +249,17 @@ pub enum BinlogError {
         /// What the client library said.
         message: String,
     },
+    /// The live stream delivered an event the decoder rejected; the inner error names the
+    /// event and its binlog position, this variant adds the server. As transient as the
+    /// inner error (decoding errors are definite).
+    #[error("from {server}: {source}")]
+    FromServer {
+        /// `host:port` of the server.
+        server: String,
+        /// The decoding error.
+        #[source]
+        source: Box<BinlogError>,
+    },
 }
 
 impl BinlogError {
@@ -262,6 +273,7 @@ impl BinlogError {
                 | BinlogError::IdleTimeout { .. }
                 | BinlogError::ConnectTimeout { .. }
         ) || matches!(self, BinlogError::Server { code, .. } if is_transient_server_error_code(*code))
+            || matches!(self, BinlogError::FromServer { source, .. } if source.is_transient())
     }
 }
 

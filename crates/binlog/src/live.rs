@@ -355,7 +355,14 @@ impl BinlogReader {
                 Some(event) => event,
                 None => self.read_event().await?,
             };
-            match self.decoder.push(&event, &mut self.decoded_items)? {
+            let outcome = self
+                .decoder
+                .push(&event, &mut self.decoded_items)
+                .map_err(|source| BinlogError::FromServer {
+                    server: self.endpoint.address.clone(),
+                    source: Box::new(source),
+                })?;
+            match outcome {
                 PushOutcome::Consumed => {}
                 PushOutcome::NeedColumnNames(table) => {
                     // Keep the event first: if this future is dropped during the lookup,
@@ -701,6 +708,29 @@ mod tests {
             &at("binlog.000001", 4)
         ));
         assert!(is_later_position(&at("binlog.000001", 4), &at("", 0)));
+    }
+
+    #[test]
+    fn decoder_errors_name_the_server_and_keep_their_transience() {
+        let definite = BinlogError::FromServer {
+            server: "db:3306".into(),
+            source: Box::new(BinlogError::Protocol {
+                server: "db:3306".into(),
+                position: "binlog.000001:4".into(),
+                message: "bad".into(),
+            }),
+        };
+        assert!(!definite.is_transient());
+        assert!(definite.to_string().starts_with("from db:3306: "), "{definite}");
+        let transient = BinlogError::FromServer {
+            server: "db:3306".into(),
+            source: Box::new(BinlogError::IdleTimeout {
+                server: "db:3306".into(),
+                position: "binlog.000001:4".into(),
+                waited: Duration::from_secs(1),
+            }),
+        };
+        assert!(transient.is_transient());
     }
 
     #[test]
