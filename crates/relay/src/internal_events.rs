@@ -82,12 +82,20 @@ impl InternalEvent for RecordRouted {
 pub struct RowSkipped<'a> {
     /// Why, in the router's words.
     pub reason: &'a str,
+    /// The row's table.
+    pub table: &'a outbox_binlog::TableName,
+    /// Log at warn (`[route] invalid_operation = "warn"`) instead of debug.
+    pub warn: bool,
 }
 
 impl InternalEvent for RowSkipped<'_> {
     fn emit(self, metrics: &Metrics) {
         metrics.events_skipped.inc();
-        tracing::debug!(reason = self.reason, "row skipped by the router");
+        if self.warn {
+            tracing::warn!(table = %self.table, reason = self.reason, "outbox row skipped (not an insert)");
+        } else {
+            tracing::debug!(table = %self.table, reason = self.reason, "outbox row skipped (not an insert)");
+        }
     }
 }
 

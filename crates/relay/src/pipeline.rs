@@ -165,6 +165,8 @@ pub async fn run_relay(
 ) -> Result<RelaySummary, RelayError> {
     let metrics = handles.metrics.clone();
     let controller = handles.shutdown.clone();
+    let warn_on_skip =
+        config.route.invalid_operation == outbox_router::InvalidOperationBehavior::Warn;
     let router = Router::new(&config.outbox, &config.route)
         .map_err(|e| RelayError::RouterConfig(e.to_string()))?;
     let store: SharedCheckpointStore = open_checkpoint_store(&config.checkpoint)
@@ -314,6 +316,7 @@ pub async fn run_relay(
         "router",
         run_router(
             router,
+            warn_on_skip,
             items_rx,
             records_tx,
             tracker.clone(),
@@ -615,6 +618,7 @@ async fn run_source(
 /// the tracker, in binlog order.
 async fn run_router(
     router: Router,
+    warn_on_skip: bool,
     mut items: mpsc::Receiver<StreamItem>,
     records: mpsc::Sender<SinkItem<AckToken>>,
     tracker: SharedTracker,
@@ -647,6 +651,8 @@ async fn run_router(
                 Ok(RouteOutcome::Skipped { reason }) => {
                     RowSkipped {
                         reason: &format!("{reason:?}"),
+                        table: &row.table,
+                        warn: warn_on_skip,
                     }
                     .emit(&metrics);
                 }
