@@ -291,6 +291,8 @@ pub struct RelaySetup {
     pub topic_partitions: i32,
     /// `Some(url)`: `[checkpoint] store = "mysql"` on that server instead of the file store.
     pub mysql_checkpoint_url: Option<String>,
+    /// `Some(addr)`: `[metrics] listen = addr`.
+    pub metrics_listen: Option<String>,
 }
 
 impl RelaySetup {
@@ -314,6 +316,7 @@ impl RelaySetup {
             start: "earliest".to_string(),
             topic_partitions: 1,
             mysql_checkpoint_url: None,
+            metrics_listen: None,
         }
     }
 }
@@ -375,7 +378,7 @@ topic_replication_factor = 1
 
 [kafka.properties]
 {properties}
-{checkpoint_section}
+{checkpoint_section}{metrics_section}
 [pipeline]
 max_in_flight = 10000
 commit_interval_ms = {commit_interval_ms}
@@ -383,6 +386,11 @@ commit_interval_ms = {commit_interval_ms}
             url = setup.mysql_url,
             brokers = setup.brokers,
             create_topics = setup.create_topics,
+            metrics_section = setup
+                .metrics_listen
+                .as_ref()
+                .map(|listen| format!("[metrics]\nlisten = \"{listen}\"\n"))
+                .unwrap_or_default(),
             checkpoint_section = match &setup.mysql_checkpoint_url {
                 Some(url) => format!(
                     "[checkpoint]\nstore = \"mysql\"\nurl = \"{url}\"\ndatabase = \"outbox_relay\"\n\
