@@ -199,7 +199,20 @@ async fn heartbeats_arrive_on_an_idle_server_and_a_silent_one_times_out() {
             Err(error) => break error,
         }
     };
+    // Connecting to the frozen server times out (transient) instead of hanging.
+    let mut frozen_config = config(&server, StartPosition::Latest, &["app.outbox"]);
+    frozen_config.connect_timeout = Duration::from_secs(2);
+    let connect_started = Instant::now();
+    let connect_error = BinlogReader::connect(frozen_config)
+        .await
+        .expect_err("a frozen server cannot be connected to");
+    assert!(connect_started.elapsed() < Duration::from_secs(15));
     server.resume();
+    assert!(connect_error.is_transient(), "{connect_error}");
+    assert!(
+        matches!(connect_error, BinlogError::ConnectTimeout { .. }),
+        "{connect_error:?}"
+    );
     assert!(silent_since.elapsed() >= Duration::from_secs(2));
     assert!(error.is_transient(), "{error}");
     assert!(
@@ -217,6 +230,10 @@ async fn refused_connection_is_transient_and_wrong_gtid_flavor_is_definite() {
         listener.local_addr().unwrap().port()
     };
     refused.url = format!("mysql://root@127.0.0.1:{closed_port}");
+    let check_error = outbox_binlog::check_server(&refused.url)
+        .await
+        .expect_err("nothing listens there");
+    assert!(check_error.is_transient(), "{check_error}");
     let error = BinlogReader::connect(refused).await.expect_err("refused");
     assert!(error.is_transient(), "{error}");
     assert!(
