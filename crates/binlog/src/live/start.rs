@@ -1,4 +1,4 @@
-//! Where a stream starts: resolving [`StartPosition::Earliest`] / [`StartPosition::Latest`]
+//! Where a stream starts: resolving `StartPosition::Earliest` / `StartPosition::Latest`
 //! to a concrete file and offset, building the dump request, and explaining error 1236
 //! (purged position, duplicate `server_id`) with what the server still has.
 
