@@ -721,7 +721,10 @@ mod tests {
             }),
         };
         assert!(!definite.is_transient());
-        assert!(definite.to_string().starts_with("from db:3306: "), "{definite}");
+        assert!(
+            definite.to_string().starts_with("from db:3306: "),
+            "{definite}"
+        );
         let transient = BinlogError::FromServer {
             server: "db:3306".into(),
             source: Box::new(BinlogError::IdleTimeout {
