@@ -60,6 +60,8 @@ struct OpenFile {
     length: u64,
     /// The file's format description, once read (needed to parse every other event).
     format: Option<FormatDescriptionEvent<'static>>,
+    /// Event bytes, reused from event to event to avoid an allocation per event.
+    buffer: Vec<u8>,
 }
 
 /// The decompressed events of a TRANSACTION_PAYLOAD still to be fed.
@@ -194,6 +196,7 @@ impl BinlogFileReader {
             offset: 4,
             length,
             format: None,
+            buffer: Vec::new(),
         });
         Ok(true)
     }
@@ -395,7 +398,10 @@ fn read_event(current: &mut OpenFile) -> Result<(Event, u8), BinlogError> {
             "the file is cut inside an event header ({left} of {EVENT_HEADER_LEN} bytes)"
         )));
     }
-    let mut bytes = vec![0u8; EVENT_HEADER_LEN];
+    // One buffer per file, reused for every event (Event::read copies what it keeps).
+    let mut bytes = std::mem::take(&mut current.buffer);
+    bytes.clear();
+    bytes.resize(EVENT_HEADER_LEN, 0);
     current
         .reader
         .read_exact(&mut bytes)
@@ -442,7 +448,8 @@ fn read_event(current: &mut OpenFile) -> Result<(Event, u8), BinlogError> {
             &placeholder
         }
     };
-    let event = Event::read(format, &bytes[..])
-        .map_err(|e| corrupt(format!("event does not parse: {e}")))?;
+    let event = Event::read(format, &bytes[..]);
+    current.buffer = bytes;
+    let event = event.map_err(|e| corrupt(format!("event does not parse: {e}")))?;
     Ok((event, event_type))
 }
