@@ -31,8 +31,12 @@ async fn restart_mid_stream_is_transient_and_resume_point_loses_and_repeats_noth
         ],
     )
     .await;
-    for start_by_gtid in [false, true] {
-        let offset = if start_by_gtid { 1000 } else { 0 };
+    // (start by GTID, crash with SIGKILL instead of a clean SIGTERM restart)
+    for (round, (start_by_gtid, crash)) in [(false, false), (true, false), (false, true)]
+        .into_iter()
+        .enumerate()
+    {
+        let offset = round as i64 * 1000;
         let start = if start_by_gtid {
             let mut conn = server.conn().await.unwrap();
             let pos: String = conn
@@ -57,6 +61,9 @@ async fn restart_mid_stream_is_transient_and_resume_point_loses_and_repeats_noth
         while delivered.len() < 15 {
             delivered.extend(ids(&next_transaction(&mut reader).await));
         }
+        if crash {
+            server.kill();
+        }
         server.restart().await.unwrap();
 
         // The reader may still hand out what it had received; then it fails transiently.
@@ -75,7 +82,7 @@ async fn restart_mid_stream_is_transient_and_resume_point_loses_and_repeats_noth
                 Err(error) => break error,
             }
         };
-        eprintln!("restart surfaced as: {error}");
+        eprintln!("restart (crash: {crash}) surfaced as: {error}");
         assert!(error.is_transient(), "restart must be transient: {error:?}");
         assert!(
             error
@@ -100,7 +107,7 @@ async fn restart_mid_stream_is_transient_and_resume_point_loses_and_repeats_noth
         let expected: Vec<i64> = (offset + 1..=offset + 50).collect();
         assert_eq!(
             delivered, expected,
-            "exactly once, in order (by gtid: {start_by_gtid})"
+            "exactly once, in order (by gtid: {start_by_gtid}, crash: {crash})"
         );
         let unique: BTreeSet<i64> = delivered.iter().copied().collect();
         assert_eq!(unique.len(), delivered.len());
