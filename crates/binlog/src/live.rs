@@ -241,6 +241,17 @@ impl BinlogReader {
         }
         let identity = report.identity;
         let flavor = identity.flavor;
+        if config.server_id == 0 || config.server_id == identity.server_id {
+            return Err(BinlogError::InvalidReaderConfig {
+                server: endpoint.address.clone(),
+                field: "server_id".into(),
+                message: format!(
+                    "{} cannot be used: a replica server_id must be above 0 and differ from \
+                     the server's own ({})",
+                    config.server_id, identity.server_id
+                ),
+            });
+        }
 
         let resolved = tokio::time::timeout(
             connect_timeout,

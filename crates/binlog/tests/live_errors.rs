@@ -258,6 +258,18 @@ async fn refused_connection_is_transient_and_wrong_gtid_flavor_is_definite() {
         "{error:?}"
     );
 
+    for bad_id in [0, server.server_id()] {
+        let mut bad_server_id = config(&server, StartPosition::Latest, &["app.outbox"]);
+        bad_server_id.server_id = bad_id;
+        let error = BinlogReader::connect(bad_server_id)
+            .await
+            .expect_err("server_id rejected");
+        assert!(
+            matches!(error, BinlogError::InvalidReaderConfig { ref field, .. } if field == "server_id"),
+            "{error:?}"
+        );
+    }
+
     let mut bad_heartbeat = config(&server, StartPosition::Latest, &["app.outbox"]);
     bad_heartbeat.heartbeat_interval = bad_heartbeat.idle_timeout;
     let error = BinlogReader::connect(bad_heartbeat)
