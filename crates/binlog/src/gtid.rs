@@ -370,7 +370,7 @@ mod tests {
         }
         for bad in [
             "nope:1",
-            &format!("{U}"),
+            U,
             &format!("{U}:0"),
             &format!("{U}:5-3"),
         ] {
