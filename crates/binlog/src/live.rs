@@ -91,7 +91,9 @@ pub struct ReaderConfig {
     /// shorter than `idle_timeout`.
     pub heartbeat_interval: Duration,
     /// With no event and no heartbeat for this long, the connection is presumed dead and
-    /// `next_item` fails with the transient [`BinlogError::IdleTimeout`].
+    /// `next_item` fails with the transient [`BinlogError::IdleTimeout`]. The limit covers
+    /// receiving one whole event, so it must also exceed the transfer time of the largest
+    /// row event (e.g. a 64 MiB row on a 10 MiB/s link needs more than 7 s).
     pub idle_timeout: Duration,
     /// Limit for connecting, the startup queries, and the server's first answer to the dump.
     pub connect_timeout: Duration,
