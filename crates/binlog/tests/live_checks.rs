@@ -218,3 +218,37 @@ async fn minimal_metadata_takes_column_names_from_information_schema_and_follows
     assert_eq!(text(after(&second.rows[0], "topic")), "orders");
     assert_eq!(text(after(&second.rows[0], "payload")), "b");
 }
+
+#[tokio::test]
+async fn a_server_without_binary_log_is_refused() {
+    let server = ScratchMariadb::start_with(ScratchOptions {
+        extra_args: vec!["--skip-log-bin".into()],
+        ..ScratchOptions::default()
+    })
+    .await
+    .unwrap();
+    let report = check_server(&server.url()).await.unwrap();
+    let log_bin = report
+        .checks
+        .iter()
+        .find(|c| c.setting == "log_bin")
+        .expect("log_bin reported");
+    assert_eq!(
+        (
+            log_bin.expected.as_str(),
+            log_bin.actual.as_str(),
+            log_bin.severity
+        ),
+        ("ON", "OFF", Severity::Error)
+    );
+    let error = BinlogReader::connect(config(&server, StartPosition::Latest, &["a.b"]))
+        .await
+        .expect_err("no binlog, no stream");
+    assert!(!error.is_transient());
+    assert!(
+        error
+            .to_string()
+            .contains("log_bin: expected ON, actual OFF"),
+        "{error}"
+    );
+}
