@@ -173,3 +173,82 @@ async fn graceful_restart_neither_loses_nor_duplicates() {
     assert!(status.success(), "final stop: {status}");
     writer.close().await;
 }
+
+/// A second outbox table with a binary payload column: arbitrary bytes (not UTF-8, NUL,
+/// 0xFF) arrive byte-exact, with events of both tables routed by the same template.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_payloads_from_a_second_outbox_table_arrive_byte_exact() {
+    use mysql_async::prelude::Queryable;
+    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
+    let broker = broker.expect("tansu starts");
+    db.exec(&[
+        "CREATE TABLE shop.outbox_binary (event_id VARCHAR(64) NOT NULL PRIMARY KEY, \
+         aggregate_type VARCHAR(64) NOT NULL, aggregate_id VARCHAR(64) NOT NULL, \
+         event_type VARCHAR(64) NOT NULL, payload LONGBLOB NOT NULL, \
+         created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB",
+    ])
+    .await
+    .unwrap();
+    let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
+    setup.extra_outbox_tables = vec!["shop.outbox_binary".to_string()];
+    let mut relay = Relay::prepare(&setup);
+    relay.start();
+
+    let mut conn = db.conn().await.unwrap();
+    let mut binary: Vec<(String, Vec<u8>)> = Vec::new();
+    for index in 0..20u32 {
+        let payload: Vec<u8> = (0..(index * 37 % 300 + 1))
+            .map(|byte| (byte * 7 + index) as u8)
+            .chain([0x00, 0xff, 0xfe, b'\'', b'\\'])
+            .collect();
+        let id = format!("bin-{index:04}");
+        conn.exec_drop(
+            "INSERT INTO shop.outbox_binary (event_id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES (?, 'blob', ?, 'Blob', ?)",
+            (&id, format!("blob-{}", index % 3), &payload),
+        )
+        .await
+        .unwrap();
+        binary.push((id, payload));
+    }
+    let mut writer = ShopWriter::connect(&db.url(), "text").await;
+    writer.transaction("order", "order-1", 2, true, false).await;
+    let end = writer.master_position().await;
+    wait_for_checkpoint(&relay, &end, Duration::from_secs(30)).await;
+
+    let records = read_all(
+        &broker.bootstrap(),
+        &[topic_for("blob").as_str(), topic_for("order").as_str()],
+        ReadStop::Count(binary.len() + writer.committed.len()),
+        Duration::from_secs(20),
+    )
+    .await
+    .unwrap();
+    for (id, payload) in &binary {
+        let record = records
+            .iter()
+            .find(|record| record.header_str("id").as_deref() == Some(id.as_str()))
+            .unwrap_or_else(|| panic!("binary event {id} missing; got {} records", records.len()));
+        assert_eq!(record.topic, topic_for("blob"));
+        assert_eq!(
+            record.value.as_deref(),
+            Some(payload.as_slice()),
+            "payload of {id} not byte-exact"
+        );
+    }
+    let text_records: Vec<_> = records
+        .iter()
+        .filter(|record| record.topic == topic_for("order"))
+        .cloned()
+        .collect();
+    assert_delivery(
+        "text events next to binary ones",
+        &writer.committed,
+        &[],
+        &text_records,
+        &relay,
+    );
+    assert_eq!(records.len(), binary.len() + writer.committed.len());
+    assert!(relay.terminate(Duration::from_secs(30)).await.success());
+    writer.close().await;
+}

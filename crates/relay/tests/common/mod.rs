@@ -293,6 +293,8 @@ pub struct RelaySetup {
     pub mysql_checkpoint_url: Option<String>,
     /// `Some(addr)`: `[metrics] listen = addr`.
     pub metrics_listen: Option<String>,
+    /// More `[[outbox]]` tables (preset `seeds`) besides `shop.outbox`.
+    pub extra_outbox_tables: Vec<String>,
 }
 
 impl RelaySetup {
@@ -317,6 +319,7 @@ impl RelaySetup {
             topic_partitions: 1,
             mysql_checkpoint_url: None,
             metrics_listen: None,
+            extra_outbox_tables: Vec::new(),
         }
     }
 }
@@ -366,7 +369,7 @@ idle_timeout_ms = 30000
 [[outbox]]
 table = "shop.outbox"
 preset = "seeds"
-
+{extra_outbox}
 [route]
 topic = "outbox.event.${{aggregate_type}}"
 
@@ -386,6 +389,11 @@ commit_interval_ms = {commit_interval_ms}
             url = setup.mysql_url,
             brokers = setup.brokers,
             create_topics = setup.create_topics,
+            extra_outbox = setup
+                .extra_outbox_tables
+                .iter()
+                .map(|table| format!("\n[[outbox]]\ntable = \"{table}\"\npreset = \"seeds\"\n"))
+                .collect::<String>(),
             metrics_section = setup
                 .metrics_listen
                 .as_ref()
