@@ -74,8 +74,13 @@ async fn frozen_broker_holds_the_checkpoint_and_loses_nothing() {
     let streaming = tokio::spawn(stream_into(Arc::clone(&writer), Arc::clone(&stop)));
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
+    let before_freeze = relay.checkpoint();
+    let mut probe = db.conn().await.unwrap();
     let frozen_at = Instant::now();
     broker.freeze().unwrap();
+    // Nothing committed after this point can be acknowledged while the broker is frozen.
+    let binlog_at_freeze = master_position(&mut probe).await;
+    drop(probe);
     // Acks that were already on their way settle into the checkpoint within the commit
     // interval; after that nothing may move.
     tokio::time::sleep(Duration::from_millis(1200)).await;
@@ -98,6 +103,18 @@ async fn frozen_broker_holds_the_checkpoint_and_loses_nothing() {
         held.position.is_some(),
         "no checkpoint before the freeze: {}",
         held.raw
+    );
+    assert!(
+        before_freeze.position <= held.position,
+        "checkpoint went backwards: {} -> {}",
+        before_freeze.raw,
+        held.raw
+    );
+    assert!(
+        near_end.position.as_ref() <= Some(&binlog_at_freeze),
+        "checkpoint passed the binlog position at the moment of the freeze ({binlog_at_freeze}): \
+         events written during the freeze cannot have been acknowledged: {}",
+        near_end.raw
     );
     assert_eq!(
         held.position, near_end.position,
