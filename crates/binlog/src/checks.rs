@@ -9,7 +9,7 @@
 //! | `log_bin` | `ON` | Error: no binlog, nothing to stream |
 //! | `binlog_format` | `ROW` | Error: STATEMENT/MIXED carry SQL text, not rows |
 //! | `binlog_row_image` | `FULL` | Error: MINIMAL/NOBLOB images lack columns |
-//! | `binlog_row_metadata` | `FULL` | Warning: column names then come from `information_schema` (racy against `ALTER TABLE`); also when the variable does not exist (MySQL < 8.0.1, MariaDB < 10.5) |
+//! | `binlog_row_metadata` | `FULL` | Warning (MINIMAL, MariaDB's default NO_LOG, or absent before MySQL 8.0.1 / MariaDB 10.5): column names then come from `information_schema`, which is racy against `ALTER TABLE` (a rename between the write and the lookup goes unnoticed when the column count stays the same) |
 //! | `log_bin_compress` (MariaDB) | `OFF` | Error: compressed row events |
 //! | grant `REPLICATION SLAVE` | on `*.*` | Error: the dump command is refused |
 //! | grant `REPLICATION CLIENT` (MariaDB 10.5+: `BINLOG MONITOR`) | on `*.*` | Error: `SHOW BINARY LOGS` / `SHOW MASTER STATUS` are refused |
