@@ -780,6 +780,23 @@ mod tests {
             .unwrap()
             .contains_key("harness.roundtrip"));
 
+        // An idempotent producer that got its producer id from this broker instance.
+        let old_producer: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", broker.bootstrap())
+            .set("enable.idempotence", "true")
+            .set("message.timeout.ms", "3000")
+            .create()
+            .unwrap();
+        old_producer
+            .send(
+                FutureRecord::to("harness.roundtrip")
+                    .key("k")
+                    .payload("before"),
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap();
+
         // Restarted empty on the same port: the topic is gone until created again.
         let port = broker.port();
         broker.restart_empty().await.unwrap();
@@ -799,6 +816,21 @@ mod tests {
         .await
         .unwrap();
         assert!(quiet.is_empty(), "restarted broker kept data: {quiet:?}");
+
+        // The new broker never issued the old producer's id: its sends keep failing until
+        // they time out (what makes restart_empty a real state loss, see the module docs).
+        let stale = old_producer
+            .send(
+                FutureRecord::to("harness.roundtrip")
+                    .key("k")
+                    .payload("stale"),
+                Duration::from_secs(5),
+            )
+            .await;
+        assert!(
+            stale.is_err(),
+            "a producer from before restart_empty could still write: {stale:?}"
+        );
 
         // A producer created after the restart works against the new broker.
         let fresh: FutureProducer = ClientConfig::new()
