@@ -323,3 +323,66 @@ async fn broker_restarted_empty_gets_everything_after_the_checkpoint() {
     assert!(status.success(), "graceful stop: {status}");
     writer.close().await;
 }
+
+/// `create_topics = false` and the topic does not exist: the relay reports an error naming
+/// the topic, never checkpoints past the event, and once an operator creates the topic the
+/// event is delivered (by the same process if it kept running, else after a restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_topic_without_create_topics_is_named_and_nothing_is_skipped() {
+    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
+    let broker = broker.expect("tansu starts");
+    broker.create_topic(&topic_for("order"), 1).await.unwrap();
+    let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
+    setup.create_topics = false;
+    let mut relay = Relay::prepare(&setup);
+    let mut writer = ShopWriter::connect(&db.url(), "notopic").await;
+    relay.start();
+    writer.transaction("order", "order-1", 1, true, false).await;
+    let end_ok = writer.master_position().await;
+    let delivered = wait_for_checkpoint(&relay, &end_ok, Duration::from_secs(30)).await;
+
+    let missing_topic = topic_for("refund");
+    writer
+        .transaction("refund", "refund-1", 1, true, false)
+        .await;
+    writer.transaction("order", "order-1", 1, true, false).await;
+    let started = Instant::now();
+    while log_count(&relay, &missing_topic) == 0 && started.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        log_count(&relay, &missing_topic) > 0,
+        "no log line names the missing topic {missing_topic} after 20 s; log:\n{}",
+        relay.log_tail(20)
+    );
+    let held = relay.checkpoint();
+    assert_eq!(
+        held.position, delivered.position,
+        "checkpoint moved past the event for the missing topic: {} -> {}",
+        delivered.raw, held.raw
+    );
+
+    broker.create_topic(&missing_topic, 1).await.unwrap();
+    if let Some(status) = relay.exited() {
+        eprintln!("missing topic: the relay exited with {status}; restarting it");
+        relay.start();
+    }
+    let end = writer.master_position().await;
+    wait_for_checkpoint(&relay, &end, Duration::from_secs(60)).await;
+    let records = read_until_ids(
+        &broker.bootstrap(),
+        &[topic_for("order"), missing_topic.clone()],
+        &writer.committed,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_delivery(
+        "missing topic created by an operator",
+        &writer.committed,
+        &[],
+        &records,
+        &relay,
+    );
+    assert!(relay.terminate(Duration::from_secs(30)).await.success());
+    writer.close().await;
+}
