@@ -31,6 +31,7 @@
 //! `pipeline.shutdown_timeout_ms` for records in flight; then the committer stores the
 //! final acked position and [`run_relay`] returns.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -278,6 +279,7 @@ pub async fn run_relay(
     };
     let tracker: SharedTracker = Arc::new(Mutex::new(AckTracker::new(tracker_start)));
     let acked = Arc::new(Notify::new());
+    let routed_records = Arc::new(AtomicU64::new(0));
 
     let capacity = config.pipeline.channel_capacity;
     let (items_tx, items_rx) = mpsc::channel::<StreamItem>(capacity);
@@ -317,6 +319,7 @@ pub async fn run_relay(
         run_router(
             router,
             warn_on_skip,
+            routed_records.clone(),
             items_rx,
             records_tx,
             tracker.clone(),
@@ -354,6 +357,7 @@ pub async fn run_relay(
                     max_transactions: config.pipeline.commit_max_transactions,
                 },
                 resumed_from: stored.as_ref().map(|c| c.position.clone()),
+                routed_records: routed_records.clone(),
             },
             store.clone(),
             tracker.clone(),
@@ -619,6 +623,7 @@ async fn run_source(
 async fn run_router(
     router: Router,
     warn_on_skip: bool,
+    routed_records: Arc<AtomicU64>,
     mut items: mpsc::Receiver<StreamItem>,
     records: mpsc::Sender<SinkItem<AckToken>>,
     tracker: SharedTracker,
@@ -639,6 +644,7 @@ async fn run_router(
                 Ok(RouteOutcome::Record(record)) => {
                     RecordRouted.emit(&metrics);
                     let ticket = lock_tracker(&tracker).add_record();
+                    routed_records.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let item = SinkItem {
                         record: OutboundRecord::from(record),
                         ticket,
@@ -693,6 +699,82 @@ struct CommitterSettings {
     policy: CommitPolicy,
     /// The checkpoint the relay resumed from, so it is not stored again.
     resumed_from: Option<CheckpointPosition>,
+    /// Records the router registered so far; tells record progress from idle progress.
+    routed_records: Arc<AtomicU64>,
+}
+
+/// Limits commits that cover only transactions without outbox records (other tables'
+/// transactions, DDL, and above all the MySQL checkpoint store's own writes when it lives on
+/// the source server: there every commit would otherwise cause the next, forever).
+///
+/// Rule: a position that adds no records is offered at once unless the previous offer was
+/// such an idle one too, within `interval`; then it is held (newest wins) and offered when
+/// `interval` has passed, or at shutdown. Holding a position only delays the checkpoint,
+/// which is always safe.
+#[derive(Debug)]
+struct IdleCommitLimiter {
+    /// Least time between two idle-only offers.
+    interval: Duration,
+    /// When the last offer happened and whether it was idle-only.
+    last_offer: Option<(tokio::time::Instant, bool)>,
+    /// The routed-record count at the last offer.
+    routed_at_last_offer: u64,
+    /// A held idle-only position and the transactions it covers.
+    held: Option<(CheckpointPosition, u64)>,
+}
+
+impl IdleCommitLimiter {
+    fn new(commit_interval: Duration) -> Self {
+        Self {
+            interval: commit_interval
+                .saturating_mul(10)
+                .max(Duration::from_secs(5)),
+            last_offer: None,
+            routed_at_last_offer: 0,
+            held: None,
+        }
+    }
+
+    /// The position to offer now, or `None` when it is held.
+    fn on_moved(
+        &mut self,
+        position: CheckpointPosition,
+        transactions: u64,
+        routed_now: u64,
+        now: tokio::time::Instant,
+    ) -> Option<(CheckpointPosition, u64)> {
+        let idle = routed_now == self.routed_at_last_offer;
+        let transactions = transactions + self.held.take().map_or(0, |(_, count)| count);
+        let recent_idle_offer = matches!(
+            self.last_offer,
+            Some((at, true)) if now.saturating_duration_since(at) < self.interval
+        );
+        if idle && recent_idle_offer {
+            self.held = Some((position, transactions));
+            return None;
+        }
+        self.last_offer = Some((now, idle));
+        self.routed_at_last_offer = routed_now;
+        Some((position, transactions))
+    }
+
+    /// The held position, once `interval` has passed since the last offer (or `force`).
+    fn take_due(
+        &mut self,
+        now: tokio::time::Instant,
+        force: bool,
+    ) -> Option<(CheckpointPosition, u64)> {
+        let due = force
+            || self
+                .last_offer
+                .is_none_or(|(at, _)| now.saturating_duration_since(at) >= self.interval);
+        if !due {
+            return None;
+        }
+        let held = self.held.take()?;
+        self.last_offer = Some((now, true));
+        Some(held)
+    }
 }
 
 /// Feeds the tracker's acked positions to a [`CheckpointCommitter`] (which batches them by
@@ -718,6 +800,8 @@ async fn run_committer(
         settings.resumed_from,
     );
     let mut seen_transactions = lock_tracker(&tracker).completed_transactions();
+    let mut limiter = IdleCommitLimiter::new(settings.policy.max_interval);
+    let routed_records = settings.routed_records.clone();
     let mut lag_ticker = tokio::time::interval(Duration::from_secs(1));
     lag_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -743,10 +827,23 @@ async fn run_committer(
             )
         };
         let before = committer.last_committed().cloned();
-        let outcome = match moved {
+        let now = tokio::time::Instant::now();
+        let offer = match moved {
             Some(position) => {
                 let transactions = completed.saturating_sub(seen_transactions);
                 seen_transactions = completed;
+                limiter.on_moved(
+                    position,
+                    transactions,
+                    routed_records.load(std::sync::atomic::Ordering::Relaxed),
+                    now,
+                )
+            }
+            None => None,
+        };
+        let offer = offer.or_else(|| limiter.take_due(now, stopping));
+        let outcome = match offer {
+            Some((position, transactions)) => {
                 committer.offer_transactions(position, transactions).await
             }
             None => committer.commit_if_due().await,
@@ -791,5 +888,40 @@ async fn run_committer(
             }
             return Ok(after.map(|position| Checkpoint::new(identity.clone(), position)));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn position(offset: u64) -> CheckpointPosition {
+        CheckpointPosition::at(BinlogPosition::new("binlog.000001", offset))
+    }
+
+    #[test]
+    fn idle_only_progress_is_committed_at_most_once_per_interval() {
+        let start = tokio::time::Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let mut limiter = IdleCommitLimiter::new(Duration::from_millis(100));
+        assert_eq!(limiter.interval, Duration::from_secs(5));
+        // First progress (idle, nothing routed yet) goes out at once.
+        assert!(limiter.on_moved(position(100), 1, 0, at(0)).is_some());
+        // A second idle-only move right after is held...
+        assert!(limiter.on_moved(position(200), 1, 0, at(10)).is_none());
+        // ...newest wins, counts add up...
+        assert!(limiter.on_moved(position(300), 2, 0, at(20)).is_none());
+        assert!(limiter.take_due(at(1000), false).is_none());
+        // ...and it is offered once the interval passed.
+        let (held, transactions) = limiter.take_due(at(5000), false).unwrap();
+        assert_eq!((held.binlog.position, transactions), (300, 3));
+        assert!(limiter.take_due(at(6000), false).is_none());
+        // Progress with records always goes out at once, and resets the rule.
+        assert!(limiter.on_moved(position(400), 1, 5, at(5010)).is_some());
+        assert!(limiter.on_moved(position(500), 1, 5, at(5020)).is_some());
+        assert!(limiter.on_moved(position(600), 1, 5, at(5030)).is_none());
+        // Shutdown forces the held position out.
+        let (forced, _) = limiter.take_due(at(5040), true).unwrap();
+        assert_eq!(forced.binlog.position, 600);
     }
 }

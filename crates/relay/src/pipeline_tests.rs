@@ -355,3 +355,52 @@ async fn metrics_endpoint_reports_the_pipeline() {
     assert!(handles.metrics.transactions_read.get() >= 5);
     stop(handles, task).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mysql_checkpoint_store_is_chosen_by_config() {
+    let mut fixture = fixture("").await;
+    fixture
+        .server
+        .exec(&["CREATE DATABASE outbox_relay"])
+        .await
+        .unwrap();
+    fixture.config.checkpoint = toml::from_str(&format!(
+        "store = \"mysql\"\nurl = \"{}\"\nconnector = \"pipeline-test\"",
+        fixture.server.url()
+    ))
+    .unwrap();
+    fixture.config.validate().unwrap();
+    fixture.write_orders(1..=2).await;
+    let (handles, task) = fixture.start_relay();
+    // Schema 0-1-1..3, CREATE DATABASE 0-1-4, orders 0-1-5..6; after that the store's own
+    // commits are transactions on the same server (sequence keeps growing, slowly).
+    let started = Instant::now();
+    let sequence = |set: &str| -> u64 {
+        set.rsplit('-')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    while sequence(&fixture.stored_gtid_set().await) < 6 {
+        assert!(started.elapsed() < Duration::from_secs(30), "no checkpoint");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The store's own writes must not drive a commit per interval (200 ms): idle-only
+    // progress is committed at most every 5 s.
+    let settled = sequence(&fixture.stored_gtid_set().await);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = sequence(&fixture.stored_gtid_set().await);
+    assert!(
+        later <= settled + 2,
+        "checkpoint went {settled} -> {later} in 3 s"
+    );
+    let summary = stop(handles, task).await.unwrap();
+    assert_eq!(summary.delivered, 2);
+    let mut conn = fixture.server.conn().await.unwrap();
+    let connectors: Vec<String> = conn
+        .query("SELECT connector_name FROM outbox_relay.relay_checkpoints")
+        .await
+        .unwrap();
+    assert_eq!(connectors, vec!["pipeline-test".to_owned()]);
+    conn.disconnect().await.unwrap();
+}
