@@ -60,6 +60,10 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> TestkitError {
     move |source| TestkitError::Io { what, source }
 }
 
+/// How often [`ScratchMariadb::start_with`] tries a new port when the server exits at once
+/// (its port was taken between choosing and binding it).
+const START_ATTEMPTS: u32 = 3;
+
 /// Settings for one scratch server.
 #[derive(Debug, Clone)]
 pub struct ScratchOptions {
@@ -194,8 +198,27 @@ impl ScratchMariadb {
             port: free_port()?,
             options,
         };
-        server.launch().await?;
-        Ok(server)
+        // The port was free when chosen but another process may take it before the server
+        // binds it; then the server exits at once and a new port is tried.
+        let mut attempt = 1;
+        loop {
+            match server.launch().await {
+                Ok(()) => return Ok(server),
+                Err(error) => {
+                    let exited = server
+                        .child
+                        .as_mut()
+                        .and_then(|c| c.try_wait().ok().flatten())
+                        .is_some();
+                    server.kill();
+                    if !exited || attempt >= START_ATTEMPTS {
+                        return Err(error);
+                    }
+                    attempt += 1;
+                    server.port = free_port()?;
+                }
+            }
+        }
     }
 
     async fn launch(&mut self) -> Result<(), TestkitError> {
@@ -241,9 +264,14 @@ impl ScratchMariadb {
         loop {
             if let Ok(mut conn) = mysql_async::Conn::from_url(self.url()).await {
                 use mysql_async::prelude::Queryable;
-                if conn.query_drop("SELECT 1").await.is_ok() {
-                    let _ = conn.disconnect().await;
-                    return Ok(());
+                let datadir: Result<Option<String>, _> = conn.query_first("SELECT @@datadir").await;
+                let _ = conn.disconnect().await;
+                // Only our own server counts: another test's server may answer on a port
+                // that was taken between choosing and binding it.
+                if let Ok(Some(datadir)) = datadir {
+                    if self.is_own_datadir(&datadir) {
+                        return Ok(());
+                    }
                 }
             }
             let exited = self
@@ -271,6 +299,14 @@ impl ScratchMariadb {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// True when `reported` (a server's `@@datadir`) is this server's data directory.
+    fn is_own_datadir(&self, reported: &str) -> bool {
+        let ours = std::fs::canonicalize(self.datadir()).unwrap_or_else(|_| self.datadir());
+        let theirs = Path::new(reported.trim_end_matches('/'));
+        let theirs = std::fs::canonicalize(theirs).unwrap_or_else(|_| theirs.to_path_buf());
+        ours == theirs
     }
 
     /// `mysql://root@127.0.0.1:PORT` (root has no password on a scratch server).
@@ -404,6 +440,22 @@ mod tests {
             row,
             ("1".into(), "ROW".into(), "FULL".into(), "FULL".into(), 1)
         );
+        conn.disconnect().await.expect("disconnect");
+    }
+
+    #[tokio::test]
+    async fn only_its_own_server_counts_as_started() {
+        let first = ScratchMariadb::start().await.expect("first starts");
+        let second = ScratchMariadb::start().await.expect("second starts");
+        assert_ne!(first.port(), second.port());
+        let mut conn = first.conn().await.expect("connects");
+        let datadir: String = conn
+            .query_first("SELECT @@datadir")
+            .await
+            .expect("query")
+            .expect("one row");
+        assert!(first.is_own_datadir(&datadir), "{datadir}");
+        assert!(!second.is_own_datadir(&datadir), "{datadir}");
         conn.disconnect().await.expect("disconnect");
     }
 
