@@ -58,6 +58,9 @@ async fn next_item_dropped_mid_read_loses_and_repeats_nothing() {
             conn.query_drop(format!("INSERT INTO app.outbox (id) VALUES ({id})"))
                 .await
                 .unwrap();
+            // Paced, so the reader often waits for the next event (and is cancelled there)
+            // instead of finding everything buffered already.
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
         conn.disconnect().await.unwrap();
     });
