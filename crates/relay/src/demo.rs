@@ -131,15 +131,29 @@ pub async fn consume_records(
         .set("group.id", "outbox-relay-demo")
         .set("auto.offset.reset", "earliest")
         .set("enable.auto.commit", "false")
-        .set("topic.metadata.refresh.interval.ms", "500")
         .create()
         .context("creating the demo consumer")?;
-    consumer
-        .subscribe(&[topic])
-        .context("subscribing the demo consumer")?;
     let topic = topic.to_owned();
     tokio::task::spawn_blocking(move || {
         let started = Instant::now();
+        // Assign every partition from the beginning: no consumer-group rebalance to wait for.
+        let metadata = consumer
+            .fetch_metadata(Some(&topic), Duration::from_secs(10))
+            .context("reading the topic's partitions")?;
+        let mut assignment = rdkafka::TopicPartitionList::new();
+        for topic_metadata in metadata.topics().iter().filter(|t| t.name() == topic) {
+            for partition in topic_metadata.partitions() {
+                assignment
+                    .add_partition_offset(&topic, partition.id(), rdkafka::Offset::Beginning)
+                    .context("building the assignment")?;
+            }
+        }
+        if assignment.count() == 0 {
+            anyhow::bail!("topic {topic} has no partitions");
+        }
+        consumer
+            .assign(&assignment)
+            .context("assigning the demo consumer")?;
         let mut records = Vec::new();
         while records.len() < count {
             if started.elapsed() > timeout {
