@@ -20,7 +20,12 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(1);
         }
     };
-    match runtime.block_on(execute(cli)) {
+    let result = runtime.block_on(execute(cli));
+    // Blocking helpers (a metadata request to a frozen broker, a producer flushing on drop)
+    // must not hold the exit past the shutdown deadline: everything that matters (the final
+    // checkpoint) is done by now.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
         Ok(code) => std::process::ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(error) => {
             let message = render_error_chain(&error);
