@@ -368,12 +368,7 @@ mod tests {
         for bad in ["0-1", "a-b-c", "0-1-2,0-1-3"] {
             assert!(GtidSet::parse(Flavor::Mariadb, bad).is_err(), "{bad}");
         }
-        for bad in [
-            "nope:1",
-            U,
-            &format!("{U}:0"),
-            &format!("{U}:5-3"),
-        ] {
+        for bad in ["nope:1", U, &format!("{U}:0"), &format!("{U}:5-3")] {
             assert!(GtidSet::parse(Flavor::Mysql, bad).is_err(), "{bad}");
         }
         assert_eq!(GtidSet::parse(Flavor::Mysql, " ").unwrap(), GtidSet::Empty);
