@@ -317,14 +317,16 @@ pub async fn run_relay(
     let router_task = spawn_named(
         "router",
         run_router(
-            router,
-            warn_on_skip,
-            routed_records.clone(),
+            RouterTaskContext {
+                router,
+                warn_on_skip,
+                routed_records: routed_records.clone(),
+                tracker: tracker.clone(),
+                progress: acked.clone(),
+                metrics: metrics.clone(),
+            },
             items_rx,
             records_tx,
-            tracker.clone(),
-            acked.clone(),
-            metrics.clone(),
             controller.subscribe(),
         ),
     );
@@ -618,19 +620,38 @@ async fn run_source(
     }
 }
 
+/// What the router task works with besides its channels.
+struct RouterTaskContext {
+    /// Turns rows into records.
+    router: Router,
+    /// Log skipped rows at warn (`invalid_operation = "warn"`).
+    warn_on_skip: bool,
+    /// Counts registered records, for the committer's idle rule.
+    routed_records: Arc<AtomicU64>,
+    /// Registers records and transaction ends.
+    tracker: SharedTracker,
+    /// Wakes the committer when a transaction ended.
+    progress: Arc<Notify>,
+    /// Counters.
+    metrics: Arc<Metrics>,
+}
+
 /// Routes rows into records (registering each with the tracker) and ends transactions in
 /// the tracker, in binlog order.
 async fn run_router(
-    router: Router,
-    warn_on_skip: bool,
-    routed_records: Arc<AtomicU64>,
+    context: RouterTaskContext,
     mut items: mpsc::Receiver<StreamItem>,
     records: mpsc::Sender<SinkItem<AckToken>>,
-    tracker: SharedTracker,
-    progress: Arc<Notify>,
-    metrics: Arc<Metrics>,
     mut shutdown: Shutdown,
 ) -> Result<(), RelayError> {
+    let RouterTaskContext {
+        router,
+        warn_on_skip,
+        routed_records,
+        tracker,
+        progress,
+        metrics,
+    } = context;
     loop {
         let item = tokio::select! {
             _ = shutdown.recv() => return Ok(()),
