@@ -31,7 +31,7 @@
 //! `pipeline.shutdown_timeout_ms` for records in flight; then the committer stores the
 //! final acked position and [`run_relay`] returns.
 
-use std::sync::atomic::AtomicU64;
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -150,6 +150,17 @@ impl Default for RelayHandles {
 /// The ack tracker shared by the router task (adds records, ends transactions) and the
 /// sink (acks); a plain mutex, held for a few instructions at a time.
 type SharedTracker = Arc<Mutex<AckTracker>>;
+
+/// Ordinals (1-based, in end order, heartbeats included) of ended transactions that carried
+/// records: pushed by the router, popped by the committer as the checkpoint passes them.
+/// Bounded by the transactions in flight.
+type RecordTransactions = Arc<Mutex<VecDeque<u64>>>;
+
+fn lock_records(records: &RecordTransactions) -> std::sync::MutexGuard<'_, VecDeque<u64>> {
+    records
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 fn lock_tracker(tracker: &SharedTracker) -> std::sync::MutexGuard<'_, AckTracker> {
     // A poisoned lock means another task panicked mid-update; the tracker's state is still
@@ -279,7 +290,7 @@ pub async fn run_relay(
     };
     let tracker: SharedTracker = Arc::new(Mutex::new(AckTracker::new(tracker_start)));
     let acked = Arc::new(Notify::new());
-    let routed_records = Arc::new(AtomicU64::new(0));
+    let record_transactions: RecordTransactions = Arc::new(Mutex::new(VecDeque::new()));
 
     let capacity = config.pipeline.channel_capacity;
     let (items_tx, items_rx) = mpsc::channel::<StreamItem>(capacity);
@@ -320,7 +331,7 @@ pub async fn run_relay(
             RouterTaskContext {
                 router,
                 warn_on_skip,
-                routed_records: routed_records.clone(),
+                record_transactions: record_transactions.clone(),
                 tracker: tracker.clone(),
                 progress: acked.clone(),
                 metrics: metrics.clone(),
@@ -359,7 +370,7 @@ pub async fn run_relay(
                     max_transactions: config.pipeline.commit_max_transactions,
                 },
                 resumed_from: stored.as_ref().map(|c| c.position.clone()),
-                routed_records: routed_records.clone(),
+                record_transactions: record_transactions.clone(),
             },
             store.clone(),
             tracker.clone(),
@@ -626,8 +637,8 @@ struct RouterTaskContext {
     router: Router,
     /// Log skipped rows at warn (`invalid_operation = "warn"`).
     warn_on_skip: bool,
-    /// Counts registered records, for the committer's idle rule.
-    routed_records: Arc<AtomicU64>,
+    /// Ordinals of ended transactions that carried records, for the committer's idle rule.
+    record_transactions: RecordTransactions,
     /// Registers records and transaction ends.
     tracker: SharedTracker,
     /// Wakes the committer when a transaction ended.
@@ -647,11 +658,25 @@ async fn run_router(
     let RouterTaskContext {
         router,
         warn_on_skip,
-        routed_records,
+        record_transactions,
         tracker,
         progress,
         metrics,
     } = context;
+    // Transactions (and heartbeats) ended so far: the same count as the tracker's
+    // `completed_transactions` once the checkpoint passes them.
+    let mut ended_transactions: u64 = 0;
+    let mut records_in_open_transaction: u64 = 0;
+    let mut end_transaction = |position: CheckpointPosition, records: &mut u64| {
+        ended_transactions += 1;
+        if *records > 0 {
+            // Before `end_transaction`, so the committer never sees the end without it.
+            lock_records(&record_transactions).push_back(ended_transactions);
+        }
+        *records = 0;
+        lock_tracker(&tracker).end_transaction(position);
+        progress.notify_one();
+    };
     loop {
         let item = tokio::select! {
             _ = shutdown.recv() => return Ok(()),
@@ -665,7 +690,7 @@ async fn run_router(
                 Ok(RouteOutcome::Record(record)) => {
                     RecordRouted.emit(&metrics);
                     let ticket = lock_tracker(&tracker).add_record();
-                    routed_records.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    records_in_open_transaction += 1;
                     let item = SinkItem {
                         record: OutboundRecord::from(record),
                         ticket,
@@ -686,15 +711,14 @@ async fn run_router(
                 // Dead-letter seam: see `describe_routing_error`.
                 Err(error) => return Err(RelayError::Routing(Box::new(error))),
             },
-            StreamItem::Commit(commit) => {
-                lock_tracker(&tracker).end_transaction(CheckpointPosition::after_commit(&commit));
-                progress.notify_one();
-            }
-            StreamItem::Heartbeat(heartbeat) => {
-                lock_tracker(&tracker)
-                    .end_transaction(CheckpointPosition::at_heartbeat(&heartbeat));
-                progress.notify_one();
-            }
+            StreamItem::Commit(commit) => end_transaction(
+                CheckpointPosition::after_commit(&commit),
+                &mut records_in_open_transaction,
+            ),
+            StreamItem::Heartbeat(heartbeat) => end_transaction(
+                CheckpointPosition::at_heartbeat(&heartbeat),
+                &mut records_in_open_transaction,
+            ),
         }
     }
 }
@@ -720,8 +744,9 @@ struct CommitterSettings {
     policy: CommitPolicy,
     /// The checkpoint the relay resumed from, so it is not stored again.
     resumed_from: Option<CheckpointPosition>,
-    /// Records the router registered so far; tells record progress from idle progress.
-    routed_records: Arc<AtomicU64>,
+    /// Ordinals of ended transactions that carried records; tells record progress from
+    /// idle progress.
+    record_transactions: RecordTransactions,
 }
 
 /// Limits commits that cover only transactions without outbox records (other tables'
@@ -738,8 +763,6 @@ struct IdleCommitLimiter {
     interval: Duration,
     /// When the last offer happened and whether it was idle-only.
     last_offer: Option<(tokio::time::Instant, bool)>,
-    /// The routed-record count at the last offer.
-    routed_at_last_offer: u64,
     /// A held idle-only position and the transactions it covers.
     held: Option<(CheckpointPosition, u64)>,
 }
@@ -751,7 +774,6 @@ impl IdleCommitLimiter {
                 .saturating_mul(10)
                 .max(Duration::from_secs(5)),
             last_offer: None,
-            routed_at_last_offer: 0,
             held: None,
         }
     }
@@ -761,10 +783,10 @@ impl IdleCommitLimiter {
         &mut self,
         position: CheckpointPosition,
         transactions: u64,
-        routed_now: u64,
+        covers_records: bool,
         now: tokio::time::Instant,
     ) -> Option<(CheckpointPosition, u64)> {
-        let idle = routed_now == self.routed_at_last_offer;
+        let idle = !covers_records;
         let transactions = transactions + self.held.take().map_or(0, |(_, count)| count);
         let recent_idle_offer = matches!(
             self.last_offer,
@@ -775,7 +797,6 @@ impl IdleCommitLimiter {
             return None;
         }
         self.last_offer = Some((now, idle));
-        self.routed_at_last_offer = routed_now;
         Some((position, transactions))
     }
 
@@ -822,7 +843,7 @@ async fn run_committer(
     );
     let mut seen_transactions = lock_tracker(&tracker).completed_transactions();
     let mut limiter = IdleCommitLimiter::new(settings.policy.max_interval);
-    let routed_records = settings.routed_records.clone();
+    let record_transactions = settings.record_transactions.clone();
     let mut lag_ticker = tokio::time::interval(Duration::from_secs(1));
     lag_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -853,12 +874,19 @@ async fn run_committer(
             Some(position) => {
                 let transactions = completed.saturating_sub(seen_transactions);
                 seen_transactions = completed;
-                limiter.on_moved(
-                    position,
-                    transactions,
-                    routed_records.load(std::sync::atomic::Ordering::Relaxed),
-                    now,
-                )
+                let covers_records = {
+                    let mut ordinals = lock_records(&record_transactions);
+                    let mut covered = false;
+                    while ordinals
+                        .front()
+                        .is_some_and(|&ordinal| ordinal <= completed)
+                    {
+                        ordinals.pop_front();
+                        covered = true;
+                    }
+                    covered
+                };
+                limiter.on_moved(position, transactions, covers_records, now)
             }
             None => None,
         };
@@ -927,20 +955,24 @@ mod tests {
         let mut limiter = IdleCommitLimiter::new(Duration::from_millis(100));
         assert_eq!(limiter.interval, Duration::from_secs(5));
         // First progress (idle, nothing routed yet) goes out at once.
-        assert!(limiter.on_moved(position(100), 1, 0, at(0)).is_some());
+        assert!(limiter.on_moved(position(100), 1, false, at(0)).is_some());
         // A second idle-only move right after is held...
-        assert!(limiter.on_moved(position(200), 1, 0, at(10)).is_none());
+        assert!(limiter.on_moved(position(200), 1, false, at(10)).is_none());
         // ...newest wins, counts add up...
-        assert!(limiter.on_moved(position(300), 2, 0, at(20)).is_none());
+        assert!(limiter.on_moved(position(300), 2, false, at(20)).is_none());
         assert!(limiter.take_due(at(1000), false).is_none());
         // ...and it is offered once the interval passed.
         let (held, transactions) = limiter.take_due(at(5000), false).unwrap();
         assert_eq!((held.binlog.position, transactions), (300, 3));
         assert!(limiter.take_due(at(6000), false).is_none());
         // Progress with records always goes out at once, and resets the rule.
-        assert!(limiter.on_moved(position(400), 1, 5, at(5010)).is_some());
-        assert!(limiter.on_moved(position(500), 1, 5, at(5020)).is_some());
-        assert!(limiter.on_moved(position(600), 1, 5, at(5030)).is_none());
+        assert!(limiter.on_moved(position(400), 1, true, at(5010)).is_some());
+        assert!(limiter
+            .on_moved(position(500), 1, false, at(5020))
+            .is_some());
+        assert!(limiter
+            .on_moved(position(600), 1, false, at(5030))
+            .is_none());
         // Shutdown forces the held position out.
         let (forced, _) = limiter.take_due(at(5040), true).unwrap();
         assert_eq!(forced.binlog.position, 600);
