@@ -202,13 +202,39 @@ pub async fn run_relay(
     // the server.
     let source_url = config.source.connection_url();
     let redacted = config.source.redacted_url();
+    let startup_backoff = Backoff::new(
+        Duration::from_millis(config.source.reconnect_initial_backoff_ms),
+        Duration::from_millis(config.source.reconnect_max_backoff_ms),
+    );
     let first_start = match &stored {
         Some(checkpoint) => {
             tracing::info!(position = %checkpoint.position.binlog, gtid_set = %checkpoint.position.gtid_set, store = %store.describe(), "resuming from the stored checkpoint");
             if checkpoint.position.binlog == gtid_only_binlog_position() {
                 StartPosition::Gtid(checkpoint.position.gtid_set.clone())
             } else {
-                StartPosition::Position(checkpoint.position.binlog.clone())
+                // A file+position only means something on the server that wrote it: check
+                // who we are talking to before streaming from it.
+                let Some(identity) = server_identity_at_startup(
+                    &source_url,
+                    startup_backoff.clone(),
+                    &metrics,
+                    controller.subscribe(),
+                )
+                .await?
+                else {
+                    return Ok(RelaySummary::default());
+                };
+                if identity == checkpoint.source {
+                    StartPosition::Position(checkpoint.position.binlog.clone())
+                } else if checkpoint.position.gtid_set.is_empty() {
+                    return Err(RelayError::ForeignCheckpoint {
+                        stored: describe_identity(&checkpoint.source),
+                        connected: describe_identity(&identity),
+                    });
+                } else {
+                    tracing::warn!(stored = %describe_identity(&checkpoint.source), connected = %describe_identity(&identity), gtid_set = %checkpoint.position.gtid_set, "checkpoint was taken on another server; resuming by GTID set");
+                    StartPosition::Gtid(checkpoint.position.gtid_set.clone())
+                }
             }
         }
         None => {
@@ -243,11 +269,7 @@ pub async fn run_relay(
         idle_timeout: Duration::from_millis(config.source.idle_timeout_ms),
         connect_timeout: Duration::from_millis(config.source.connect_timeout_ms),
     };
-    let startup_backoff = Backoff::new(
-        Duration::from_millis(config.source.reconnect_initial_backoff_ms),
-        Duration::from_millis(config.source.reconnect_max_backoff_ms),
-    );
-    let Some(mut reader) = connect_at_startup(
+    let Some(reader) = connect_at_startup(
         reader_config(first_start.clone()),
         startup_backoff.clone(),
         &metrics,
@@ -259,24 +281,6 @@ pub async fn run_relay(
         return Ok(RelaySummary::default());
     };
     let identity = source_identity(&reader);
-    if let Some(checkpoint) = &stored {
-        if checkpoint.source != identity {
-            if checkpoint.position.gtid_set.is_empty() {
-                return Err(RelayError::ForeignCheckpoint {
-                    stored: describe_identity(&checkpoint.source),
-                    connected: describe_identity(&identity),
-                });
-            }
-            tracing::warn!(stored = %describe_identity(&checkpoint.source), connected = %describe_identity(&identity), gtid_set = %checkpoint.position.gtid_set, "checkpoint was taken on another server; resuming by GTID set");
-            let by_gtid = reader_config(StartPosition::Gtid(checkpoint.position.gtid_set.clone()));
-            match connect_at_startup(by_gtid, startup_backoff, &metrics, controller.subscribe())
-                .await?
-            {
-                Some(connected) => reader = connected,
-                None => return Ok(RelaySummary::default()),
-            }
-        }
-    }
     SourceConnected {
         server: &redacted,
         start: describe_start(&reader.resume_point()),
@@ -369,7 +373,12 @@ pub async fn run_relay(
                     max_interval: config.pipeline.commit_interval(),
                     max_transactions: config.pipeline.commit_max_transactions,
                 },
-                resumed_from: stored.as_ref().map(|c| c.position.clone()),
+                // A checkpoint of another server (resumed by GTID set) cannot be compared
+                // with this server's positions: start the monotonic check afresh.
+                resumed_from: stored
+                    .as_ref()
+                    .filter(|c| c.source == identity)
+                    .map(|c| c.position.clone()),
                 record_transactions: record_transactions.clone(),
             },
             store.clone(),
@@ -509,6 +518,45 @@ fn initial_position(start: &StartPosition) -> CheckpointPosition {
             gtid_set: GtidSet::Empty,
             ..CheckpointPosition::at(gtid_only_binlog_position())
         },
+    }
+}
+
+/// The source server's identity (via `check_server`), retrying transient errors like
+/// [`connect_at_startup`]. `None` when shutdown was requested meanwhile.
+async fn server_identity_at_startup(
+    url: &str,
+    mut backoff: Backoff,
+    metrics: &Metrics,
+    mut shutdown: Shutdown,
+) -> Result<Option<SourceIdentity>, RelayError> {
+    loop {
+        let checked = tokio::select! {
+            _ = shutdown.recv() => return Ok(None),
+            checked = outbox_binlog::check_server(url) => checked,
+        };
+        match checked {
+            Ok(report) => {
+                return Ok(Some(SourceIdentity {
+                    flavor: report.identity.flavor,
+                    server_id: report.identity.server_id,
+                    server_uuid: report.identity.server_uuid,
+                }))
+            }
+            Err(error) if error.is_transient() => {
+                let delay = backoff.next_delay();
+                SourceReconnecting {
+                    error: &error,
+                    delay,
+                    resume_from: "the stored checkpoint".into(),
+                }
+                .emit(metrics);
+                tokio::select! {
+                    _ = shutdown.recv() => return Ok(None),
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+            Err(error) => return Err(RelayError::Source(error)),
+        }
     }
 }
 

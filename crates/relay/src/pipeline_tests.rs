@@ -404,3 +404,55 @@ async fn the_mysql_checkpoint_store_is_chosen_by_config() {
     assert_eq!(connectors, vec!["pipeline-test".to_owned()]);
     conn.disconnect().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_of_another_server_resumes_by_gtid_or_refuses_without_one() {
+    use outbox_binlog::{BinlogPosition, Flavor, GtidSet};
+    use outbox_checkpoint::{CheckpointPosition, SourceIdentity};
+    let fixture = fixture("").await;
+    fixture.write_orders(1..=3).await;
+    let store = open_checkpoint_store(&fixture.config.checkpoint)
+        .await
+        .unwrap();
+    let other_server = SourceIdentity {
+        flavor: Flavor::Mariadb,
+        server_id: 99,
+        server_uuid: None,
+    };
+    // No GTID set: the relay cannot know where it is on this server.
+    let without_gtid = Checkpoint::new(
+        other_server.clone(),
+        CheckpointPosition::at(BinlogPosition::new("binlog.000050", 1000)),
+    );
+    store.set(&without_gtid).await.unwrap();
+    let (_handles, task) = fixture.start_relay();
+    let error = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect_err("a foreign checkpoint without GTIDs is refused");
+    assert!(
+        matches!(error, RelayError::ForeignCheckpoint { .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("server_id 99"), "{error}");
+
+    // With a GTID set (a failover): resume after 0-1-4 (order 1), on this server's files.
+    let with_gtid = Checkpoint::new(
+        other_server,
+        CheckpointPosition {
+            gtid_set: GtidSet::parse(Flavor::Mariadb, "0-1-4").unwrap(),
+            ..CheckpointPosition::at(BinlogPosition::new("binlog.000050", 1000))
+        },
+    );
+    store.set(&with_gtid).await.unwrap();
+    let (handles, task) = fixture.start_relay();
+    fixture
+        .wait_for_checkpoint("0-1-6", Duration::from_secs(30))
+        .await;
+    let summary = stop(handles, task).await.unwrap();
+    assert_eq!(summary.delivered, 2, "orders 2 and 3 only");
+    let stored = fixture.stored().await.unwrap();
+    assert_eq!(stored.source.server_id, 1);
+    assert_eq!(stored.position.binlog.file, "binlog.000001");
+}
