@@ -16,6 +16,8 @@
 //! See [`pipeline`]: a stored checkpoint always wins over `source.start`; transient source
 //! errors resume from the reader's own resume point.
 
+#![warn(missing_docs)]
+
 mod backoff;
 pub mod cli;
 pub mod commands;
