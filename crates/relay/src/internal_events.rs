@@ -43,7 +43,7 @@ pub struct SourceReconnecting<'a> {
 impl InternalEvent for SourceReconnecting<'_> {
     fn emit(self, metrics: &Metrics) {
         metrics.source_reconnects.inc();
-        tracing::warn!(error = %self.error, delay_ms = self.delay.as_millis() as u64, resume_from = %self.resume_from, "binlog source lost; reconnecting");
+        tracing::warn!(error = %self.error, delay_ms = self.delay.as_millis() as u64, resume_from = %self.resume_from, "binlog source unavailable; reconnecting");
     }
 }
 
