@@ -6,6 +6,10 @@
 //!   earliest or latest start), with heartbeats and transient/definite errors;
 //! * [`BinlogFileReader`]: binlog files on disk (archived binlogs, recovery, `inspect`).
 //!
+//! Metrics: [`register_metrics`] adds the crate's Prometheus counters (events, rows,
+//! commits, heartbeats, column-name lookups, stream errors, connects) to a registry; see
+//! the `internal_events` module.
+//!
 //! Items come in binlog order: the [`RowChange`]s of one transaction, then its [`Commit`],
 //! which carries the position just after the transaction. [`Heartbeat`]s only come between
 //! transactions.
@@ -22,6 +26,7 @@ mod decoder;
 mod error;
 mod file;
 mod gtid;
+mod internal_events;
 mod live;
 mod types;
 
@@ -29,7 +34,11 @@ pub use checks::{check_server, ServerIdentity, ServerReport, SettingCheck, Sever
 pub use error::BinlogError;
 pub use file::BinlogFileReader;
 pub use gtid::{Gtid, GtidSet, GtidSetParseError, MysqlGtidSource};
-pub use live::{BinlogReader, ReaderConfig, StartPosition};
+pub use internal_events::{
+    register_metrics, BinlogEventsReceived, ColumnNamesLookedUp, HeartbeatReceived, InternalEvent,
+    ReaderConnected, RowsDecoded, StreamError, TransactionCommitted,
+};
+pub use live::{BinlogReader, ReaderConfig, StartPosition, DEFAULT_READ_AHEAD_EVENTS};
 pub use types::{
     BinlogPosition, ColumnNames, Commit, DateTime, Flavor, Heartbeat, Row, RowChange, RowOperation,
     StreamItem, TableFilter, TableName, Value,

@@ -19,9 +19,16 @@
 //! Connections use a 1 GiB client `max_allowed_packet`, so single rows of tens of MiB pass.
 //!
 //! # Streaming and memory
-//! Events are pulled from the socket only when [`BinlogReader::next_item`] has no decoded
-//! item left, and one event is decoded at a time; a transaction of any size is never
-//! buffered as a whole.
+//! A read-ahead task (`live/read_ahead.rs`) reads and parses events from the socket into a
+//! bounded channel while [`BinlogReader::next_item`] decodes, so the client library's
+//! parsing and the decoder use two cores. It keeps about `read_ahead_events` events ahead
+//! ([`DEFAULT_READ_AHEAD_EVENTS`] with [`BinlogReader::connect`], chosen with
+//! [`BinlogReader::connect_with_read_ahead`]), in batches of at most 256 events or 1 MiB
+//! (plus one event); when the caller stops calling `next_item` the task stops reading. One
+//! event is decoded at a time; a transaction of any size is never buffered as a whole.
+//!
+//! The idle timer runs only while `next_item` waits for the read-ahead task with nothing
+//! buffered (one timer per batch, none per event).
 //!
 //! # Cancellation
 //! [`BinlogReader::next_item`] is cancel-safe: it may be dropped at any `.await` (e.g. in a
@@ -56,23 +63,34 @@
 //! normally: reconnecting would only kick the other reader off in turn.
 
 mod connection;
+mod read_ahead;
 mod start;
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn};
 use mysql_common::binlog::events::Event;
+use tokio::sync::mpsc::error::TryRecvError;
 
 use crate::checks::{inspect_server, ServerIdentity};
 use crate::decoder::{Decoder, PushOutcome};
+use crate::internal_events::{
+    ColumnNamesLookedUp, InternalEvent, ItemsHandedOut, ReaderConnected, StreamError,
+};
 use crate::{BinlogError, BinlogPosition, Commit, Flavor, GtidSet, StreamItem, TableFilter};
 use crate::{Heartbeat, TableName};
+use read_ahead::{ReadAhead, ReadAheadMessage};
 
 pub(crate) use connection::ServerEndpoint;
+
+/// How many events [`BinlogReader::connect`] lets the read-ahead task keep ahead of the
+/// decoder: enough to ride out scheduling hiccups on a busy machine, small enough that the
+/// memory (about this many events, see the module docs) stays a few MiB for outbox-sized
+/// rows.
+pub const DEFAULT_READ_AHEAD_EVENTS: usize = 4096;
 
 /// How to connect and where to start. See the module docs for what each field does on the
 /// wire.
@@ -172,14 +190,19 @@ pub struct BinlogReader {
     idle_timeout: Duration,
     /// Who the server is (from the startup check).
     identity: ServerIdentity,
-    /// The replication connection, turned into an event stream.
-    stream: BinlogStream,
+    /// The task reading the replication connection ahead of the decoder (module docs).
+    read_ahead: ReadAhead,
+    /// Events received from the read-ahead task and not taken yet (the rest of one batch).
+    read_ahead_batch: std::vec::IntoIter<Event>,
+    /// Items handed out since the metrics were last updated (flushed once per batch, so
+    /// counting costs no atomic operation per item).
+    items_handed_out: ItemsHandedOut,
     /// Turns events into items (rows of watched tables, commits, heartbeats).
     decoder: Decoder,
     /// Items decoded but not handed out yet (at most the items of one event).
     decoded_items: VecDeque<StreamItem>,
-    /// An event already read from the stream but not (fully) pushed to the decoder: the
-    /// first event read during `connect`, or one that waits for a column-name lookup.
+    /// An event already taken from the read-ahead batch but not (fully) pushed to the
+    /// decoder: one that waits for a column-name lookup.
     unpushed_event: Option<Event>,
     /// Normal connection for information_schema lookups and error explanations; kept
     /// open, reopened when lost.
@@ -206,9 +229,27 @@ impl fmt::Debug for BinlogReader {
 impl BinlogReader {
     /// Checks the server, resolves the start, opens the replication stream and waits for the
     /// server's first answer (so a purged start or a refused dump fails here, not later).
+    /// Reads [`DEFAULT_READ_AHEAD_EVENTS`] events ahead.
     pub async fn connect(config: ReaderConfig) -> Result<BinlogReader, BinlogError> {
+        Self::connect_with_read_ahead(config, DEFAULT_READ_AHEAD_EVENTS).await
+    }
+
+    /// Like [`BinlogReader::connect`], keeping about `read_ahead_events` events (at least 1)
+    /// read ahead of the decoder (see `# Streaming and memory` in the module docs). Must be
+    /// called inside a tokio runtime: the read-ahead task is spawned on it.
+    pub async fn connect_with_read_ahead(
+        config: ReaderConfig,
+        read_ahead_events: usize,
+    ) -> Result<BinlogReader, BinlogError> {
         let endpoint = ServerEndpoint::from_url(&config.url)?;
         let requested = config.start.to_string();
+        if read_ahead_events == 0 {
+            return Err(BinlogError::InvalidReaderConfig {
+                server: endpoint.address.clone(),
+                field: "read_ahead_events".into(),
+                message: "must be at least 1".into(),
+            });
+        }
         if config.heartbeat_interval.is_zero() || config.heartbeat_interval >= config.idle_timeout {
             return Err(BinlogError::InvalidReaderConfig {
                 server: endpoint.address.clone(),
@@ -261,14 +302,11 @@ impl BinlogReader {
         )
         .await
         .map_err(|_| within_connect_timeout(connect_timeout))??;
-        tracing::info!(
-            server = %endpoint.address,
-            version = %identity.version,
-            %flavor,
-            server_id = identity.server_id,
-            start = %resolved,
-            "starting binlog stream"
-        );
+        ReaderConnected {
+            server: &identity,
+            start: &resolved.to_string(),
+        }
+        .emit();
 
         let (stream, start_file) = tokio::time::timeout(
             connect_timeout,
@@ -283,7 +321,9 @@ impl BinlogReader {
             connect_timeout,
             idle_timeout: config.idle_timeout,
             identity,
-            stream,
+            read_ahead: ReadAhead::spawn(stream, read_ahead_events),
+            read_ahead_batch: Vec::new().into_iter(),
+            items_handed_out: ItemsHandedOut::default(),
             decoder: match &resolved {
                 StartPosition::Position(position) => {
                     Decoder::new(config.filter.clone(), start_file.clone())
@@ -306,10 +346,12 @@ impl BinlogReader {
         };
         // The server answers the dump with its first event or an error (purged position,
         // duplicate server_id, missing grant): surface those from `connect`.
-        let first = match tokio::time::timeout(connect_timeout, reader.stream.next()).await {
-            Ok(Some(Ok(event))) => event,
-            Ok(Some(Err(error))) => return Err(reader.explain(error).await),
-            Ok(None) => {
+        match tokio::time::timeout(connect_timeout, reader.read_ahead.recv()).await {
+            Ok(Some(ReadAheadMessage::Events(events))) => {
+                reader.read_ahead_batch = events.into_iter();
+            }
+            Ok(Some(ReadAheadMessage::Failed(error))) => return Err(reader.explain(error).await),
+            Ok(Some(ReadAheadMessage::Ended) | None) => {
                 return Err(BinlogError::StreamLost {
                     server: reader.endpoint.address.clone(),
                     position: requested,
@@ -318,7 +360,6 @@ impl BinlogReader {
             }
             Err(_) => return Err(within_connect_timeout(connect_timeout)),
         };
-        reader.unpushed_event = Some(first);
         Ok(reader)
     }
 
@@ -352,7 +393,14 @@ impl BinlogReader {
         match self.next_item_inner().await {
             Ok(item) => Ok(item),
             Err(error) => {
-                self.failure = Some((error.is_transient(), error.to_string()));
+                let transient = error.is_transient();
+                self.failure = Some((transient, error.to_string()));
+                self.items_handed_out.flush();
+                StreamError {
+                    error: &error,
+                    transient,
+                }
+                .emit();
                 Err(error)
             }
         }
@@ -388,38 +436,72 @@ impl BinlogReader {
         }
     }
 
-    /// Reads one event, or fails after `idle_timeout` of silence.
+    /// Takes the next event from the read-ahead batch, waiting for the next batch when it
+    /// is used up; fails after `idle_timeout` of silence (no event, no heartbeat) while
+    /// nothing is buffered. Cancel-safe: the only `.await`s are the channel's `recv` (which
+    /// loses nothing when dropped) and the error explanation (after `failure` is set).
     async fn read_event(&mut self) -> Result<Event, BinlogError> {
-        match tokio::time::timeout(self.idle_timeout, self.stream.next()).await {
-            Ok(Some(Ok(event))) => Ok(event),
-            Ok(Some(Err(error))) => {
-                // Recorded before the explaining query, so a cancelled `next_item` cannot
-                // lose the error and read on from a dead stream.
-                self.failure = Some((
-                    connection::is_transient_client_error(&error),
-                    error.to_string(),
-                ));
-                tracing::debug!(
-                    server = %self.endpoint.address,
-                    file = %self.decoder.current_file(),
-                    %error,
-                    "replication stream failed"
-                );
-                Err(self.explain(error).await)
+        loop {
+            if let Some(event) = self.read_ahead_batch.next() {
+                return Ok(event);
             }
-            Ok(None) => Err(BinlogError::StreamLost {
-                server: self.endpoint.address.clone(),
-                position: self.position_text(),
-                message: format!(
-                    "the server ended the replication stream (while in {})",
-                    self.decoder.current_file()
-                ),
-            }),
-            Err(_) => Err(BinlogError::IdleTimeout {
-                server: self.endpoint.address.clone(),
-                position: self.position_text(),
-                waited: self.idle_timeout,
-            }),
+            self.items_handed_out.flush();
+            let message = match self.read_ahead.try_recv() {
+                Ok(message) => Some(message),
+                Err(TryRecvError::Disconnected) => None,
+                Err(TryRecvError::Empty) => {
+                    match tokio::time::timeout(self.idle_timeout, self.read_ahead.recv()).await {
+                        Ok(message) => message,
+                        Err(_) => {
+                            return Err(BinlogError::IdleTimeout {
+                                server: self.endpoint.address.clone(),
+                                position: self.position_text(),
+                                waited: self.idle_timeout,
+                            })
+                        }
+                    }
+                }
+            };
+            match message {
+                Some(ReadAheadMessage::Events(events)) => {
+                    self.read_ahead_batch = events.into_iter();
+                }
+                Some(ReadAheadMessage::Failed(error)) => {
+                    // Recorded before the explaining query, so a cancelled `next_item`
+                    // cannot lose the error and wait on a finished stream.
+                    self.failure = Some((
+                        connection::is_transient_client_error(&error),
+                        error.to_string(),
+                    ));
+                    tracing::debug!(
+                        server = %self.endpoint.address,
+                        file = %self.decoder.current_file(),
+                        %error,
+                        "replication stream failed"
+                    );
+                    return Err(self.explain(error).await);
+                }
+                Some(ReadAheadMessage::Ended) => {
+                    return Err(BinlogError::StreamLost {
+                        server: self.endpoint.address.clone(),
+                        position: self.position_text(),
+                        message: format!(
+                            "the server ended the replication stream (while in {})",
+                            self.decoder.current_file()
+                        ),
+                    })
+                }
+                None => {
+                    return Err(BinlogError::StreamLost {
+                        server: self.endpoint.address.clone(),
+                        position: self.position_text(),
+                        message: format!(
+                            "the read-ahead task stopped without a result (while in {})",
+                            self.decoder.current_file()
+                        ),
+                    })
+                }
+            }
         }
     }
 
@@ -479,7 +561,11 @@ impl BinlogReader {
             }
         };
         self.side_connection = Some(conn);
-        tracing::debug!(%table, columns = names.len(), "column names from information_schema");
+        ColumnNamesLookedUp {
+            table,
+            columns: names.len(),
+        }
+        .emit();
         Ok(names)
     }
 
@@ -499,14 +585,16 @@ impl BinlogReader {
 
     fn note_handed_out(&mut self, item: &StreamItem) {
         match item {
-            StreamItem::Row(_) => {}
+            StreamItem::Row(_) => self.items_handed_out.rows += 1,
             StreamItem::Commit(Commit { position, gtid, .. }) => {
+                self.items_handed_out.commits += 1;
                 self.handed_out_boundary = position.clone();
                 if let (Some(set), Some(gtid)) = (self.handed_out_gtids.as_mut(), gtid) {
                     set.add(gtid);
                 }
             }
             StreamItem::Heartbeat(Heartbeat { position }) => {
+                self.items_handed_out.heartbeats += 1;
                 if is_later_position(position, &self.handed_out_boundary) {
                     self.handed_out_boundary = position.clone();
                 }
@@ -548,6 +636,14 @@ impl BinlogReader {
 
     fn position_text(&self) -> String {
         self.resume_point().to_string()
+    }
+}
+
+impl Drop for BinlogReader {
+    /// Counts the items handed out since the last batch (the read-ahead task is aborted by
+    /// its own drop).
+    fn drop(&mut self) {
+        self.items_handed_out.flush();
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use live_support::*;
 use mysql_async::prelude::Queryable;
-use outbox_binlog::{BinlogReader, StartPosition, StreamItem, Value};
+use outbox_binlog::{StartPosition, StreamItem, Value};
 use outbox_testkit::ScratchMariadb;
 
 const ROWS: i64 = 200_000;
@@ -37,9 +37,7 @@ async fn a_200k_row_transaction_streams_with_bounded_memory() {
         ],
     )
     .await;
-    let mut reader = BinlogReader::connect(config(&server, StartPosition::Latest, &["big.outbox"]))
-        .await
-        .unwrap();
+    let mut reader = connect_reader(&server, StartPosition::Latest, &["big.outbox"]).await;
     let transaction_bytes = ROWS as u64 * PAYLOAD_BYTES as u64;
 
     let url = server.url_with_db("big");

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use live_support::*;
 use mysql_async::prelude::Queryable;
-use outbox_binlog::{BinlogReader, StartPosition, StreamItem};
-use outbox_testkit::{ScratchMariadb, ScratchOptions};
+use outbox_binlog::{StartPosition, StreamItem};
+use outbox_testkit::ScratchOptions;
 
 const TRANSACTIONS: i64 = 300;
 
@@ -26,23 +26,15 @@ async fn cancel_signal(iteration: u64) {
 
 #[tokio::test]
 async fn next_item_dropped_mid_read_loses_and_repeats_nothing() {
-    let server = ScratchMariadb::start_with(ScratchOptions {
-        binlog_row_metadata: "MINIMAL",
-        ..ScratchOptions::default()
-    })
-    .await
-    .unwrap();
-    sql(
-        &server,
-        &[
-            "CREATE DATABASE app",
-            "CREATE TABLE app.outbox (id INT PRIMARY KEY) ENGINE=InnoDB",
-        ],
+    let server = start_server(
+        ScratchOptions {
+            binlog_row_metadata: "MINIMAL",
+            ..ScratchOptions::default()
+        },
+        APP_OUTBOX_SCHEMA,
     )
     .await;
-    let mut reader = BinlogReader::connect(config(&server, StartPosition::Latest, &["app.outbox"]))
-        .await
-        .unwrap();
+    let mut reader = connect_reader(&server, StartPosition::Latest, &["app.outbox"]).await;
     let url = server.url();
     let writer = tokio::spawn(async move {
         let mut conn = mysql_async::Conn::from_url(url).await.unwrap();

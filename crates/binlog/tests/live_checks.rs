@@ -150,14 +150,11 @@ async fn users_without_replication_grants_are_reported_and_granted_users_pass() 
 
 #[tokio::test]
 async fn minimal_metadata_takes_column_names_from_information_schema_and_follows_alter_table() {
-    let server = ScratchMariadb::start_with(ScratchOptions {
-        binlog_row_metadata: "MINIMAL",
-        ..ScratchOptions::default()
-    })
-    .await
-    .unwrap();
-    sql(
-        &server,
+    let server = start_server(
+        ScratchOptions {
+            binlog_row_metadata: "MINIMAL",
+            ..ScratchOptions::default()
+        },
         &[
             "CREATE DATABASE app",
             "CREATE TABLE app.outbox (id INT PRIMARY KEY, payload VARCHAR(20)) ENGINE=InnoDB",
@@ -169,9 +166,7 @@ async fn minimal_metadata_takes_column_names_from_information_schema_and_follows
     assert_eq!(report.checks[0].setting, "binlog_row_metadata");
     assert_eq!(report.checks[0].severity, Severity::Warning);
 
-    let mut reader = BinlogReader::connect(config(&server, StartPosition::Latest, &["app.outbox"]))
-        .await
-        .unwrap();
+    let mut reader = connect_reader(&server, StartPosition::Latest, &["app.outbox"]).await;
     sql(&server, &["INSERT INTO app.outbox VALUES (1, 'a')"]).await;
     let first = next_transaction_with_rows(&mut reader).await;
     let columns = &first.rows[0].after.as_ref().unwrap().columns;

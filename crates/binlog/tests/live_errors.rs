@@ -7,20 +7,6 @@ use std::time::{Duration, Instant};
 
 use live_support::*;
 use outbox_binlog::{BinlogError, BinlogReader, Flavor, GtidSet, StartPosition, StreamItem};
-use outbox_testkit::ScratchMariadb;
-
-async fn server_with_outbox() -> ScratchMariadb {
-    let server = ScratchMariadb::start().await.unwrap();
-    sql(
-        &server,
-        &[
-            "CREATE DATABASE app",
-            "CREATE TABLE app.outbox (id INT PRIMARY KEY) ENGINE=InnoDB",
-        ],
-    )
-    .await;
-    server
-}
 
 /// What MariaDB really does when a second replica connects with a `server_id` already in
 /// use: the NEW connection wins and streams normally; the OLDER one receives error 4052
@@ -28,7 +14,7 @@ async fn server_with_outbox() -> ScratchMariadb {
 /// reports as the definite `DuplicateServerId`.
 #[tokio::test]
 async fn duplicate_server_id_newer_reader_takes_over_older_fails_definitely() {
-    let server = server_with_outbox().await;
+    let server = server_with_app_outbox().await;
     let config_older = config(&server, StartPosition::Latest, &["app.outbox"]);
     let config_newer = config_older.clone();
     let shared_id = config_older.server_id;
@@ -40,16 +26,11 @@ async fn duplicate_server_id_newer_reader_takes_over_older_fails_definitely() {
     sql(&server, &["INSERT INTO app.outbox VALUES (2)"]).await;
     assert_eq!(ids(&next_transaction_with_rows(&mut newer).await), vec![2]);
 
-    let error = loop {
-        match tokio::time::timeout(ITEM_TIMEOUT, older.next_item())
-            .await
-            .expect("the older reader hears about it")
-        {
-            Ok(StreamItem::Heartbeat(_)) => continue,
-            Ok(other) => panic!("the older reader must not get more data: {other:?}"),
-            Err(error) => break error,
-        }
-    };
+    let (more_data, error) = items_until_error(&mut older).await;
+    assert!(
+        more_data.is_empty(),
+        "the older reader must not get more data: {more_data:?}"
+    );
     assert!(!error.is_transient(), "{error}");
     match &error {
         BinlogError::DuplicateServerId {
@@ -70,10 +51,8 @@ async fn duplicate_server_id_newer_reader_takes_over_older_fails_definitely() {
 
 #[tokio::test]
 async fn purged_start_is_definite_and_names_the_oldest_file() {
-    let server = server_with_outbox().await;
-    let mut reader = BinlogReader::connect(config(&server, StartPosition::Latest, &["app.outbox"]))
-        .await
-        .unwrap();
+    let server = server_with_app_outbox().await;
+    let mut reader = connect_reader(&server, StartPosition::Latest, &["app.outbox"]).await;
     sql(&server, &["INSERT INTO app.outbox VALUES (1)"]).await;
     let first = next_transaction_with_rows(&mut reader).await;
     let purged_position = first.commit.position.clone();
@@ -147,16 +126,13 @@ async fn purged_start_is_definite_and_names_the_oldest_file() {
     }
 
     // A start after the purge point still works.
-    let mut oldest =
-        BinlogReader::connect(config(&server, StartPosition::Earliest, &["app.outbox"]))
-            .await
-            .unwrap();
+    let mut oldest = connect_reader(&server, StartPosition::Earliest, &["app.outbox"]).await;
     assert_eq!(ids(&next_transaction_with_rows(&mut oldest).await), vec![3]);
 }
 
 #[tokio::test]
 async fn heartbeats_arrive_on_an_idle_server_and_a_silent_one_times_out() {
-    let server = server_with_outbox().await;
+    let server = server_with_app_outbox().await;
     let mut quiet_config = config(&server, StartPosition::Latest, &["app.outbox"]);
     quiet_config.heartbeat_interval = Duration::from_millis(500);
     quiet_config.idle_timeout = Duration::from_secs(3);
@@ -192,13 +168,8 @@ async fn heartbeats_arrive_on_an_idle_server_and_a_silent_one_times_out() {
     // error instead of waiting forever.
     server.pause();
     let silent_since = Instant::now();
-    let error = loop {
-        match reader.next_item().await {
-            Ok(StreamItem::Heartbeat(_)) => continue,
-            Ok(other) => panic!("unexpected item {other:?}"),
-            Err(error) => break error,
-        }
-    };
+    let (unexpected, error) = items_until_error(&mut reader).await;
+    assert!(unexpected.is_empty(), "unexpected items {unexpected:?}");
     // Connecting to the frozen server times out (transient) instead of hanging.
     let mut frozen_config = config(&server, StartPosition::Latest, &["app.outbox"]);
     frozen_config.connect_timeout = Duration::from_secs(2);
@@ -223,7 +194,7 @@ async fn heartbeats_arrive_on_an_idle_server_and_a_silent_one_times_out() {
 
 #[tokio::test]
 async fn refused_connection_is_transient_and_wrong_gtid_flavor_is_definite() {
-    let server = server_with_outbox().await;
+    let server = server_with_app_outbox().await;
     let mut refused = config(&server, StartPosition::Latest, &["app.outbox"]);
     let closed_port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

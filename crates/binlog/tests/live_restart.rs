@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use live_support::*;
 use mysql_async::prelude::Queryable;
-use outbox_binlog::{BinlogReader, StartPosition, StreamItem};
+use outbox_binlog::{StartPosition, StreamItem};
 use outbox_testkit::ScratchMariadb;
 
 async fn insert_range(server: &ScratchMariadb, ids: std::ops::RangeInclusive<i64>) {
@@ -22,15 +22,7 @@ async fn insert_range(server: &ScratchMariadb, ids: std::ops::RangeInclusive<i64
 
 #[tokio::test]
 async fn restart_mid_stream_is_transient_and_resume_point_loses_and_repeats_nothing() {
-    let mut server = ScratchMariadb::start().await.unwrap();
-    sql(
-        &server,
-        &[
-            "CREATE DATABASE app",
-            "CREATE TABLE app.outbox (id INT PRIMARY KEY) ENGINE=InnoDB",
-        ],
-    )
-    .await;
+    let mut server = server_with_app_outbox().await;
     // (start by GTID, crash with SIGKILL instead of a clean SIGTERM restart)
     for (round, (start_by_gtid, crash)) in [(false, false), (true, false), (false, true)]
         .into_iter()
@@ -38,22 +30,14 @@ async fn restart_mid_stream_is_transient_and_resume_point_loses_and_repeats_noth
     {
         let offset = round as i64 * 1000;
         let start = if start_by_gtid {
-            let mut conn = server.conn().await.unwrap();
-            let pos: String = conn
-                .query_first("SELECT @@gtid_binlog_pos")
-                .await
-                .unwrap()
-                .unwrap();
-            conn.disconnect().await.unwrap();
+            let pos = gtid_binlog_pos(&server).await;
             StartPosition::Gtid(
                 outbox_binlog::GtidSet::parse(outbox_binlog::Flavor::Mariadb, &pos).unwrap(),
             )
         } else {
             StartPosition::Latest
         };
-        let mut reader = BinlogReader::connect(config(&server, start, &["app.outbox"]))
-            .await
-            .unwrap();
+        let mut reader = connect_reader(&server, start, &["app.outbox"]).await;
         insert_range(&server, offset + 1..=offset + 40).await;
 
         // Hand out part of the stream, then restart the server under the reader.
@@ -71,17 +55,14 @@ async fn restart_mid_stream_is_transient_and_resume_point_loses_and_repeats_noth
         // the last commit, so they come again from the new reader (at-least-once within an
         // unfinished transaction, exactly-once across commits).
         let mut pending_rows: Vec<i64> = Vec::new();
-        let error = loop {
-            match tokio::time::timeout(ITEM_TIMEOUT, reader.next_item())
-                .await
-                .expect("the reader notices the restart")
-            {
-                Ok(StreamItem::Row(row)) => pending_rows.push(int(after(&row, "id"))),
-                Ok(StreamItem::Commit(_)) => delivered.append(&mut pending_rows),
-                Ok(StreamItem::Heartbeat(_)) => {}
-                Err(error) => break error,
+        let (buffered, error) = items_until_error(&mut reader).await;
+        for item in buffered {
+            match item {
+                StreamItem::Row(row) => pending_rows.push(int(after(&row, "id"))),
+                StreamItem::Commit(_) => delivered.append(&mut pending_rows),
+                StreamItem::Heartbeat(_) => unreachable!("left out by items_until_error"),
             }
-        };
+        }
         eprintln!("restart (crash: {crash}) surfaced as: {error}");
         assert!(error.is_transient(), "restart must be transient: {error:?}");
         assert!(
@@ -97,13 +78,9 @@ async fn restart_mid_stream_is_transient_and_resume_point_loses_and_repeats_noth
             start_by_gtid,
             "{resume}"
         );
-        let mut resumed = BinlogReader::connect(config(&server, resume, &["app.outbox"]))
-            .await
-            .unwrap();
+        let mut resumed = connect_reader(&server, resume, &["app.outbox"]).await;
         insert_range(&server, offset + 41..=offset + 50).await;
-        while !delivered.contains(&(offset + 50)) {
-            delivered.extend(ids(&next_transaction(&mut resumed).await));
-        }
+        delivered.extend(ids_until(&mut resumed, offset + 50).await);
         let expected: Vec<i64> = (offset + 1..=offset + 50).collect();
         assert_eq!(
             delivered, expected,

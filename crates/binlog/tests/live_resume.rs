@@ -5,32 +5,12 @@ mod live_support;
 
 use live_support::*;
 use mysql_async::prelude::Queryable;
-use outbox_binlog::{BinlogReader, Flavor, GtidSet, StartPosition};
-use outbox_testkit::ScratchMariadb;
-
-/// Reads transactions until one holds `last_id`, returning the ids of every watched row seen.
-async fn ids_until(reader: &mut BinlogReader, last_id: i64) -> Vec<i64> {
-    let mut seen = Vec::new();
-    while !seen.contains(&last_id) {
-        seen.extend(ids(&next_transaction(reader).await));
-    }
-    seen
-}
+use outbox_binlog::{Flavor, GtidSet, StartPosition};
 
 #[tokio::test]
 async fn rotation_moves_positions_to_the_new_file_and_positions_resume_exactly() {
-    let server = ScratchMariadb::start().await.unwrap();
-    sql(
-        &server,
-        &[
-            "CREATE DATABASE app",
-            "CREATE TABLE app.outbox (id INT PRIMARY KEY) ENGINE=InnoDB",
-        ],
-    )
-    .await;
-    let mut reader = BinlogReader::connect(config(&server, StartPosition::Latest, &["app.outbox"]))
-        .await
-        .unwrap();
+    let server = server_with_app_outbox().await;
+    let mut reader = connect_reader(&server, StartPosition::Latest, &["app.outbox"]).await;
     sql(
         &server,
         &[
@@ -64,58 +44,36 @@ async fn rotation_moves_positions_to_the_new_file_and_positions_resume_exactly()
     assert_eq!(ids(&next_transaction_with_rows(&mut reader).await), vec![4]);
 
     // Resume after the first transaction: 2, 3, 4 exactly, across the rotation.
-    let mut after_first = BinlogReader::connect(config(
+    let mut after_first = connect_reader(
         &server,
         StartPosition::Position(first.commit.position.clone()),
         &["app.outbox"],
-    ))
-    .await
-    .unwrap();
+    )
+    .await;
     assert_eq!(ids_until(&mut after_first, 4).await, vec![2, 3, 4]);
 
     // Resume after the third (in the new file): only 4.
-    let mut after_third = BinlogReader::connect(config(
+    let mut after_third = connect_reader(
         &server,
         StartPosition::Position(third.commit.position.clone()),
         &["app.outbox"],
-    ))
-    .await
-    .unwrap();
+    )
+    .await;
     assert_eq!(ids_until(&mut after_third, 4).await, vec![4]);
 
     // From the oldest file: everything.
-    let mut earliest =
-        BinlogReader::connect(config(&server, StartPosition::Earliest, &["app.outbox"]))
-            .await
-            .unwrap();
+    let mut earliest = connect_reader(&server, StartPosition::Earliest, &["app.outbox"]).await;
     assert_eq!(ids_until(&mut earliest, 4).await, vec![1, 2, 3, 4]);
 }
 
 #[tokio::test]
 async fn a_gtid_set_resumes_exactly_after_its_transactions() {
-    let server = ScratchMariadb::start().await.unwrap();
-    sql(
-        &server,
-        &[
-            "CREATE DATABASE app",
-            "CREATE TABLE app.outbox (id INT PRIMARY KEY) ENGINE=InnoDB",
-        ],
-    )
-    .await;
+    let server = server_with_app_outbox().await;
+    let gtid_pos = gtid_binlog_pos(&server).await;
     let mut conn = server.conn().await.unwrap();
-    let gtid_pos: String = conn
-        .query_first("SELECT @@gtid_binlog_pos")
-        .await
-        .unwrap()
-        .unwrap();
     let start = GtidSet::parse(Flavor::Mariadb, &gtid_pos).unwrap();
-    let mut reader = BinlogReader::connect(config(
-        &server,
-        StartPosition::Gtid(start.clone()),
-        &["app.outbox"],
-    ))
-    .await
-    .unwrap();
+    let mut reader =
+        connect_reader(&server, StartPosition::Gtid(start.clone()), &["app.outbox"]).await;
     assert_eq!(reader.resume_point(), StartPosition::Gtid(start));
     for id in 1..=3 {
         conn.query_drop(format!("INSERT INTO app.outbox VALUES ({id})"))
@@ -133,38 +91,30 @@ async fn a_gtid_set_resumes_exactly_after_its_transactions() {
     assert_eq!(ids(&next_transaction_with_rows(&mut reader).await), vec![2]);
     assert_eq!(ids(&next_transaction_with_rows(&mut reader).await), vec![3]);
 
-    let mut resumed = BinlogReader::connect(config(&server, after_first, &["app.outbox"]))
-        .await
-        .unwrap();
+    let mut resumed = connect_reader(&server, after_first, &["app.outbox"]).await;
     assert_eq!(ids_until(&mut resumed, 3).await, vec![2, 3]);
 
     // The set taken before the inserts yields all three again.
-    let mut resumed_at_end = BinlogReader::connect(config(
+    let mut resumed_at_end = connect_reader(
         &server,
         StartPosition::Gtid(GtidSet::parse(Flavor::Mariadb, &gtid_pos).unwrap()),
         &["app.outbox"],
-    ))
-    .await
-    .unwrap();
+    )
+    .await;
     assert_eq!(ids_until(&mut resumed_at_end, 3).await, vec![1, 2, 3]);
 
     // The empty set starts at the beginning of the binlog.
-    let mut from_nothing = BinlogReader::connect(config(
+    let mut from_nothing = connect_reader(
         &server,
         StartPosition::Gtid(GtidSet::Empty),
         &["app.outbox"],
-    ))
-    .await
-    .unwrap();
+    )
+    .await;
     assert_eq!(ids_until(&mut from_nothing, 3).await, vec![1, 2, 3]);
     let StartPosition::Gtid(everything) = from_nothing.resume_point() else {
         panic!("GTID stream resumes by GTID");
     };
-    let mut server_state: String = conn
-        .query_first("SELECT @@gtid_binlog_pos")
-        .await
-        .unwrap()
-        .unwrap();
+    let mut server_state = gtid_binlog_pos(&server).await;
     server_state.retain(|c| !c.is_whitespace());
     assert_eq!(everything.to_string(), server_state);
     conn.disconnect().await.unwrap();

@@ -5,7 +5,7 @@
 mod live_support;
 
 use live_support::*;
-use outbox_binlog::{BinlogReader, Flavor, RowOperation, StartPosition, Value};
+use outbox_binlog::{Flavor, RowOperation, StartPosition, Value};
 use outbox_testkit::ScratchMariadb;
 
 #[tokio::test]
@@ -22,13 +22,12 @@ async fn inserts_updates_deletes_of_watched_tables_arrive_with_their_commits() {
         ],
     )
     .await;
-    let mut reader = BinlogReader::connect(config(
+    let mut reader = connect_reader(
         &server,
         StartPosition::Latest,
         &["shop.outbox", "shop.second_outbox"],
-    ))
-    .await
-    .unwrap();
+    )
+    .await;
     assert_eq!(reader.flavor(), Flavor::Mariadb);
     assert_eq!(reader.server().server_id, 1);
     assert!(reader.server().version.contains("MariaDB"));
@@ -159,9 +158,7 @@ async fn a_32_mib_payload_arrives_byte_exact() {
         ],
     )
     .await;
-    let mut reader = BinlogReader::connect(config(&server, StartPosition::Latest, &["big.outbox"]))
-        .await
-        .unwrap();
+    let mut reader = connect_reader(&server, StartPosition::Latest, &["big.outbox"]).await;
     let payload: Vec<u8> = (0..32 * 1024 * 1024_u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
         .collect();
@@ -186,24 +183,15 @@ async fn a_32_mib_payload_arrives_byte_exact() {
 
 #[tokio::test]
 async fn a_server_without_binlog_checksums_streams_too() {
-    let server = ScratchMariadb::start_with(outbox_testkit::ScratchOptions {
-        extra_args: vec!["--binlog-checksum=NONE".into()],
-        ..outbox_testkit::ScratchOptions::default()
-    })
-    .await
-    .unwrap();
-    sql(
-        &server,
-        &[
-            "CREATE DATABASE app",
-            "CREATE TABLE app.outbox (id INT PRIMARY KEY) ENGINE=InnoDB",
-        ],
+    let server = start_server(
+        outbox_testkit::ScratchOptions {
+            extra_args: vec!["--binlog-checksum=NONE".into()],
+            ..outbox_testkit::ScratchOptions::default()
+        },
+        APP_OUTBOX_SCHEMA,
     )
     .await;
-    let mut reader =
-        BinlogReader::connect(config(&server, StartPosition::Earliest, &["app.outbox"]))
-            .await
-            .unwrap();
+    let mut reader = connect_reader(&server, StartPosition::Earliest, &["app.outbox"]).await;
     sql(
         &server,
         &[

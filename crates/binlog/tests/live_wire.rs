@@ -9,7 +9,7 @@ use live_support::*;
 use mysql_async::binlog::EventType;
 use mysql_async::prelude::Queryable;
 use mysql_async::BinlogStreamRequest;
-use outbox_binlog::{BinlogReader, StartPosition};
+use outbox_binlog::StartPosition;
 use outbox_testkit::ScratchMariadb;
 
 #[tokio::test]
@@ -66,9 +66,6 @@ async fn events_arrive_with_crc32_and_as_gtid_events() {
     assert!(saw_rows_with_checksum);
 
     // And the reader, which verifies them, streams the same binlog.
-    let mut reader =
-        BinlogReader::connect(config(&server, StartPosition::Earliest, &["app.outbox"]))
-            .await
-            .unwrap();
+    let mut reader = connect_reader(&server, StartPosition::Earliest, &["app.outbox"]).await;
     assert_eq!(ids(&next_transaction_with_rows(&mut reader).await), vec![1]);
 }

@@ -6,11 +6,12 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use mysql_async::prelude::Queryable;
 use outbox_binlog::{
-    BinlogReader, Commit, ReaderConfig, RowChange, StartPosition, StreamItem, TableFilter,
-    TableName, Value,
+    BinlogError, BinlogReader, Commit, ReaderConfig, RowChange, StartPosition, StreamItem,
+    TableFilter, TableName, Value,
 };
-use outbox_testkit::ScratchMariadb;
+use outbox_testkit::{ScratchMariadb, ScratchOptions};
 
 /// How long a test waits for one item before failing (generous: the machine is shared).
 pub const ITEM_TIMEOUT: Duration = Duration::from_secs(60);
@@ -35,6 +36,75 @@ pub fn config(server: &ScratchMariadb, start: StartPosition, tables: &[&str]) ->
         heartbeat_interval: Duration::from_secs(1),
         idle_timeout: Duration::from_secs(20),
         connect_timeout: Duration::from_secs(20),
+    }
+}
+
+/// The schema most live tests watch: `app.outbox (id INT PRIMARY KEY)`.
+pub const APP_OUTBOX_SCHEMA: &[&str] = &[
+    "CREATE DATABASE app",
+    "CREATE TABLE app.outbox (id INT PRIMARY KEY) ENGINE=InnoDB",
+];
+
+/// Starts a scratch MariaDB with `options` and runs the `setup` statements on it.
+pub async fn start_server(options: ScratchOptions, setup: &[&str]) -> ScratchMariadb {
+    let server = ScratchMariadb::start_with(options)
+        .await
+        .expect("scratch MariaDB starts");
+    sql(&server, setup).await;
+    server
+}
+
+/// A scratch MariaDB with default options and [`APP_OUTBOX_SCHEMA`].
+pub async fn server_with_app_outbox() -> ScratchMariadb {
+    start_server(ScratchOptions::default(), APP_OUTBOX_SCHEMA).await
+}
+
+/// A reader of `server` from `start` watching `tables` ([`config`]), panicking if it
+/// cannot connect.
+pub async fn connect_reader(
+    server: &ScratchMariadb,
+    start: StartPosition,
+    tables: &[&str],
+) -> BinlogReader {
+    BinlogReader::connect(config(server, start, tables))
+        .await
+        .unwrap_or_else(|error| panic!("reader connects: {error}"))
+}
+
+/// The server's `@@gtid_binlog_pos` (MariaDB's GTID state), on its own connection.
+pub async fn gtid_binlog_pos(server: &ScratchMariadb) -> String {
+    let mut conn = server.conn().await.expect("connect");
+    let pos: String = conn
+        .query_first("SELECT @@gtid_binlog_pos")
+        .await
+        .expect("query @@gtid_binlog_pos")
+        .expect("one row");
+    conn.disconnect().await.expect("disconnect");
+    pos
+}
+
+/// Reads transactions until one holds `last_id`, returning the ids of every watched row seen.
+pub async fn ids_until(reader: &mut BinlogReader, last_id: i64) -> Vec<i64> {
+    let mut seen = Vec::new();
+    while !seen.contains(&last_id) {
+        seen.extend(ids(&next_transaction(reader).await));
+    }
+    seen
+}
+
+/// Reads until `next_item` fails (each call within [`ITEM_TIMEOUT`]), returning the items
+/// that came before the error (heartbeats left out) and the error.
+pub async fn items_until_error(reader: &mut BinlogReader) -> (Vec<StreamItem>, BinlogError) {
+    let mut items = Vec::new();
+    loop {
+        match tokio::time::timeout(ITEM_TIMEOUT, reader.next_item())
+            .await
+            .expect("an item or an error within the timeout")
+        {
+            Ok(StreamItem::Heartbeat(_)) => {}
+            Ok(item) => items.push(item),
+            Err(error) => return (items, error),
+        }
     }
 }
 
