@@ -105,6 +105,14 @@ async fn graceful_restart_neither_loses_nor_duplicates() {
 
     relay.start();
     for round in 0..3u32 {
+        // The relay is up and has caught up with the backlog (its signal handler is in place:
+        // a SIGTERM during process startup is not a graceful stop) ...
+        writer
+            .transaction("order", "order-probe", 1, true, false)
+            .await;
+        let caught_up = writer.master_position().await;
+        wait_for_checkpoint(&relay, &caught_up, Duration::from_secs(30)).await;
+        // ... then a burst, and the stop comes while its last events may still be in flight.
         for index in 0..20u32 {
             let aggregate = format!("order-{}", index % 5);
             let kind = if index % 4 == 0 { "customer" } else { "order" };
@@ -118,7 +126,6 @@ async fn graceful_restart_neither_loses_nor_duplicates() {
                 )
                 .await;
         }
-        // Stop while the last transactions may still be in flight.
         let status = relay.terminate(Duration::from_secs(30)).await;
         assert!(
             status.success(),
