@@ -120,15 +120,35 @@ fn template_datadir() -> Result<&'static Path, TestkitError> {
 }
 
 fn install_template() -> Result<tempfile::TempDir, TestkitError> {
+    // mariadb-install-db fails now and then when several test processes bootstrap at
+    // once (a temporary table vanishing from the shared /tmp); each attempt uses its own
+    // tmpdir, and a failed attempt is retried in a fresh directory.
+    let mut last_error = None;
+    for _attempt in 0..3 {
+        match install_template_once() {
+            Ok(dir) => return Ok(dir),
+            Err(error @ TestkitError::InstallFailed { .. }) => last_error = Some(error),
+            Err(other) => return Err(other),
+        }
+    }
+    Err(last_error.unwrap_or(TestkitError::MissingProgram {
+        program: "mariadb-install-db",
+    }))
+}
+
+fn install_template_once() -> Result<tempfile::TempDir, TestkitError> {
     let install = find_program("mariadb-install-db")?;
     let dir = tempfile::Builder::new()
         .prefix("outbox-mariadb-template-")
         .tempdir()
         .map_err(io_err("creating the template directory"))?;
+    let tmpdir = dir.path().join("tmp");
+    std::fs::create_dir_all(&tmpdir).map_err(io_err("creating the template tmpdir"))?;
     let output = Command::new(&install)
         .arg("--no-defaults")
         .arg("--user=root")
         .arg(format!("--datadir={}", dir.path().join("data").display()))
+        .arg(format!("--tmpdir={}", tmpdir.display()))
         .arg("--auth-root-authentication-method=normal")
         .arg("--skip-test-db")
         .arg("--innodb-log-file-size=8M")
@@ -230,6 +250,7 @@ impl ScratchMariadb {
             .arg("--user=root")
             .arg(format!("--datadir={}", root.join("data").display()))
             .arg(format!("--socket={}", root.join("mysqld.sock").display()))
+            .arg(format!("--tmpdir={}", root.display()))
             .arg(format!("--pid-file={}", root.join("mysqld.pid").display()))
             .arg(format!("--log-error={}", log.display()))
             .arg(format!("--port={}", self.port))
