@@ -29,5 +29,5 @@ fi
 log "tools: $(/usr/sbin/mariadbd --version 2>/dev/null || mariadbd --version) | $(tansu --version)"
 
 # 3. The test suite (unit, property, fixture and integration tests).
-log "cargo test --workspace"
-cargo test --workspace "$@"
+log "cargo test --workspace --no-fail-fast"
+cargo test --workspace --no-fail-fast "$@"
