@@ -192,8 +192,14 @@ pub struct BinlogReader {
     identity: ServerIdentity,
     /// The task reading the replication connection ahead of the decoder (module docs).
     read_ahead: ReadAhead,
-    /// Events received from the read-ahead task and not taken yet (the rest of one batch).
-    read_ahead_batch: std::vec::IntoIter<Event>,
+    /// The batch of events received last from the read-ahead task. Events stay in it until
+    /// the whole batch is decoded, then it goes back to the task (which drops the events on
+    /// its own thread and reuses the vector).
+    read_ahead_batch: Vec<Event>,
+    /// Index in `read_ahead_batch` of the next event to push to the decoder; it moves only
+    /// once the decoder consumed the event, so an event waiting for a column-name lookup is
+    /// pushed again by the next call.
+    next_event_index: usize,
     /// Items handed out since the metrics were last updated (flushed once per batch, so
     /// counting costs no atomic operation per item).
     items_handed_out: ItemsHandedOut,
@@ -201,9 +207,9 @@ pub struct BinlogReader {
     decoder: Decoder,
     /// Items decoded but not handed out yet (at most the items of one event).
     decoded_items: VecDeque<StreamItem>,
-    /// An event already taken from the read-ahead batch but not (fully) pushed to the
-    /// decoder: one that waits for a column-name lookup.
-    unpushed_event: Option<Event>,
+    /// True while the event at `next_event_index` waits for a column-name lookup (the
+    /// decoder is inside it, so its boundary is not a resume point yet).
+    event_waits_for_column_names: bool,
     /// Normal connection for information_schema lookups and error explanations; kept
     /// open, reopened when lost.
     side_connection: Option<Conn>,
@@ -322,7 +328,8 @@ impl BinlogReader {
             idle_timeout: config.idle_timeout,
             identity,
             read_ahead: ReadAhead::spawn(stream, read_ahead_events),
-            read_ahead_batch: Vec::new().into_iter(),
+            read_ahead_batch: Vec::new(),
+            next_event_index: 0,
             items_handed_out: ItemsHandedOut::default(),
             decoder: match &resolved {
                 StartPosition::Position(position) => {
@@ -332,7 +339,7 @@ impl BinlogReader {
                 _ => Decoder::new(config.filter.clone(), start_file.clone()),
             },
             decoded_items: VecDeque::new(),
-            unpushed_event: None,
+            event_waits_for_column_names: false,
             side_connection: Some(side),
             handed_out_boundary: match &resolved {
                 StartPosition::Position(position) => position.clone(),
@@ -348,7 +355,7 @@ impl BinlogReader {
         // duplicate server_id, missing grant): surface those from `connect`.
         match tokio::time::timeout(connect_timeout, reader.read_ahead.recv()).await {
             Ok(Some(ReadAheadMessage::Events(events))) => {
-                reader.read_ahead_batch = events.into_iter();
+                reader.read_ahead_batch = events;
             }
             Ok(Some(ReadAheadMessage::Failed(error))) => return Err(reader.explain(error).await),
             Ok(Some(ReadAheadMessage::Ended) | None) => {
@@ -412,23 +419,27 @@ impl BinlogReader {
                 self.note_handed_out(&item);
                 return Ok(item);
             }
-            let event = match self.unpushed_event.take() {
-                Some(event) => event,
-                None => self.read_event().await?,
-            };
+            if self.next_event_index >= self.read_ahead_batch.len() {
+                self.next_batch().await?;
+                continue;
+            }
+            let event = &self.read_ahead_batch[self.next_event_index];
             let outcome = self
                 .decoder
-                .push(&event, &mut self.decoded_items)
+                .push(event, &mut self.decoded_items)
                 .map_err(|source| BinlogError::FromServer {
                     server: self.endpoint.address.clone(),
                     source: Box::new(source),
                 })?;
             match outcome {
-                PushOutcome::Consumed => {}
+                PushOutcome::Consumed => {
+                    self.next_event_index += 1;
+                    self.event_waits_for_column_names = false;
+                }
                 PushOutcome::NeedColumnNames(table) => {
-                    // Keep the event first: if this future is dropped during the lookup,
-                    // the next call pushes it again.
-                    self.unpushed_event = Some(event);
+                    // The index stays: if this future is dropped during the lookup, the
+                    // next call pushes the same event again.
+                    self.event_waits_for_column_names = true;
                     let names = self.column_names(&table).await?;
                     self.decoder.set_column_names(&table, names);
                 }
@@ -436,72 +447,68 @@ impl BinlogReader {
         }
     }
 
-    /// Takes the next event from the read-ahead batch, waiting for the next batch when it
-    /// is used up; fails after `idle_timeout` of silence (no event, no heartbeat) while
-    /// nothing is buffered. Cancel-safe: the only `.await`s are the channel's `recv` (which
-    /// loses nothing when dropped) and the error explanation (after `failure` is set).
-    async fn read_event(&mut self) -> Result<Event, BinlogError> {
-        loop {
-            if let Some(event) = self.read_ahead_batch.next() {
-                return Ok(event);
-            }
-            self.items_handed_out.flush();
-            let message = match self.read_ahead.try_recv() {
-                Ok(message) => Some(message),
-                Err(TryRecvError::Disconnected) => None,
-                Err(TryRecvError::Empty) => {
-                    match tokio::time::timeout(self.idle_timeout, self.read_ahead.recv()).await {
-                        Ok(message) => message,
-                        Err(_) => {
-                            return Err(BinlogError::IdleTimeout {
-                                server: self.endpoint.address.clone(),
-                                position: self.position_text(),
-                                waited: self.idle_timeout,
-                            })
-                        }
+    /// Hands the decoded batch back to the read-ahead task and takes the next one, waiting
+    /// for it when none is ready; fails after `idle_timeout` of silence (no event, no
+    /// heartbeat) while nothing is buffered. Cancel-safe: the used batch is handed back
+    /// before the first `.await`, the only `.await`s are the channel's `recv` (which loses
+    /// nothing when dropped) and the error explanation (after `failure` is set).
+    async fn next_batch(&mut self) -> Result<(), BinlogError> {
+        let decoded_batch = std::mem::take(&mut self.read_ahead_batch);
+        self.next_event_index = 0;
+        self.read_ahead.recycle(decoded_batch);
+        self.items_handed_out.flush();
+        let message = match self.read_ahead.try_recv() {
+            Ok(message) => Some(message),
+            Err(TryRecvError::Disconnected) => None,
+            Err(TryRecvError::Empty) => {
+                match tokio::time::timeout(self.idle_timeout, self.read_ahead.recv()).await {
+                    Ok(message) => message,
+                    Err(_) => {
+                        return Err(BinlogError::IdleTimeout {
+                            server: self.endpoint.address.clone(),
+                            position: self.position_text(),
+                            waited: self.idle_timeout,
+                        })
                     }
                 }
-            };
-            match message {
-                Some(ReadAheadMessage::Events(events)) => {
-                    self.read_ahead_batch = events.into_iter();
-                }
-                Some(ReadAheadMessage::Failed(error)) => {
-                    // Recorded before the explaining query, so a cancelled `next_item`
-                    // cannot lose the error and wait on a finished stream.
-                    self.failure = Some((
-                        connection::is_transient_client_error(&error),
-                        error.to_string(),
-                    ));
-                    tracing::debug!(
-                        server = %self.endpoint.address,
-                        file = %self.decoder.current_file(),
-                        %error,
-                        "replication stream failed"
-                    );
-                    return Err(self.explain(error).await);
-                }
-                Some(ReadAheadMessage::Ended) => {
-                    return Err(BinlogError::StreamLost {
-                        server: self.endpoint.address.clone(),
-                        position: self.position_text(),
-                        message: format!(
-                            "the server ended the replication stream (while in {})",
-                            self.decoder.current_file()
-                        ),
-                    })
-                }
-                None => {
-                    return Err(BinlogError::StreamLost {
-                        server: self.endpoint.address.clone(),
-                        position: self.position_text(),
-                        message: format!(
-                            "the read-ahead task stopped without a result (while in {})",
-                            self.decoder.current_file()
-                        ),
-                    })
-                }
             }
+        };
+        match message {
+            Some(ReadAheadMessage::Events(events)) => {
+                self.read_ahead_batch = events;
+                Ok(())
+            }
+            Some(ReadAheadMessage::Failed(error)) => {
+                // Recorded before the explaining query, so a cancelled `next_item`
+                // cannot lose the error and wait on a finished stream.
+                self.failure = Some((
+                    connection::is_transient_client_error(&error),
+                    error.to_string(),
+                ));
+                tracing::debug!(
+                    server = %self.endpoint.address,
+                    file = %self.decoder.current_file(),
+                    %error,
+                    "replication stream failed"
+                );
+                Err(self.explain(error).await)
+            }
+            Some(ReadAheadMessage::Ended) => Err(BinlogError::StreamLost {
+                server: self.endpoint.address.clone(),
+                position: self.position_text(),
+                message: format!(
+                    "the server ended the replication stream (while in {})",
+                    self.decoder.current_file()
+                ),
+            }),
+            None => Err(BinlogError::StreamLost {
+                server: self.endpoint.address.clone(),
+                position: self.position_text(),
+                message: format!(
+                    "the read-ahead task stopped without a result (while in {})",
+                    self.decoder.current_file()
+                ),
+            }),
         }
     }
 
@@ -623,7 +630,7 @@ impl BinlogReader {
 
     fn resume_position(&self) -> BinlogPosition {
         let everything_handed_out = self.decoded_items.is_empty()
-            && self.unpushed_event.is_none()
+            && !self.event_waits_for_column_names
             && !self.decoder.in_transaction();
         if everything_handed_out {
             let (decoder_boundary, _gtid) = self.decoder.last_boundary();

@@ -38,6 +38,10 @@ pub(crate) const MAX_BATCH_EVENTS: usize = 256;
 /// in memory (a batch holds at most this plus one event).
 pub(crate) const MAX_BATCH_BYTES: usize = 1 << 20;
 
+/// Spare batch vectors the task keeps: the one being filled, the one being decoded and one
+/// in the channel cover the steady state of a reader that keeps up.
+const RECYCLED_BATCHES: usize = 4;
+
 /// What the read-ahead task sends.
 pub(crate) enum ReadAheadMessage {
     /// Events in stream order (never empty).
@@ -52,6 +56,10 @@ pub(crate) enum ReadAheadMessage {
 pub(crate) struct ReadAhead {
     /// Batches, then possibly one final error or end.
     receiver: mpsc::Receiver<ReadAheadMessage>,
+    /// Decoded batches going back to the task: it drops their events on its own thread
+    /// (memory freed where it was allocated, no cross-thread frees in the allocator) and
+    /// refills the vectors (no allocation per batch).
+    recycled: mpsc::Sender<Vec<Event>>,
     /// The task, aborted on drop so the replication connection closes with the reader even
     /// while the task waits for an idle server.
     task: JoinHandle<()>,
@@ -64,8 +72,22 @@ impl ReadAhead {
         let batch_events = read_ahead_events.clamp(1, MAX_BATCH_EVENTS);
         let capacity = (read_ahead_events / batch_events).max(1);
         let (sender, receiver) = mpsc::channel(capacity);
-        let task = tokio::spawn(pull_events(stream, sender, batch_events));
-        ReadAhead { receiver, task }
+        let (recycled, recycled_receiver) = mpsc::channel(RECYCLED_BATCHES);
+        let task = tokio::spawn(pull_events(stream, sender, recycled_receiver, batch_events));
+        ReadAhead {
+            receiver,
+            recycled,
+            task,
+        }
+    }
+
+    /// Hands a decoded batch back to the task (see `recycled`); dropped here instead when the
+    /// task has enough spare vectors or is gone. Never waits.
+    pub(crate) fn recycle(&self, batch: Vec<Event>) {
+        if batch.capacity() > 0 {
+            // A full or closed channel hands the batch back; it is then dropped here.
+            let _ = self.recycled.try_send(batch);
+        }
     }
 
     /// The next message if one is waiting; `Err(Empty)` when the task has nothing yet,
@@ -91,13 +113,20 @@ impl Drop for ReadAhead {
 async fn pull_events(
     mut stream: BinlogStream,
     sender: mpsc::Sender<ReadAheadMessage>,
+    mut recycled: mpsc::Receiver<Vec<Event>>,
     batch_events: usize,
 ) {
     loop {
         // Waiting for the first event of a batch has no timeout: the consumer measures
         // silence (`idle_timeout`) while it waits for a batch.
         let mut next = stream.next().await;
-        let mut batch = Vec::with_capacity(batch_events);
+        let mut batch = match recycled.try_recv() {
+            Ok(mut spare) => {
+                spare.clear();
+                spare
+            }
+            Err(_) => Vec::with_capacity(batch_events),
+        };
         let mut batch_bytes = 0_usize;
         let final_message = loop {
             match next {
