@@ -26,6 +26,7 @@ mod commands_tests;
 pub mod config;
 pub mod demo;
 pub mod internal_events;
+pub mod kafka_context;
 pub mod metrics;
 pub mod pipeline;
 #[cfg(test)]

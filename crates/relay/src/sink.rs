@@ -33,7 +33,6 @@ use std::time::Duration;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -46,6 +45,7 @@ use crate::internal_events::{
     DeliveryFailedTransient, InFlightChanged, InternalEvent, ProducerRecreated, RecordsDelivered,
     TopicCreated,
 };
+use crate::kafka_context::RelayClientContext;
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
@@ -238,6 +238,9 @@ struct Pending<T> {
 
 type DeliveryOutcome = (u64, u64, Result<(), KafkaError>);
 
+/// The producer type of the sink: librdkafka's logs go through [`RelayClientContext`].
+type RelayProducer = FutureProducer<RelayClientContext>;
+
 /// Sends records from `input` until it closes (and everything is acked) or shutdown fires
 /// (and the drain deadline passes); calls `on_delivered` with each acked record's ticket.
 pub async fn run_kafka_sink<T, F>(
@@ -251,9 +254,9 @@ where
     T: Send + 'static,
     F: FnMut(T) + Send,
 {
-    let mut producer: FutureProducer = settings
+    let mut producer: RelayProducer = settings
         .client_config()
-        .create()
+        .create_with_context(RelayClientContext::default())
         .map_err(SinkError::Client)?;
     let mut generation: u64 = 0;
     let mut topics = TopicManager::new(&settings)?;
@@ -355,7 +358,10 @@ where
                 resend_timer = None;
                 if let Some((reason, kind)) = recreate_reason.take() {
                     ProducerRecreated { reason: &reason, kind, resending: pending.len() }.emit(&metrics);
-                    let fresh = settings.client_config().create().map_err(SinkError::Client)?;
+                    let fresh = settings
+                        .client_config()
+                        .create_with_context(RelayClientContext::default())
+                        .map_err(SinkError::Client)?;
                     let old = std::mem::replace(&mut producer, fresh);
                     // Dropping a producer purges and flushes for up to 500 ms: not on the runtime.
                     // Its outstanding deliveries then fail (ignored: older generation) or
@@ -437,7 +443,7 @@ where
 
 /// Puts one record in the producer's queue; the future resolves with its delivery result.
 fn enqueue(
-    producer: &FutureProducer,
+    producer: &RelayProducer,
     record: &OutboundRecord,
     sequence: u64,
     generation: u64,
@@ -485,7 +491,7 @@ struct TopicManager {
     /// Topics confirmed to exist.
     known: HashSet<String>,
     /// Admin client, created only when topics may be created.
-    admin: Option<AdminClient<DefaultClientContext>>,
+    admin: Option<AdminClient<RelayClientContext>>,
     /// Settings for checking and creating.
     create_topics: bool,
     /// Partitions of created topics.
@@ -508,7 +514,7 @@ impl TopicManager {
             Some(
                 settings
                     .client_config()
-                    .create()
+                    .create_with_context(RelayClientContext::default())
                     .map_err(SinkError::Client)?,
             )
         } else {
@@ -536,7 +542,7 @@ impl TopicManager {
     async fn ensure(
         &mut self,
         topic: &str,
-        producer: &FutureProducer,
+        producer: &RelayProducer,
         metrics: &Metrics,
     ) -> Result<(), SinkError> {
         let mut backoff = Backoff::new(self.retry_initial, self.retry_max);
@@ -635,7 +641,7 @@ enum CreateFailure {
 
 /// Checks the cluster metadata for `topic` without triggering broker auto-creation.
 async fn topic_exists(
-    producer: &FutureProducer,
+    producer: &RelayProducer,
     topic: &str,
     timeout: Duration,
 ) -> Result<bool, KafkaError> {
