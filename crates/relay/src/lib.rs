@@ -10,7 +10,8 @@
 //! * [`commands`]: the CLI subcommands (`run`, `check`, `checkpoint`, `inspect`, `demo`);
 //! * [`metrics`] and [`internal_events`]: Prometheus counters and the log lines that go
 //!   with them;
-//! * [`shutdown`]: the shutdown signal every task listens to.
+//! * [`shutdown`]: the shutdown signal every task listens to;
+//! * [`kafka_context`]: librdkafka's logs through `tracing`, repeats rate-limited.
 //!
 //! # Resumption
 //! See [`pipeline`]: a stored checkpoint always wins over `source.start`; transient source
