@@ -197,7 +197,7 @@ async fn binary_payloads_from_a_second_outbox_table_arrive_byte_exact() {
     .await
     .unwrap();
     let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
-    setup.extra_outbox_tables = vec!["shop.outbox_binary".to_string()];
+    setup.extra_outbox_tables = vec![("shop.outbox_binary".to_string(), "seeds".to_string())];
     let mut relay = Relay::prepare(&setup);
     relay.start();
 
@@ -256,6 +256,82 @@ async fn binary_payloads_from_a_second_outbox_table_arrive_byte_exact() {
         &relay,
     );
     assert_eq!(records.len(), binary.len() + writer.committed.len());
+    assert!(relay.terminate(Duration::from_secs(30)).await.success());
+    writer.close().await;
+}
+
+/// A table with Debezium's Outbox Event Router column names (`id`, `aggregatetype`,
+/// `aggregateid`, `type`, `payload`) and `preset = "debezium"` next to the seeds-preset
+/// table: both route the same way (topic from the aggregate type, key, header `id`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debezium_preset_table_routes_like_the_seeds_one() {
+    use mysql_async::prelude::Queryable;
+    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
+    let broker = broker.expect("tansu starts");
+    db.exec(&[
+        "CREATE TABLE shop.outbox_debezium (id VARCHAR(64) NOT NULL PRIMARY KEY, \
+         aggregatetype VARCHAR(64) NOT NULL, aggregateid VARCHAR(64) NOT NULL, \
+         type VARCHAR(64) NOT NULL, payload JSON NOT NULL) ENGINE=InnoDB",
+    ])
+    .await
+    .unwrap();
+    let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
+    setup.extra_outbox_tables = vec![("shop.outbox_debezium".to_string(), "debezium".to_string())];
+    let mut relay = Relay::prepare(&setup);
+    relay.start();
+
+    let mut conn = db.conn().await.unwrap();
+    let mut debezium_events = Vec::new();
+    for index in 0..10u32 {
+        let event = Event {
+            id: format!("dbz-{index:04}"),
+            aggregate_type: "shipment".to_string(),
+            aggregate_id: format!("shipment-{}", index % 3),
+            event_type: "Shipped".to_string(),
+            payload: tricky_payload(u64::from(index), u64::from(index)),
+        };
+        conn.query_drop("START TRANSACTION").await.unwrap();
+        conn.exec_drop(
+            "INSERT INTO shop.outbox_debezium (id, aggregatetype, aggregateid, type, payload) \
+             VALUES (?, ?, ?, ?, ?)",
+            (
+                &event.id,
+                &event.aggregate_type,
+                &event.aggregate_id,
+                &event.event_type,
+                &event.payload,
+            ),
+        )
+        .await
+        .unwrap();
+        conn.query_drop("COMMIT").await.unwrap();
+        debezium_events.push(event);
+    }
+    drop(conn);
+    let mut writer = ShopWriter::connect(&db.url(), "seeds").await;
+    writer
+        .transaction("shipment", "shipment-1", 2, true, false)
+        .await;
+    let end = writer.master_position().await;
+    wait_for_checkpoint(&relay, &end, Duration::from_secs(30)).await;
+
+    let mut committed = debezium_events;
+    committed.extend(writer.committed.iter().cloned());
+    let records = read_until_ids(
+        &broker.bootstrap(),
+        &[topic_for("shipment")],
+        &committed,
+        Duration::from_secs(20),
+    )
+    .await;
+    let summary = assert_delivery(
+        "debezium and seeds presets side by side",
+        &committed,
+        &[],
+        &records,
+        &relay,
+    );
+    assert_eq!(summary.duplicates, 0, "{summary:?}");
     assert!(relay.terminate(Duration::from_secs(30)).await.success());
     writer.close().await;
 }

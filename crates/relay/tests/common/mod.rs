@@ -293,8 +293,8 @@ pub struct RelaySetup {
     pub mysql_checkpoint_url: Option<String>,
     /// `Some(addr)`: `[metrics] listen = addr`.
     pub metrics_listen: Option<String>,
-    /// More `[[outbox]]` tables (preset `seeds`) besides `shop.outbox`.
-    pub extra_outbox_tables: Vec<String>,
+    /// More `[[outbox]]` tables besides `shop.outbox`: (table, preset).
+    pub extra_outbox_tables: Vec<(String, String)>,
 }
 
 impl RelaySetup {
@@ -392,7 +392,9 @@ commit_interval_ms = {commit_interval_ms}
             extra_outbox = setup
                 .extra_outbox_tables
                 .iter()
-                .map(|table| format!("\n[[outbox]]\ntable = \"{table}\"\npreset = \"seeds\"\n"))
+                .map(|(table, preset)| {
+                    format!("\n[[outbox]]\ntable = \"{table}\"\npreset = \"{preset}\"\n")
+                })
                 .collect::<String>(),
             metrics_section = setup
                 .metrics_listen
