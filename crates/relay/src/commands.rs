@@ -13,7 +13,7 @@ use outbox_router::{RouteOutcome, Router};
 use crate::cli::{CheckpointAction, Cli, Command, LogFormat};
 use crate::config::{parse_file_position, RelayConfig};
 use crate::pipeline::{run_relay, RelayHandles};
-use crate::shutdown::{install_signal_handlers, ShutdownController};
+use crate::shutdown::install_signal_handlers;
 use crate::stores::open_checkpoint_store;
 
 /// Sets up logging: human lines by default, JSON with `--log-format json`; the level comes
@@ -467,14 +467,6 @@ fn row_change_json(change: &RowChange) -> serde_json::Value {
         "after": change.after.as_ref().map(row_json),
         "event_position": change.event_position.to_string(),
     })
-}
-
-/// Handles shared by in-process runs (demo, tests): a fresh controller and metrics.
-pub fn in_process_handles() -> RelayHandles {
-    RelayHandles {
-        shutdown: ShutdownController::new(),
-        metrics: crate::metrics::Metrics::new(),
-    }
 }
 
 /// An error and its causes joined by `: `, skipping a cause whose text the message already
