@@ -19,16 +19,20 @@
 //! Connections use a 1 GiB client `max_allowed_packet`, so single rows of tens of MiB pass.
 //!
 //! # Streaming and memory
-//! A read-ahead task (`live/read_ahead.rs`) reads and parses events from the socket into a
-//! bounded channel while [`BinlogReader::next_item`] decodes, so the client library's
-//! parsing and the decoder use two cores. It keeps about `read_ahead_events` events ahead
-//! ([`DEFAULT_READ_AHEAD_EVENTS`] with [`BinlogReader::connect`], chosen with
-//! [`BinlogReader::connect_with_read_ahead`]), in batches of at most 256 events or 1 MiB
-//! (plus one event); when the caller stops calling `next_item` the task stops reading. One
-//! event is decoded at a time; a transaction of any size is never buffered as a whole.
+//! Events are read in batches (`live/read_ahead.rs`): a batch is what the connection can
+//! deliver without waiting, at most 256 events or 1 MiB (plus one event). Two modes, chosen
+//! with [`BinlogReader::connect_with_read_ahead`]:
+//! * **inline** (`read_ahead_events` 0, the default of [`BinlogReader::connect`], see
+//!   [`DEFAULT_READ_AHEAD_EVENTS`]): `next_item` reads the next batch itself when the last
+//!   one is decoded. One task, no hand-over between threads; memory is one batch.
+//! * **read-ahead task** (`read_ahead_events` > 0): a spawned task reads and parses batches
+//!   into a bounded channel while `next_item` decodes, so parsing and decoding can use two
+//!   cores; it keeps about `read_ahead_events` events ahead and stops reading when the
+//!   caller stops calling `next_item`. It costs more CPU in total (hand-over, wake-ups).
 //!
-//! The idle timer runs only while `next_item` waits for the read-ahead task with nothing
-//! buffered (one timer per batch, none per event).
+//! One event is decoded at a time; a transaction of any size is never buffered as a whole.
+//! The idle timer runs only while `next_item` waits with nothing buffered (at most one timer
+//! per batch, none per event).
 //!
 //! # Cancellation
 //! [`BinlogReader::next_item`] is cancel-safe: it may be dropped at any `.await` (e.g. in a
@@ -73,7 +77,6 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn};
 use mysql_common::binlog::events::Event;
-use tokio::sync::mpsc::error::TryRecvError;
 
 use crate::checks::{inspect_server, ServerIdentity};
 use crate::decoder::{Decoder, PushOutcome};
@@ -82,15 +85,16 @@ use crate::internal_events::{
 };
 use crate::{BinlogError, BinlogPosition, Commit, Flavor, GtidSet, StreamItem, TableFilter};
 use crate::{Heartbeat, TableName};
-use read_ahead::{ReadAhead, ReadAheadMessage};
+use read_ahead::{IdleTimeoutElapsed, ReadAhead, ReadAheadMessage};
 
 pub(crate) use connection::ServerEndpoint;
 
-/// How many events [`BinlogReader::connect`] lets the read-ahead task keep ahead of the
-/// decoder: enough to ride out scheduling hiccups on a busy machine, small enough that the
-/// memory (about this many events, see the module docs) stays a few MiB for outbox-sized
-/// rows.
-pub const DEFAULT_READ_AHEAD_EVENTS: usize = 4096;
+/// The read-ahead [`BinlogReader::connect`] uses: 0, i.e. events are read inline, in batches,
+/// by the task calling `next_item` (module docs, `# Streaming and memory`). Measured with
+/// `benches/reader.rs` on a shared 2-core machine (crate README), inline reached the same
+/// throughput as a 4096-event read-ahead task with about 15% less client CPU; a read-ahead
+/// task ([`BinlogReader::connect_with_read_ahead`]) can pay off on hosts with idle cores.
+pub const DEFAULT_READ_AHEAD_EVENTS: usize = 0;
 
 /// How to connect and where to start. See the module docs for what each field does on the
 /// wire.
@@ -235,27 +239,21 @@ impl fmt::Debug for BinlogReader {
 impl BinlogReader {
     /// Checks the server, resolves the start, opens the replication stream and waits for the
     /// server's first answer (so a purged start or a refused dump fails here, not later).
-    /// Reads [`DEFAULT_READ_AHEAD_EVENTS`] events ahead.
+    /// Reads events inline ([`DEFAULT_READ_AHEAD_EVENTS`]).
     pub async fn connect(config: ReaderConfig) -> Result<BinlogReader, BinlogError> {
         Self::connect_with_read_ahead(config, DEFAULT_READ_AHEAD_EVENTS).await
     }
 
-    /// Like [`BinlogReader::connect`], keeping about `read_ahead_events` events (at least 1)
-    /// read ahead of the decoder (see `# Streaming and memory` in the module docs). Must be
-    /// called inside a tokio runtime: the read-ahead task is spawned on it.
+    /// Like [`BinlogReader::connect`], choosing how events are read (see `# Streaming and
+    /// memory` in the module docs): `0` reads them inline on the caller's task, in batches of
+    /// what the socket already holds; above 0 a task spawned on the current tokio runtime
+    /// keeps about `read_ahead_events` events read ahead of the decoder.
     pub async fn connect_with_read_ahead(
         config: ReaderConfig,
         read_ahead_events: usize,
     ) -> Result<BinlogReader, BinlogError> {
         let endpoint = ServerEndpoint::from_url(&config.url)?;
         let requested = config.start.to_string();
-        if read_ahead_events == 0 {
-            return Err(BinlogError::InvalidReaderConfig {
-                server: endpoint.address.clone(),
-                field: "read_ahead_events".into(),
-                message: "must be at least 1".into(),
-            });
-        }
         if config.heartbeat_interval.is_zero() || config.heartbeat_interval >= config.idle_timeout {
             return Err(BinlogError::InvalidReaderConfig {
                 server: endpoint.address.clone(),
@@ -327,7 +325,7 @@ impl BinlogReader {
             connect_timeout,
             idle_timeout: config.idle_timeout,
             identity,
-            read_ahead: ReadAhead::spawn(stream, read_ahead_events),
+            read_ahead: ReadAhead::new(stream, read_ahead_events),
             read_ahead_batch: Vec::new(),
             next_event_index: 0,
             items_handed_out: ItemsHandedOut::default(),
@@ -353,7 +351,7 @@ impl BinlogReader {
         };
         // The server answers the dump with its first event or an error (purged position,
         // duplicate server_id, missing grant): surface those from `connect`.
-        match tokio::time::timeout(connect_timeout, reader.read_ahead.recv()).await {
+        match reader.read_ahead.next_message(connect_timeout).await {
             Ok(Some(ReadAheadMessage::Events(events))) => {
                 reader.read_ahead_batch = events;
             }
@@ -457,20 +455,14 @@ impl BinlogReader {
         self.next_event_index = 0;
         self.read_ahead.recycle(decoded_batch);
         self.items_handed_out.flush();
-        let message = match self.read_ahead.try_recv() {
-            Ok(message) => Some(message),
-            Err(TryRecvError::Disconnected) => None,
-            Err(TryRecvError::Empty) => {
-                match tokio::time::timeout(self.idle_timeout, self.read_ahead.recv()).await {
-                    Ok(message) => message,
-                    Err(_) => {
-                        return Err(BinlogError::IdleTimeout {
-                            server: self.endpoint.address.clone(),
-                            position: self.position_text(),
-                            waited: self.idle_timeout,
-                        })
-                    }
-                }
+        let message = match self.read_ahead.next_message(self.idle_timeout).await {
+            Ok(message) => message,
+            Err(IdleTimeoutElapsed) => {
+                return Err(BinlogError::IdleTimeout {
+                    server: self.endpoint.address.clone(),
+                    position: self.position_text(),
+                    waited: self.idle_timeout,
+                })
             }
         };
         match message {

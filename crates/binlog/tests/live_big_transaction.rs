@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use live_support::*;
 use mysql_async::prelude::Queryable;
-use outbox_binlog::{StartPosition, StreamItem, Value};
+use outbox_binlog::{BinlogReader, StartPosition, StreamItem, Value};
 use outbox_testkit::ScratchMariadb;
 
 const ROWS: i64 = 200_000;
@@ -37,7 +37,14 @@ async fn a_200k_row_transaction_streams_with_bounded_memory() {
         ],
     )
     .await;
-    let mut reader = connect_reader(&server, StartPosition::Latest, &["big.outbox"]).await;
+    // With the read-ahead task (4096 events), whose bounded channel is what could grow;
+    // inline reading holds one batch (at most 1 MiB plus one event).
+    let mut reader = BinlogReader::connect_with_read_ahead(
+        config(&server, StartPosition::Latest, &["big.outbox"]),
+        4096,
+    )
+    .await
+    .unwrap();
     let transaction_bytes = ROWS as u64 * PAYLOAD_BYTES as u64;
 
     let url = server.url_with_db("big");
@@ -70,7 +77,8 @@ async fn a_200k_row_transaction_streams_with_bounded_memory() {
     insert.await.unwrap();
 
     // The server has the whole transaction ready; the reader must not pull it in ahead of
-    // the consumer.
+    // the consumer beyond its bounded read-ahead (4096 events in batches of at most
+    // 1 MiB: 16 batches in the channel, one being filled, one being decoded, about 18 MiB).
     tokio::time::sleep(Duration::from_secs(1)).await;
     let peak_after_first_kib = status_kib("VmHWM:");
     let growth_after_first_mib = (peak_after_first_kib - baseline_peak_kib) / 1024;

@@ -1,6 +1,8 @@
 //! `BinlogReader::next_item` is cancel-safe: dropped again and again mid-read (as
 //! `tokio::select!` with a shutdown signal does), it still yields every transaction exactly
-//! once and in order, including while it waits for column names (MINIMAL metadata).
+//! once and in order, including while it waits for column names (MINIMAL metadata). Both
+//! ways of reading events are checked: inline (`read_ahead_events` 0) and the read-ahead
+//! task.
 
 mod live_support;
 
@@ -8,7 +10,7 @@ use std::time::Duration;
 
 use live_support::*;
 use mysql_async::prelude::Queryable;
-use outbox_binlog::{StartPosition, StreamItem};
+use outbox_binlog::{BinlogReader, StartPosition, StreamItem};
 use outbox_testkit::ScratchOptions;
 
 const TRANSACTIONS: i64 = 300;
@@ -25,7 +27,16 @@ async fn cancel_signal(iteration: u64) {
 }
 
 #[tokio::test]
-async fn next_item_dropped_mid_read_loses_and_repeats_nothing() {
+async fn next_item_dropped_mid_read_loses_and_repeats_nothing_inline() {
+    next_item_dropped_mid_read_loses_and_repeats_nothing(0).await;
+}
+
+#[tokio::test]
+async fn next_item_dropped_mid_read_loses_and_repeats_nothing_with_read_ahead_task() {
+    next_item_dropped_mid_read_loses_and_repeats_nothing(4096).await;
+}
+
+async fn next_item_dropped_mid_read_loses_and_repeats_nothing(read_ahead_events: usize) {
     let server = start_server(
         ScratchOptions {
             binlog_row_metadata: "MINIMAL",
@@ -34,7 +45,12 @@ async fn next_item_dropped_mid_read_loses_and_repeats_nothing() {
         APP_OUTBOX_SCHEMA,
     )
     .await;
-    let mut reader = connect_reader(&server, StartPosition::Latest, &["app.outbox"]).await;
+    let mut reader = BinlogReader::connect_with_read_ahead(
+        config(&server, StartPosition::Latest, &["app.outbox"]),
+        read_ahead_events,
+    )
+    .await
+    .unwrap();
     let url = server.url();
     let writer = tokio::spawn(async move {
         let mut conn = mysql_async::Conn::from_url(url).await.unwrap();
@@ -90,5 +106,8 @@ async fn next_item_dropped_mid_read_loses_and_repeats_nothing() {
         cancellations > 10,
         "only {cancellations} cancellations: the test proved little"
     );
-    eprintln!("cancel-safety: {cancellations} cancelled next_item calls");
+    eprintln!(
+        "cancel-safety (read_ahead_events {read_ahead_events}): {cancellations} cancelled \
+         next_item calls"
+    );
 }

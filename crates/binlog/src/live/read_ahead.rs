@@ -1,8 +1,10 @@
-//! The read-ahead task: pulls events from the replication stream into a bounded channel,
-//! so the client library's packet reading and event parsing (one task) run next to the
-//! decoder (the task calling [`crate::BinlogReader::next_item`]).
+//! Reading events in batches, either inline (the task calling
+//! [`crate::BinlogReader::next_item`] reads the next batch itself when it needs one) or with
+//! a read-ahead task that pulls events from the replication stream into a bounded channel, so
+//! the client library's packet reading and event parsing run next to the decoder.
 //!
-//! # Contract
+//! # Contract (the read-ahead task; inline mode keeps the same order and batches, and its
+//! memory is one batch)
 //! * **Order.** Events arrive in stream order, grouped in [`ReadAheadMessage::Events`]
 //!   batches. A stream error ([`ReadAheadMessage::Failed`]) or the server ending the stream
 //!   ([`ReadAheadMessage::Ended`]) comes after every event read before it and is the last
@@ -16,10 +18,14 @@
 //!   `read_ahead_events + 2 × batch size` events, and never more than `channel capacity + 2`
 //!   batches of at most [`MAX_BATCH_BYTES`] plus one event each. When the consumer stops
 //!   calling, the task stops reading and the server's dump waits on TCP flow control.
+//!   Decoded batches come back through [`ReadAhead::recycle`]; the task drops their events
+//!   (so memory is freed on the thread that allocated it) and refills the empty vectors.
 //! * **Stopping.** Dropping [`ReadAhead`] aborts the task, which drops the replication
 //!   connection; the task also ends when the receiving side is gone.
 //! * **Cancellation.** [`ReadAhead::recv`] is cancel-safe (`tokio::sync::mpsc`): a dropped
 //!   call loses no message.
+
+use std::time::Duration;
 
 use futures_util::{FutureExt, StreamExt};
 use mysql_async::BinlogStream;
@@ -52,61 +58,179 @@ pub(crate) enum ReadAheadMessage {
     Ended,
 }
 
-/// The receiving side of the read-ahead task; aborts the task when dropped.
+/// Where the reader's batches come from: its own task (read-ahead) or the reader's task
+/// itself (inline, `read_ahead_events == 0`).
 pub(crate) struct ReadAhead {
-    /// Batches, then possibly one final error or end.
-    receiver: mpsc::Receiver<ReadAheadMessage>,
-    /// Decoded batches going back to the task: it drops their events on its own thread
-    /// (memory freed where it was allocated, no cross-thread frees in the allocator) and
-    /// refills the vectors (no allocation per batch).
-    recycled: mpsc::Sender<Vec<Event>>,
-    /// The task, aborted on drop so the replication connection closes with the reader even
-    /// while the task waits for an idle server.
-    task: JoinHandle<()>,
+    /// Which of the two.
+    mode: Mode,
 }
 
+/// The two ways of reading batches.
+enum Mode {
+    /// The caller's task reads the stream itself when it needs a batch: no second task, no
+    /// hand-over between threads, no read-ahead beyond one batch.
+    Inline {
+        /// The replication connection (boxed: it is much larger than the other variant).
+        stream: Box<BinlogStream>,
+        /// The vector of the previous batch, reused (no allocation per batch).
+        spare: Vec<Event>,
+        /// An error or end of stream that came after the events of the last batch; it is
+        /// returned by the next call.
+        pending_final: Option<ReadAheadMessage>,
+    },
+    /// A spawned task reads ahead into a channel.
+    Task {
+        /// Batches, then possibly one final error or end.
+        receiver: mpsc::Receiver<ReadAheadMessage>,
+        /// Decoded batches going back to the task: it drops their events on its own thread
+        /// (memory freed where it was allocated, no cross-thread frees in the allocator) and
+        /// refills the vectors (no allocation per batch).
+        recycled: mpsc::Sender<Vec<Event>>,
+        /// The task, aborted on drop so the replication connection closes with the reader
+        /// even while the task waits for an idle server.
+        task: JoinHandle<()>,
+    },
+}
+
+/// `idle_timeout` passed with nothing to read.
+#[derive(Debug)]
+pub(crate) struct IdleTimeoutElapsed;
+
 impl ReadAhead {
-    /// Spawns the task reading `stream` on the current tokio runtime, keeping about
-    /// `read_ahead_events` events ahead of the consumer (see the module docs).
-    pub(crate) fn spawn(stream: BinlogStream, read_ahead_events: usize) -> ReadAhead {
+    /// Reads `stream` inline when `read_ahead_events` is 0; otherwise spawns the task on the
+    /// current tokio runtime, keeping about `read_ahead_events` events ahead of the consumer
+    /// (see the module docs).
+    pub(crate) fn new(stream: BinlogStream, read_ahead_events: usize) -> ReadAhead {
+        if read_ahead_events == 0 {
+            return ReadAhead {
+                mode: Mode::Inline {
+                    stream: Box::new(stream),
+                    spare: Vec::new(),
+                    pending_final: None,
+                },
+            };
+        }
         let batch_events = read_ahead_events.clamp(1, MAX_BATCH_EVENTS);
         let capacity = (read_ahead_events / batch_events).max(1);
         let (sender, receiver) = mpsc::channel(capacity);
         let (recycled, recycled_receiver) = mpsc::channel(RECYCLED_BATCHES);
         let task = tokio::spawn(pull_events(stream, sender, recycled_receiver, batch_events));
         ReadAhead {
-            receiver,
-            recycled,
-            task,
+            mode: Mode::Task {
+                receiver,
+                recycled,
+                task,
+            },
         }
     }
 
-    /// Hands a decoded batch back to the task (see `recycled`); dropped here instead when the
-    /// task has enough spare vectors or is gone. Never waits.
-    pub(crate) fn recycle(&self, batch: Vec<Event>) {
-        if batch.capacity() > 0 {
-            // A full or closed channel hands the batch back; it is then dropped here.
-            let _ = self.recycled.try_send(batch);
+    /// Hands a decoded batch back for reuse (see `recycled`, `spare`). Never waits.
+    pub(crate) fn recycle(&mut self, batch: Vec<Event>) {
+        if batch.capacity() == 0 {
+            return;
+        }
+        match &mut self.mode {
+            Mode::Inline { spare, .. } => *spare = batch,
+            Mode::Task { recycled, .. } => {
+                // A full or closed channel hands the batch back; it is then dropped here.
+                let _ = recycled.try_send(batch);
+            }
         }
     }
 
-    /// The next message if one is waiting; `Err(Empty)` when the task has nothing yet,
-    /// `Err(Disconnected)` when it is gone (aborted or panicked) without a final message.
-    pub(crate) fn try_recv(&mut self) -> Result<ReadAheadMessage, mpsc::error::TryRecvError> {
-        self.receiver.try_recv()
-    }
-
-    /// Waits for the next message; `None` when the task is gone without a final message.
-    /// Cancel-safe.
-    pub(crate) async fn recv(&mut self) -> Option<ReadAheadMessage> {
-        self.receiver.recv().await
+    /// The next message, waiting at most `idle_timeout` when nothing is buffered (one
+    /// timer per wait, none when a batch is ready). `Ok(None)` when the task is gone
+    /// (aborted or panicked) without a final message. Cancel-safe: dropped while waiting,
+    /// it loses nothing (the channel's `recv`, or the stream's `next`, which keeps a
+    /// partly read packet in the connection's buffer).
+    pub(crate) async fn next_message(
+        &mut self,
+        idle_timeout: Duration,
+    ) -> Result<Option<ReadAheadMessage>, IdleTimeoutElapsed> {
+        match &mut self.mode {
+            Mode::Task { receiver, .. } => match receiver.try_recv() {
+                Ok(message) => Ok(Some(message)),
+                Err(mpsc::error::TryRecvError::Disconnected) => Ok(None),
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    tokio::time::timeout(idle_timeout, receiver.recv())
+                        .await
+                        .map_err(|_| IdleTimeoutElapsed)
+                }
+            },
+            Mode::Inline {
+                stream,
+                spare,
+                pending_final,
+            } => {
+                if let Some(final_message) = pending_final.take() {
+                    return Ok(Some(final_message));
+                }
+                let first = match stream.next().now_or_never() {
+                    Some(readable) => readable,
+                    None => tokio::time::timeout(idle_timeout, stream.next())
+                        .await
+                        .map_err(|_| IdleTimeoutElapsed)?,
+                };
+                // Synchronous from here on: nothing is lost if the caller is dropped.
+                let mut batch = std::mem::take(spare);
+                batch.clear();
+                let final_message = fill_batch(stream, first, &mut batch, MAX_BATCH_EVENTS);
+                if batch.is_empty() {
+                    return Ok(final_message);
+                }
+                *pending_final = final_message;
+                Ok(Some(ReadAheadMessage::Events(batch)))
+            }
+        }
     }
 }
 
 impl Drop for ReadAhead {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Mode::Task { task, .. } = &self.mode {
+            task.abort();
+        }
     }
+}
+
+/// Puts `first` and then every event readable without waiting into `batch` (up to
+/// `batch_events` events or [`MAX_BATCH_BYTES`]); counts the batch. Returns the error or end
+/// of stream that stopped it, if any (it comes after the batch's events).
+fn fill_batch(
+    stream: &mut BinlogStream,
+    first: Option<Result<Event, mysql_async::Error>>,
+    batch: &mut Vec<Event>,
+    batch_events: usize,
+) -> Option<ReadAheadMessage> {
+    let mut next = first;
+    let mut batch_bytes = 0_usize;
+    let final_message = loop {
+        match next {
+            Some(Ok(event)) => {
+                batch_bytes += event_bytes(&event);
+                batch.push(event);
+                if batch.len() >= batch_events || batch_bytes >= MAX_BATCH_BYTES {
+                    break None;
+                }
+            }
+            Some(Err(error)) => break Some(ReadAheadMessage::Failed(error)),
+            None => break Some(ReadAheadMessage::Ended),
+        }
+        // Only what is readable right now joins this batch (a pending read is polled
+        // again, with a real waker, by the caller's `.await`).
+        match stream.next().now_or_never() {
+            Some(readable) => next = readable,
+            None => break None,
+        }
+    };
+    if !batch.is_empty() {
+        BinlogEventsReceived {
+            count: batch.len(),
+            bytes: batch_bytes,
+        }
+        .emit();
+    }
+    final_message
 }
 
 /// The task: reads events, batches the ones readable without waiting, sends each batch.
@@ -119,7 +243,7 @@ async fn pull_events(
     loop {
         // Waiting for the first event of a batch has no timeout: the consumer measures
         // silence (`idle_timeout`) while it waits for a batch.
-        let mut next = stream.next().await;
+        let first = stream.next().await;
         let mut batch = match recycled.try_recv() {
             Ok(mut spare) => {
                 spare.clear();
@@ -127,35 +251,9 @@ async fn pull_events(
             }
             Err(_) => Vec::with_capacity(batch_events),
         };
-        let mut batch_bytes = 0_usize;
-        let final_message = loop {
-            match next {
-                Some(Ok(event)) => {
-                    batch_bytes += event_bytes(&event);
-                    batch.push(event);
-                    if batch.len() >= batch_events || batch_bytes >= MAX_BATCH_BYTES {
-                        break None;
-                    }
-                }
-                Some(Err(error)) => break Some(ReadAheadMessage::Failed(error)),
-                None => break Some(ReadAheadMessage::Ended),
-            }
-            // Only what is readable right now joins this batch (a pending read is polled
-            // again, with a real waker, by the `.await` above).
-            match stream.next().now_or_never() {
-                Some(readable) => next = readable,
-                None => break None,
-            }
-        };
-        if !batch.is_empty() {
-            BinlogEventsReceived {
-                count: batch.len(),
-                bytes: batch_bytes,
-            }
-            .emit();
-            if sender.send(ReadAheadMessage::Events(batch)).await.is_err() {
-                return;
-            }
+        let final_message = fill_batch(&mut stream, first, &mut batch, batch_events);
+        if !batch.is_empty() && sender.send(ReadAheadMessage::Events(batch)).await.is_err() {
+            return;
         }
         if let Some(final_message) = final_message {
             // Nobody may be listening any more; the task ends either way.
