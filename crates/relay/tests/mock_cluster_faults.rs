@@ -61,8 +61,7 @@ async fn mock_setup(prefix: &str) -> (MockSetup, CheckpointView) {
         Duration::from_secs(20),
     )
     .await;
-    let mut forbidden = writer.rolled_back.clone();
-    forbidden.extend(writer.not_outbox.iter().cloned());
+    let forbidden = writer.must_not_arrive();
     assert_delivery(
         "mock warm-up",
         &writer.committed,
@@ -115,8 +114,7 @@ async fn assert_recovered(
         Duration::from_secs(30),
     )
     .await;
-    let mut forbidden = setup.writer.rolled_back.clone();
-    forbidden.extend(setup.writer.not_outbox.iter().cloned());
+    let forbidden = setup.writer.must_not_arrive();
     let summary = assert_delivery(
         context,
         &setup.writer.committed,

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use mysql_async::prelude::Queryable;
-use outbox_testkit::tansu::{read_all, ReadStop, TansuBroker};
 
 const ROWS: u32 = 20_000;
 
@@ -24,8 +23,7 @@ fn big_event(seq: u32) -> Event {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_transaction_survives_a_kill_in_the_middle() {
-    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
-    let broker = broker.expect("tansu starts");
+    let (db, broker) = start_shop_database_and_broker().await;
     let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
     let mut writer = ShopWriter::connect(&db.url(), "bigbefore").await;
     writer
@@ -75,26 +73,13 @@ async fn a_huge_transaction_survives_a_kill_in_the_middle() {
     let end = writer.master_position().await;
     wait_for_checkpoint(&relay, &end, Duration::from_secs(60)).await;
     let caught_up_after = restarted.elapsed();
-    let records = read_until_ids(
+    let records = read_until_ids_then_settled(
         &broker.bootstrap(),
         &[topic_for("order")],
         &committed,
         Duration::from_secs(30),
     )
     .await;
-    let settled = read_all(
-        &broker.bootstrap(),
-        &[topic_for("order").as_str()],
-        ReadStop::Quiet(Duration::from_millis(800)),
-        Duration::from_secs(20),
-    )
-    .await
-    .unwrap();
-    let records = if settled.len() > records.len() {
-        settled
-    } else {
-        records
-    };
     let summary = assert_delivery(
         "20 000-row transaction, kill -9 mid-delivery",
         &committed,
@@ -108,7 +93,6 @@ async fn a_huge_transaction_survives_a_kill_in_the_middle() {
         committed.len(),
         at_kill.position
     );
-    let status = relay.terminate(Duration::from_secs(30)).await;
-    assert!(status.success(), "graceful stop: {status}");
+    relay.stop_gracefully("graceful stop").await;
     writer.close().await;
 }

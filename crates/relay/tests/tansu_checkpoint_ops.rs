@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use outbox_testkit::tansu::{read_all, ReadStop, TansuBroker};
 
 fn checkpoint_command(args: &[&str]) -> (i32, String, String) {
     let output = Command::new(RELAY_BIN)
@@ -45,22 +44,20 @@ async fn read_topics(bootstrap: &str) -> Vec<outbox_testkit::tansu::ConsumedReco
         topic_for("customer"),
         topic_for("invoice"),
     ];
-    read_all(
+    read_until_quiet(
         bootstrap,
-        &topics.iter().map(String::as_str).collect::<Vec<_>>(),
-        ReadStop::Quiet(Duration::from_millis(1000)),
+        &topics,
+        Duration::from_millis(1000),
         Duration::from_secs(20),
     )
     .await
-    .unwrap()
 }
 
 /// `checkpoint set --position` skips what lies before it; `checkpoint reset` makes the next run
 /// start at `source.start` (earliest) again, so everything is delivered (again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoint_set_and_reset_decide_where_the_next_run_starts() {
-    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
-    let broker = broker.expect("tansu starts");
+    let (db, broker) = start_shop_database_and_broker().await;
     let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
     let config = relay.config_path.display().to_string();
 
@@ -68,7 +65,7 @@ async fn checkpoint_set_and_reset_decide_where_the_next_run_starts() {
     relay.start();
     let end_a = write_batch(&mut first, "order", 6).await;
     wait_for_checkpoint(&relay, &end_a, Duration::from_secs(30)).await;
-    assert!(relay.terminate(Duration::from_secs(30)).await.success());
+    relay.stop_gracefully("graceful stop").await;
 
     let mut skipped = ShopWriter::connect(&db.url(), "ops-b").await;
     let end_b = write_batch(&mut skipped, "customer", 6).await;
@@ -89,7 +86,7 @@ async fn checkpoint_set_and_reset_decide_where_the_next_run_starts() {
 
     relay.start();
     wait_for_checkpoint(&relay, &end_c, Duration::from_secs(30)).await;
-    assert!(relay.terminate(Duration::from_secs(30)).await.success());
+    relay.stop_gracefully("graceful stop").await;
     let records = read_topics(&broker.bootstrap()).await;
     let mut committed = first.committed.clone();
     committed.extend(last.committed.iter().cloned());
@@ -137,15 +134,14 @@ async fn checkpoint_set_and_reset_decide_where_the_next_run_starts() {
         first.committed.len() + last.committed.len(),
         "{summary:?}"
     );
-    assert!(relay.terminate(Duration::from_secs(30)).await.success());
+    relay.stop_gracefully("graceful stop").await;
 }
 
 /// The MySQL checkpoint store (a table on the source server itself) under 8 kill -9 restarts
 /// while a writer streams: at-least-once, per-key order, nothing rolled back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_checkpoint_store_survives_kill_nine() {
-    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
-    let broker = broker.expect("tansu starts");
+    let (db, broker) = start_shop_database_and_broker().await;
     let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
     // The store creates its table, not the database (an operator's decision).
     db.exec(&["CREATE DATABASE outbox_relay"]).await.unwrap();
@@ -226,6 +222,6 @@ async fn mysql_checkpoint_store_survives_kill_nine() {
         "mysql store: {} committed, {summary:?}, checkpoints after each kill {positions:?}",
         writer.committed.len()
     );
-    assert!(relay.terminate(Duration::from_secs(30)).await.success());
+    relay.stop_gracefully("graceful stop").await;
     writer.close().await;
 }

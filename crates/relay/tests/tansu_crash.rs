@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use outbox_testkit::tansu::{read_all, ReadStop, TansuBroker};
 
 /// Keeps committing transactions until `stop` is set; returns the writer with its record of
 /// what was committed and rolled back.
@@ -41,8 +40,7 @@ async fn stream_transactions(mut writer: ShopWriter, stop: Arc<AtomicBool>) -> S
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_kill_nine_restarts_lose_nothing() {
     let started = Instant::now();
-    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
-    let broker = broker.expect("tansu starts");
+    let (db, broker) = start_shop_database_and_broker().await;
     let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
     // Several partitions per topic: per-key order has to hold per partition under retries.
     setup.topic_partitions = 3;
@@ -81,27 +79,15 @@ async fn twenty_kill_nine_restarts_lose_nothing() {
     let caught_up = wait_for_checkpoint(&relay, &end, Duration::from_secs(40)).await;
 
     let topics = vec![topic_for("order"), topic_for("customer")];
-    let mut records = read_until_ids(
+    // Anything still in flight lands now; the verdict reads everything.
+    let records = read_until_ids_then_settled(
         &broker.bootstrap(),
         &topics,
         &writer.committed,
         Duration::from_secs(30),
     )
     .await;
-    // Anything still in flight lands now; the verdict reads everything.
-    let settled = read_all(
-        &broker.bootstrap(),
-        &topics.iter().map(String::as_str).collect::<Vec<_>>(),
-        ReadStop::Quiet(Duration::from_millis(800)),
-        Duration::from_secs(20),
-    )
-    .await
-    .unwrap();
-    if settled.len() > records.len() {
-        records = settled;
-    }
-    let mut forbidden = writer.rolled_back.clone();
-    forbidden.extend(writer.not_outbox.iter().cloned());
+    let forbidden = writer.must_not_arrive();
     let summary = assert_delivery(
         "20 x kill -9",
         &writer.committed,
@@ -127,8 +113,7 @@ async fn twenty_kill_nine_restarts_lose_nothing() {
         "the checkpoint barely moved across 20 runs (is it committed while running?): {:?}",
         checkpoints.iter().map(|v| &v.position).collect::<Vec<_>>()
     );
-    let status = relay.terminate(Duration::from_secs(30)).await;
-    assert!(status.success(), "final graceful stop: {status}");
+    relay.stop_gracefully("final graceful stop").await;
     eprintln!(
         "crash test: {} committed events ({} rolled back), {summary:?}, \
          {distinct_checkpoints} distinct checkpoints over 20 kills (lifetimes {lifetimes_ms:?} ms), \

@@ -6,15 +6,14 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use outbox_testkit::tansu::{read_all, ReadStop, TansuBroker};
+use outbox_testkit::tansu::{read_all, ReadStop};
 
 /// Orders + outbox rows committed together arrive on `outbox.event.<type>`, key = aggregate
 /// id, header `id` = event id, payload byte-exact; other tables' rows and rolled-back
 /// transactions never arrive; the checkpoint ends at the server's binlog position.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn committed_outbox_rows_arrive_routed_and_byte_exact() {
-    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
-    let broker = broker.expect("tansu starts");
+    let (db, broker) = start_shop_database_and_broker().await;
     let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
 
     let mut writer = ShopWriter::connect(&db.url(), "e2e").await;
@@ -48,17 +47,15 @@ async fn committed_outbox_rows_arrive_routed_and_byte_exact() {
     .await;
     relay.assert_running("after delivery");
     // Nothing more may trickle in (no rolled-back or archive-table events, no duplicates).
-    let settled = read_all(
+    let settled = read_until_quiet(
         &broker.bootstrap(),
-        &topics.iter().map(String::as_str).collect::<Vec<_>>(),
-        ReadStop::Quiet(Duration::from_millis(1500)),
+        &topics,
+        Duration::from_millis(1500),
         Duration::from_secs(20),
     )
-    .await
-    .unwrap();
+    .await;
     assert!(settled.len() >= records.len());
-    let mut forbidden = writer.rolled_back.clone();
-    forbidden.extend(writer.not_outbox.iter().cloned());
+    let forbidden = writer.must_not_arrive();
     let summary = assert_delivery(
         "end to end",
         &writer.committed,
@@ -97,8 +94,7 @@ async fn committed_outbox_rows_arrive_routed_and_byte_exact() {
 /// from it: every event delivered exactly once across the restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_restart_neither_loses_nor_duplicates() {
-    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
-    let broker = broker.expect("tansu starts");
+    let (db, broker) = start_shop_database_and_broker().await;
     let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
     let mut writer = ShopWriter::connect(&db.url(), "restart").await;
     let topics = [topic_for("order"), topic_for("customer")];
@@ -154,16 +150,14 @@ async fn graceful_restart_neither_loses_nor_duplicates() {
     }
     let end = writer.master_position().await;
     wait_for_checkpoint(&relay, &end, Duration::from_secs(30)).await;
-    let records = read_all(
+    let records = read_until_quiet(
         &broker.bootstrap(),
-        &topics.iter().map(String::as_str).collect::<Vec<_>>(),
-        ReadStop::Quiet(Duration::from_millis(1000)),
+        &topics,
+        Duration::from_millis(1000),
         Duration::from_secs(30),
     )
-    .await
-    .unwrap();
-    let mut forbidden = writer.rolled_back.clone();
-    forbidden.extend(writer.not_outbox.iter().cloned());
+    .await;
+    let forbidden = writer.must_not_arrive();
     let summary = assert_delivery(
         "graceful restarts",
         &writer.committed,
@@ -176,8 +170,7 @@ async fn graceful_restart_neither_loses_nor_duplicates() {
         "graceful stops commit the final checkpoint, so nothing is sent twice: {summary:?}; checkpoint {}",
         relay.checkpoint().raw
     );
-    let status = relay.terminate(Duration::from_secs(30)).await;
-    assert!(status.success(), "final stop: {status}");
+    relay.stop_gracefully("final stop").await;
     writer.close().await;
 }
 
@@ -186,8 +179,7 @@ async fn graceful_restart_neither_loses_nor_duplicates() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binary_payloads_from_a_second_outbox_table_arrive_byte_exact() {
     use mysql_async::prelude::Queryable;
-    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
-    let broker = broker.expect("tansu starts");
+    let (db, broker) = start_shop_database_and_broker().await;
     db.exec(&[
         "CREATE TABLE shop.outbox_binary (event_id VARCHAR(64) NOT NULL PRIMARY KEY, \
          aggregate_type VARCHAR(64) NOT NULL, aggregate_id VARCHAR(64) NOT NULL, \
@@ -256,7 +248,7 @@ async fn binary_payloads_from_a_second_outbox_table_arrive_byte_exact() {
         &relay,
     );
     assert_eq!(records.len(), binary.len() + writer.committed.len());
-    assert!(relay.terminate(Duration::from_secs(30)).await.success());
+    relay.stop_gracefully("graceful stop").await;
     writer.close().await;
 }
 
@@ -266,8 +258,7 @@ async fn binary_payloads_from_a_second_outbox_table_arrive_byte_exact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_debezium_preset_table_routes_like_the_seeds_one() {
     use mysql_async::prelude::Queryable;
-    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
-    let broker = broker.expect("tansu starts");
+    let (db, broker) = start_shop_database_and_broker().await;
     db.exec(&[
         "CREATE TABLE shop.outbox_debezium (id VARCHAR(64) NOT NULL PRIMARY KEY, \
          aggregatetype VARCHAR(64) NOT NULL, aggregateid VARCHAR(64) NOT NULL, \
@@ -332,6 +323,6 @@ async fn a_debezium_preset_table_routes_like_the_seeds_one() {
         &relay,
     );
     assert_eq!(summary.duplicates, 0, "{summary:?}");
-    assert!(relay.terminate(Duration::from_secs(30)).await.success());
+    relay.stop_gracefully("graceful stop").await;
     writer.close().await;
 }

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::*;
-use outbox_testkit::tansu::TansuBroker;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// `GET /metrics` over a raw HTTP/1.0 request; sample name (with labels) -> value.
@@ -41,8 +40,7 @@ async fn scrape(address: &str) -> Result<BTreeMap<String, f64>, String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_what_was_delivered() {
-    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
-    let broker = broker.expect("tansu starts");
+    let (db, broker) = start_shop_database_and_broker().await;
     let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -119,6 +117,6 @@ async fn metrics_count_what_was_delivered() {
         get("outbox_relay_checkpoint_commits_total").is_some_and(|commits| commits >= 1.0),
         "{relevant:#?}"
     );
-    assert!(relay.terminate(Duration::from_secs(30)).await.success());
+    relay.stop_gracefully("graceful stop").await;
     writer.close().await;
 }

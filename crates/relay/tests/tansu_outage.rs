@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use outbox_testkit::tansu::{read_all, ReadStop, TansuBroker};
 use tokio::sync::Mutex;
 
 /// Commits a transaction every few milliseconds into a shared writer until `stop` is set.
@@ -41,8 +40,7 @@ async fn stream_into(writer: Arc<Mutex<ShopWriter>>, stop: Arc<AtomicBool>) {
 /// (nothing new can be acknowledged), and after SIGCONT every committed event arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_broker_holds_the_checkpoint_and_loses_nothing() {
-    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
-    let mut broker = broker.expect("tansu starts");
+    let (db, mut broker) = start_shop_database_and_broker().await;
     let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
     let writer = Arc::new(Mutex::new(ShopWriter::connect(&db.url(), "freeze").await));
     // Warm up: a first event delivered proves the relay and topics are in place.
@@ -141,8 +139,7 @@ async fn frozen_broker_holds_the_checkpoint_and_loses_nothing() {
         Duration::from_secs(30),
     )
     .await;
-    let mut forbidden = writer.rolled_back.clone();
-    forbidden.extend(writer.not_outbox.iter().cloned());
+    let forbidden = writer.must_not_arrive();
     let summary = assert_delivery(
         "broker frozen 10 s",
         &writer.committed,
@@ -157,8 +154,9 @@ async fn frozen_broker_holds_the_checkpoint_and_loses_nothing() {
         held.position,
         caught_up.position
     );
-    let status = relay.terminate(Duration::from_secs(30)).await;
-    assert!(status.success(), "graceful stop after the outage: {status}");
+    relay
+        .stop_gracefully("graceful stop after the outage")
+        .await;
     writer.close().await;
 }
 
@@ -171,8 +169,7 @@ async fn frozen_broker_holds_the_checkpoint_and_loses_nothing() {
 /// producer when deliveries keep failing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_restarted_empty_gets_everything_after_the_checkpoint() {
-    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
-    let mut broker = broker.expect("tansu starts");
+    let (db, mut broker) = start_shop_database_and_broker().await;
     let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
     // librdkafka's idempotence state changes in the relay log: evidence if the relay gets stuck.
     setup.kafka_properties.push(("debug".into(), "eos".into()));
@@ -264,30 +261,16 @@ async fn broker_restarted_empty_gets_everything_after_the_checkpoint() {
     }
 
     let after_checkpoint = &writer.committed[before_outage..];
-    let records = read_until_ids(
+    let records = read_until_ids_then_settled(
         &broker.bootstrap(),
         &topics,
         after_checkpoint,
         Duration::from_secs(30),
     )
     .await;
-    let settled_records = read_all(
-        &broker.bootstrap(),
-        &topics.iter().map(String::as_str).collect::<Vec<_>>(),
-        ReadStop::Quiet(Duration::from_millis(800)),
-        Duration::from_secs(20),
-    )
-    .await
-    .unwrap();
-    let records = if settled_records.len() > records.len() {
-        settled_records
-    } else {
-        records
-    };
     // Events delivered to the old broker (before the checkpoint) may be re-sent but need not;
     // everything after the checkpoint must be on the new broker.
-    let mut forbidden = writer.rolled_back.clone();
-    forbidden.extend(writer.not_outbox.iter().cloned());
+    let forbidden = writer.must_not_arrive();
     let (problems, summary) = check_delivery(&writer.committed, &forbidden, &records);
     let missing_after: Vec<&str> = after_checkpoint
         .iter()
@@ -319,8 +302,7 @@ async fn broker_restarted_empty_gets_everything_after_the_checkpoint() {
         recovered_after,
         log_count(&relay, "MessageTimedOut")
     );
-    let status = relay.terminate(Duration::from_secs(30)).await;
-    assert!(status.success(), "graceful stop: {status}");
+    relay.stop_gracefully("graceful stop").await;
     writer.close().await;
 }
 
@@ -329,8 +311,7 @@ async fn broker_restarted_empty_gets_everything_after_the_checkpoint() {
 /// event is delivered (by the same process if it kept running, else after a restart).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_topic_without_create_topics_is_named_and_nothing_is_skipped() {
-    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
-    let broker = broker.expect("tansu starts");
+    let (db, broker) = start_shop_database_and_broker().await;
     broker.create_topic(&topic_for("order"), 1).await.unwrap();
     let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
     setup.create_topics = false;
@@ -383,6 +364,6 @@ async fn missing_topic_without_create_topics_is_named_and_nothing_is_skipped() {
         &records,
         &relay,
     );
-    assert!(relay.terminate(Duration::from_secs(30)).await.success());
+    relay.stop_gracefully("graceful stop").await;
     writer.close().await;
 }

@@ -8,22 +8,20 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use mysql_async::prelude::Queryable;
-use outbox_testkit::tansu::{read_all, ReadStop, TansuBroker};
 
 /// The events after the checkpoint were purged from the server while the relay was stopped:
 /// the relay must not jump over the gap (no later event delivered, checkpoint unchanged) and
 /// must say so (non-zero exit or an error in its log).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purged_binlog_after_the_checkpoint_is_refused_not_skipped() {
-    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
-    let broker = broker.expect("tansu starts");
+    let (db, broker) = start_shop_database_and_broker().await;
     let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
     let mut writer = ShopWriter::connect(&db.url(), "purge").await;
     relay.start();
     writer.transaction("order", "order-1", 2, true, false).await;
     let end = writer.master_position().await;
     wait_for_checkpoint(&relay, &end, Duration::from_secs(30)).await;
-    assert!(relay.terminate(Duration::from_secs(30)).await.success());
+    relay.stop_gracefully("graceful stop").await;
     let stored = relay.checkpoint();
     let delivered_before = writer.committed.len();
 
@@ -73,14 +71,13 @@ async fn purged_binlog_after_the_checkpoint_is_refused_not_skipped() {
     }
     let after = relay.checkpoint();
     let log_errors = log_count(&relay, "ERROR") + log_count(&relay, "error:");
-    let records = read_all(
+    let records = read_until_quiet(
         &broker.bootstrap(),
-        &[topic_for("order").as_str()],
-        ReadStop::Quiet(Duration::from_millis(1000)),
+        &[topic_for("order")],
+        Duration::from_millis(1000),
         Duration::from_secs(10),
     )
-    .await
-    .unwrap();
+    .await;
     let skipped_ahead: Vec<String> = writer.committed[delivered_before..]
         .iter()
         .filter(|event| {
@@ -114,8 +111,7 @@ async fn purged_binlog_after_the_checkpoint_is_refused_not_skipped() {
 /// file) instead of starting from `source.start`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_checkpoint_file_is_refused() {
-    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
-    let broker = broker.expect("tansu starts");
+    let (db, broker) = start_shop_database_and_broker().await;
     let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
     let mut writer = ShopWriter::connect(&db.url(), "corrupt").await;
     writer.transaction("order", "order-1", 2, true, false).await;
@@ -148,14 +144,13 @@ async fn a_corrupt_checkpoint_file_is_refused() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let records = read_all(
+    let records = read_until_quiet(
         &broker.bootstrap(),
-        &[topic_for("order").as_str()],
-        ReadStop::Quiet(Duration::from_millis(500)),
+        &[topic_for("order")],
+        Duration::from_millis(500),
         Duration::from_secs(5),
     )
-    .await
-    .unwrap();
+    .await;
     assert!(
         status.is_some_and(|status| !status.success()),
         "relay run with a corrupt checkpoint did not fail ({status:?}); delivered {} records; log:\n{}",

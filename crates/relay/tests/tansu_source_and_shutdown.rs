@@ -6,15 +6,12 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use outbox_testkit::tansu::{read_all, ReadStop, TansuBroker};
 
 /// MariaDB is killed (SIGKILL) under a running relay and started again on the same port:
 /// the relay reconnects by itself and delivers everything, before and after the crash.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn source_server_crash_and_restart_loses_nothing() {
-    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
-    let mut db = db;
-    let broker = broker.expect("tansu starts");
+    let (mut db, broker) = start_shop_database_and_broker().await;
     let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
     relay.start();
 
@@ -65,8 +62,7 @@ async fn source_server_crash_and_restart_loses_nothing() {
     // The writer that committed before the crash knows those events; MariaDB kept them.
     let mut committed = before.committed.clone();
     committed.extend(after.committed.iter().cloned());
-    let mut forbidden = before.rolled_back.clone();
-    forbidden.extend(before.not_outbox.iter().cloned());
+    let mut forbidden = before.must_not_arrive();
     forbidden.extend(after.rolled_back.iter().cloned());
     let topics = [topic_for("order"), topic_for("customer")];
     let records = read_until_ids(
@@ -89,8 +85,7 @@ async fn source_server_crash_and_restart_loses_nothing() {
         committed.len(),
         caught_up.position
     );
-    let status = relay.terminate(Duration::from_secs(30)).await;
-    assert!(status.success(), "graceful stop: {status}");
+    relay.stop_gracefully("graceful stop").await;
     after.close().await;
 }
 
@@ -99,8 +94,7 @@ async fn source_server_crash_and_restart_loses_nothing() {
 /// the broker thaws, a new relay process delivers everything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_a_frozen_broker_keeps_the_checkpoint_honest() {
-    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
-    let mut broker = broker.expect("tansu starts");
+    let (db, mut broker) = start_shop_database_and_broker().await;
     let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
     setup.shutdown_timeout_ms = Some(2000);
     let mut relay = Relay::prepare(&setup);
@@ -159,28 +153,15 @@ async fn sigterm_during_a_frozen_broker_keeps_the_checkpoint_honest() {
     let end = writer.master_position().await;
     wait_for_checkpoint(&relay, &end, Duration::from_secs(60)).await;
     let topics = [topic_for("order"), topic_for("customer")];
-    let records = read_until_ids(
+    // Whatever the frozen broker had already received before the stop may come twice; give
+    // late records a moment so the verdict sees them.
+    let records = read_until_ids_then_settled(
         &broker.bootstrap(),
         &topics,
         &writer.committed,
         Duration::from_secs(30),
     )
     .await;
-    // Whatever the frozen broker had already received before the stop may come twice; give
-    // late records a moment so the verdict sees them.
-    let settled = read_all(
-        &broker.bootstrap(),
-        &topics.iter().map(String::as_str).collect::<Vec<_>>(),
-        ReadStop::Quiet(Duration::from_millis(800)),
-        Duration::from_secs(20),
-    )
-    .await
-    .unwrap();
-    let records = if settled.len() > records.len() {
-        settled
-    } else {
-        records
-    };
     let summary = assert_delivery(
         "SIGTERM during a frozen broker",
         &writer.committed,
@@ -193,8 +174,7 @@ async fn sigterm_during_a_frozen_broker_keeps_the_checkpoint_honest() {
          checkpoint kept at {:?}; after restart {summary:?}",
         acked.position
     );
-    let status = relay.terminate(Duration::from_secs(30)).await;
-    assert!(status.success(), "final graceful stop: {status}");
+    relay.stop_gracefully("final graceful stop").await;
     writer.close().await;
 }
 
@@ -203,8 +183,7 @@ async fn sigterm_during_a_frozen_broker_keeps_the_checkpoint_honest() {
 /// the unacknowledged event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_while_a_topic_is_being_created_on_a_frozen_broker_exits_in_time() {
-    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
-    let mut broker = broker.expect("tansu starts");
+    let (db, mut broker) = start_shop_database_and_broker().await;
     let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
     setup.shutdown_timeout_ms = Some(2000);
     let mut relay = Relay::prepare(&setup);

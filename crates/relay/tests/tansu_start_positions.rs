@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use mysql_async::prelude::Queryable;
-use outbox_testkit::tansu::{read_all, ReadStop, TansuBroker};
 
 const TOPICS: [&str; 2] = ["order", "customer"];
 
@@ -29,21 +28,19 @@ async fn write_some(writer: &mut ShopWriter, transactions: u32) {
 /// Everything on the topics after a quiet period.
 async fn read_everything(bootstrap: &str) -> Vec<outbox_testkit::tansu::ConsumedRecord> {
     let topics: Vec<String> = TOPICS.iter().map(|kind| topic_for(kind)).collect();
-    read_all(
+    read_until_quiet(
         bootstrap,
-        &topics.iter().map(String::as_str).collect::<Vec<_>>(),
-        ReadStop::Quiet(Duration::from_millis(1000)),
+        &topics,
+        Duration::from_millis(1000),
         Duration::from_secs(20),
     )
     .await
-    .unwrap()
 }
 
 /// Runs one scenario: history written, relay started with `start`, new events written; only
 /// the new ones may arrive. Then a graceful restart with more events: the checkpoint wins.
 async fn history_is_skipped(start_for: impl FnOnce(&BinlogPoint, &str) -> String, name: &str) {
-    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
-    let broker = broker.expect("tansu starts");
+    let (db, broker) = start_shop_database_and_broker().await;
     let mut writer = ShopWriter::connect(&db.url(), &format!("{name}-old")).await;
     write_some(&mut writer, 8).await;
     let history_end = writer.master_position().await;

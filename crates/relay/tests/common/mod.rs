@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
-use outbox_testkit::tansu::{read_all, ConsumedRecord, ReadStop};
+use outbox_testkit::tansu::{read_all, ConsumedRecord, ReadStop, TansuBroker};
 use outbox_testkit::ScratchMariadb;
 
 /// The relay binary under test.
@@ -60,6 +60,12 @@ pub async fn start_shop_database() -> ScratchMariadb {
         .expect("scratch MariaDB starts");
     db.exec(SHOP_SCHEMA).await.expect("shop schema");
     db
+}
+
+/// Starts a scratch MariaDB with [`SHOP_SCHEMA`] and a tansu broker side by side.
+pub async fn start_shop_database_and_broker() -> (ScratchMariadb, TansuBroker) {
+    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
+    (db, broker.expect("tansu starts"))
 }
 
 /// One outbox event as the test wrote it.
@@ -224,6 +230,14 @@ impl ShopWriter {
     /// The server's binlog position now (after everything this writer committed).
     pub async fn master_position(&mut self) -> BinlogPoint {
         master_position(&mut self.conn).await
+    }
+
+    /// Everything this writer wrote that must never reach Kafka: events of rolled-back
+    /// transactions, then rows of the non-outbox look-alike table.
+    pub fn must_not_arrive(&self) -> Vec<Event> {
+        let mut forbidden = self.rolled_back.clone();
+        forbidden.extend(self.not_outbox.iter().cloned());
+        forbidden
     }
 
     /// Closes the connection.
@@ -505,6 +519,13 @@ commit_interval_ms = {commit_interval_ms}
         }
     }
 
+    /// SIGTERM (waiting up to 30 s) and asserts a successful exit; `context` leads the
+    /// failure message.
+    pub async fn stop_gracefully(&mut self, context: &str) {
+        let status = self.terminate(Duration::from_secs(30)).await;
+        assert!(status.success(), "{context}: {status}");
+    }
+
     /// `kill -9`: a crash, no final checkpoint.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -673,6 +694,42 @@ pub async fn read_until_ids(
     read_all(bootstrap, &topic_refs, ReadStop::When(predicate), limit)
         .await
         .expect("read back from the broker")
+}
+
+/// Reads `topics` until no record arrived for `quiet` (or `limit` passed).
+pub async fn read_until_quiet(
+    bootstrap: &str,
+    topics: &[String],
+    quiet: Duration,
+    limit: Duration,
+) -> Vec<ConsumedRecord> {
+    let topic_refs: Vec<&str> = topics.iter().map(String::as_str).collect();
+    read_all(bootstrap, &topic_refs, ReadStop::Quiet(quiet), limit)
+        .await
+        .expect("read back from the broker")
+}
+
+/// [`read_until_ids`], then a second read until 800 ms pass without a record (at most 20 s),
+/// so records still in flight (late duplicates) reach the verdict; returns the longer read.
+pub async fn read_until_ids_then_settled(
+    bootstrap: &str,
+    topics: &[String],
+    expected: &[Event],
+    limit: Duration,
+) -> Vec<ConsumedRecord> {
+    let records = read_until_ids(bootstrap, topics, expected, limit).await;
+    let settled = read_until_quiet(
+        bootstrap,
+        topics,
+        Duration::from_millis(800),
+        Duration::from_secs(20),
+    )
+    .await;
+    if settled.len() > records.len() {
+        settled
+    } else {
+        records
+    }
 }
 
 /// The verdict on what the broker holds.
