@@ -3,13 +3,15 @@
 //! Run: `cargo bench -p outbox-router --bench route_throughput`
 //! (optionally `-- <rows>`; default 500000 rows per scenario).
 
+// The integration tests' row and router builders (one schema, one event time for both).
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
-use outbox_binlog::{
-    BinlogPosition, ColumnNames, DateTime, Row, RowChange, RowOperation, TableName, Value,
-};
+use outbox_binlog::{BinlogPosition, ColumnNames, Row, RowChange, RowOperation, TableName, Value};
 use outbox_router::{
     AdditionalHeader, BinaryEncoding, ColumnPreset, OutboxTableConfig, PayloadMode, RouteConfig,
     RouteOutcome, Router,
@@ -32,16 +34,7 @@ struct Scenario {
 const PAYLOAD_TEXT: &str = r#"{"orderId":"0b7f0e4c-6d3e-4b8a-9b7e-2f4c1d9a8e11","customerId":"c-42","lines":[{"sku":"A-1","qty":2,"price":"12.50"},{"sku":"B-7","qty":1,"price":"99.00"}],"total":"124.00","currency":"EUR"}"#;
 
 fn columns(extra: bool) -> ColumnNames {
-    let mut names: Vec<String> = [
-        "event_id",
-        "aggregate_type",
-        "aggregate_id",
-        "event_type",
-        "payload",
-        "created_at",
-    ]
-    .map(String::from)
-    .to_vec();
+    let mut names: Vec<String> = common::SEEDS_COLUMNS.map(String::from).to_vec();
     if extra {
         names.push("tenant".into());
         names.push("tracingspancontext".into());
@@ -63,15 +56,7 @@ fn rows(scenario: &Scenario, count: usize) -> Vec<RowChange> {
                 Value::Text(format!("agg-{}", index % 1000)),
                 Value::Text("OrderCreated".into()),
                 scenario.payload.clone(),
-                Value::DateTime(DateTime {
-                    year: 2024,
-                    month: 5,
-                    day: 6,
-                    hour: 7,
-                    minute: 8,
-                    second: 9,
-                    micros: 123_456,
-                }),
+                Value::DateTime(common::datetime_from_parts((2024, 5, 6, 7, 8, 9, 123_456))),
             ];
             if scenario.extra_columns {
                 values.push(Value::Text("acme".into()));
@@ -87,7 +72,7 @@ fn rows(scenario: &Scenario, count: usize) -> Vec<RowChange> {
                     columns: Arc::clone(&column_list),
                     values,
                 }),
-                event_timestamp: 1_715_000_000,
+                event_timestamp: common::EVENT_TIME_SECONDS,
                 event_position: BinlogPosition::new("mysql-bin.000001", 4),
             }
         })

@@ -24,6 +24,21 @@ use outbox_binlog::{DateTime, Value};
 use crate::config::BinaryEncoding;
 use crate::error::RoutingErrorKind;
 
+/// Why `value` cannot serve as `usage` (e.g. "a partition (use an integer column)"):
+/// undecodable text keeps its charset and length, any other value is named by its type.
+pub(crate) fn unusable_value_error(value: &Value, usage: &'static str) -> RoutingErrorKind {
+    match value {
+        Value::UndecodableText { bytes, charset } => RoutingErrorKind::UndecodableText {
+            charset: charset.clone(),
+            length: bytes.len(),
+        },
+        other => RoutingErrorKind::UnsupportedType {
+            value_type: value_type_name(other),
+            usage,
+        },
+    }
+}
+
 /// SQL-ish name of a value's type, for error messages.
 pub(crate) fn value_type_name(value: &Value) -> &'static str {
     match value {
@@ -266,37 +281,31 @@ fn datetime_millis(datetime: &DateTime) -> Result<i64, RoutingErrorKind> {
 /// DATETIME/DATE as UTC, TIMESTAMP as is, integers as epoch milliseconds.
 /// `Ok(None)` for NULL. Times before 1970 are errors (Kafka has no negative timestamps).
 pub(crate) fn timestamp_millis(value: &Value) -> Result<Option<i64>, RoutingErrorKind> {
-    let millis =
-        match value {
-            Value::Null => return Ok(None),
-            Value::DateTime(datetime) | Value::Date(datetime) => datetime_millis(datetime)?,
-            Value::Timestamp {
-                unix_seconds,
-                micros,
-            } => unix_seconds
-                .checked_mul(1000)
-                .and_then(|millis| millis.checked_add(i64::from(*micros / 1000)))
-                .ok_or_else(|| RoutingErrorKind::InvalidTimestamp {
-                    reason: format!("TIMESTAMP {unix_seconds} seconds is out of range"),
-                })?,
-            Value::Int(millis) => *millis,
-            Value::UInt(millis) => {
-                i64::try_from(*millis).map_err(|_| RoutingErrorKind::InvalidTimestamp {
-                    reason: format!("{millis} milliseconds is out of range"),
-                })?
-            }
-            Value::UndecodableText { bytes, charset } => {
-                return Err(RoutingErrorKind::UndecodableText {
-                    charset: charset.clone(),
-                    length: bytes.len(),
-                })
-            }
-            other => return Err(RoutingErrorKind::UnsupportedType {
-                value_type: value_type_name(other),
-                usage:
-                    "the timestamp (use DATETIME, TIMESTAMP, DATE or integer epoch milliseconds)",
-            }),
-        };
+    let millis = match value {
+        Value::Null => return Ok(None),
+        Value::DateTime(datetime) | Value::Date(datetime) => datetime_millis(datetime)?,
+        Value::Timestamp {
+            unix_seconds,
+            micros,
+        } => unix_seconds
+            .checked_mul(1000)
+            .and_then(|millis| millis.checked_add(i64::from(*micros / 1000)))
+            .ok_or_else(|| RoutingErrorKind::InvalidTimestamp {
+                reason: format!("TIMESTAMP {unix_seconds} seconds is out of range"),
+            })?,
+        Value::Int(millis) => *millis,
+        Value::UInt(millis) => {
+            i64::try_from(*millis).map_err(|_| RoutingErrorKind::InvalidTimestamp {
+                reason: format!("{millis} milliseconds is out of range"),
+            })?
+        }
+        other => {
+            return Err(unusable_value_error(
+                other,
+                "the timestamp (use DATETIME, TIMESTAMP, DATE or integer epoch milliseconds)",
+            ))
+        }
+    };
     if millis < 0 {
         return Err(RoutingErrorKind::InvalidTimestamp {
             reason: format!(

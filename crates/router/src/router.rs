@@ -26,7 +26,7 @@ use crate::config::{
 use crate::error::{RoutingError, RoutingErrorKind};
 use crate::record::{KafkaRecord, RouteOutcome, SkipReason};
 use crate::render::{
-    find_traceparent, render_value_bytes, render_value_text, timestamp_millis, value_type_name,
+    find_traceparent, render_value_bytes, render_value_text, timestamp_millis, unusable_value_error,
 };
 use crate::topic::{
     check_topic_name, TopicNameProblem, TopicPlaceholder, TopicTemplate, TopicValues,
@@ -496,17 +496,11 @@ impl Router {
             }
             Value::Text(text) => text.as_bytes(),
             Value::Bytes(bytes) => bytes,
-            Value::UndecodableText { bytes, charset } => {
-                return Err(RoutingErrorKind::UndecodableText {
-                    charset: charset.clone(),
-                    length: bytes.len(),
-                })
-            }
             other => {
-                return Err(RoutingErrorKind::UnsupportedType {
-                    value_type: value_type_name(other),
-                    usage: "the payload (use a JSON, text or binary column)",
-                })
+                return Err(unusable_value_error(
+                    other,
+                    "the payload (use a JSON, text or binary column)",
+                ))
             }
         };
         if bytes.is_empty() && tombstone {
@@ -624,17 +618,11 @@ fn partition_number(value: &Value) -> Result<Option<i32>, RoutingErrorKind> {
         Value::Null => return Ok(None),
         Value::Int(number) => i128::from(*number),
         Value::UInt(number) => i128::from(*number),
-        Value::UndecodableText { bytes, charset } => {
-            return Err(RoutingErrorKind::UndecodableText {
-                charset: charset.clone(),
-                length: bytes.len(),
-            })
-        }
         other => {
-            return Err(RoutingErrorKind::UnsupportedType {
-                value_type: value_type_name(other),
-                usage: "a partition (use an integer column)",
-            })
+            return Err(unusable_value_error(
+                other,
+                "a partition (use an integer column)",
+            ))
         }
     };
     match i32::try_from(number) {

@@ -24,17 +24,7 @@ fn datetime_strategy() -> impl Strategy<Value = DateTime> {
         any::<u8>(),
         any::<u32>(),
     )
-        .prop_map(
-            |(year, month, day, hour, minute, second, micros)| DateTime {
-                year,
-                month,
-                day,
-                hour,
-                minute,
-                second,
-                micros,
-            },
-        )
+        .prop_map(common::datetime_from_parts)
 }
 
 fn json_strategy() -> impl Strategy<Value = serde_json::Value> {
@@ -171,17 +161,7 @@ fn good_value_strategy(column: &str) -> BoxedStrategy<Value> {
                 0u8..60,
                 0u32..1_000_000
             )
-                .prop_map(|(year, month, day, hour, minute, second, micros)| {
-                    Value::DateTime(DateTime {
-                        year,
-                        month,
-                        day,
-                        hour,
-                        minute,
-                        second,
-                        micros,
-                    })
-                }),
+                .prop_map(|parts| Value::DateTime(common::datetime_from_parts(parts))),
             (0i64..4_000_000_000, 0u32..1_000_000).prop_map(|(unix_seconds, micros)| {
                 Value::Timestamp {
                     unix_seconds,

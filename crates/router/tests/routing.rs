@@ -771,15 +771,9 @@ fn timestamp_sources() {
         ),
         (
             TimestampSource::ColumnOrEventTime,
-            Some(Value::DateTime(outbox_binlog::DateTime {
-                year: 2024,
-                month: 5,
-                day: 6,
-                hour: 7,
-                minute: 8,
-                second: 9,
-                micros: 456_789,
-            })),
+            Some(Value::DateTime(datetime_from_parts((
+                2024, 5, 6, 7, 8, 9, 456_789,
+            )))),
             Ok(CREATED_AT_MILLIS + 456),
         ),
         (
@@ -937,112 +931,75 @@ fn bad_rows_give_precise_errors() {
     let id = Some("6f1c2a3e-0000-4000-8000-000000000001");
     // (row, expected column, expected event id, expected kind check)
     type Check = fn(&RoutingErrorKind) -> bool;
+    // A seeds insert with `column` removed (`None`) or set to the given value.
+    let case = |column: &'static str,
+                replacement: Option<Value>,
+                event_id: Option<&'static str>,
+                check: Check| {
+        let row = match replacement {
+            None => without_column(seeds_insert(), column),
+            Some(value) => with_value(seeds_insert(), column, value),
+        };
+        (row, column, event_id, check)
+    };
     let cases: Vec<(outbox_binlog::RowChange, &str, Option<&str>, Check)> = vec![
-        (
-            without_column(seeds_insert(), "event_id"),
+        case("event_id", None, None, |k| {
+            *k == RoutingErrorKind::MissingColumn
+        }),
+        case("event_id", Some(Value::Null), None, |k| {
+            *k == RoutingErrorKind::NullColumn
+        }),
+        case(
             "event_id",
-            None,
-            |k| *k == RoutingErrorKind::MissingColumn,
-        ),
-        (
-            with_value(seeds_insert(), "event_id", Value::Null),
-            "event_id",
-            None,
-            |k| *k == RoutingErrorKind::NullColumn,
-        ),
-        (
-            with_value(seeds_insert(), "event_id", undecodable()),
-            "event_id",
+            Some(undecodable()),
             None,
             |k| matches!(k, RoutingErrorKind::UndecodableText { charset, length: 2 } if charset == "latin7"),
         ),
-        (
-            without_column(seeds_insert(), "aggregate_type"),
-            "aggregate_type",
-            id,
-            |k| *k == RoutingErrorKind::MissingColumn,
-        ),
-        (
-            with_value(seeds_insert(), "aggregate_type", Value::Null),
-            "aggregate_type",
-            id,
-            |k| *k == RoutingErrorKind::NullColumn,
-        ),
-        (
-            with_value(seeds_insert(), "aggregate_type", undecodable()),
-            "aggregate_type",
-            id,
-            |k| matches!(k, RoutingErrorKind::UndecodableText { .. }),
-        ),
-        (
-            with_value(seeds_insert(), "aggregate_type", Value::Bytes(vec![0xc0])),
-            "aggregate_type",
-            id,
-            |k| *k == RoutingErrorKind::NotUtf8,
-        ),
-        (
-            without_column(seeds_insert(), "aggregate_id"),
-            "aggregate_id",
-            id,
-            |k| *k == RoutingErrorKind::MissingColumn,
-        ),
-        (
-            with_value(seeds_insert(), "aggregate_id", Value::Null),
-            "aggregate_id",
-            id,
-            |k| *k == RoutingErrorKind::NullColumn,
-        ),
-        (
-            with_value(seeds_insert(), "aggregate_id", undecodable()),
-            "aggregate_id",
-            id,
-            |k| matches!(k, RoutingErrorKind::UndecodableText { .. }),
-        ),
-        (
-            without_column(seeds_insert(), "event_type"),
-            "event_type",
-            id,
-            |k| *k == RoutingErrorKind::MissingColumn,
-        ),
-        (
-            with_value(seeds_insert(), "event_type", Value::Null),
-            "event_type",
-            id,
-            |k| *k == RoutingErrorKind::NullColumn,
-        ),
-        (
-            with_value(seeds_insert(), "event_type", undecodable()),
-            "event_type",
-            id,
-            |k| matches!(k, RoutingErrorKind::UndecodableText { .. }),
-        ),
-        (
-            without_column(seeds_insert(), "payload"),
-            "payload",
-            id,
-            |k| *k == RoutingErrorKind::MissingColumn,
-        ),
-        (
-            with_value(seeds_insert(), "payload", Value::Null),
-            "payload",
-            id,
-            |k| *k == RoutingErrorKind::NullPayload,
-        ),
-        (
-            with_value(seeds_insert(), "payload", undecodable()),
-            "payload",
-            id,
-            |k| matches!(k, RoutingErrorKind::UndecodableText { .. }),
-        ),
-        (
-            with_value(seeds_insert(), "created_at", undecodable()),
+        case("aggregate_type", None, id, |k| {
+            *k == RoutingErrorKind::MissingColumn
+        }),
+        case("aggregate_type", Some(Value::Null), id, |k| {
+            *k == RoutingErrorKind::NullColumn
+        }),
+        case("aggregate_type", Some(undecodable()), id, |k| {
+            matches!(k, RoutingErrorKind::UndecodableText { .. })
+        }),
+        case("aggregate_type", Some(Value::Bytes(vec![0xc0])), id, |k| {
+            *k == RoutingErrorKind::NotUtf8
+        }),
+        case("aggregate_id", None, id, |k| {
+            *k == RoutingErrorKind::MissingColumn
+        }),
+        case("aggregate_id", Some(Value::Null), id, |k| {
+            *k == RoutingErrorKind::NullColumn
+        }),
+        case("aggregate_id", Some(undecodable()), id, |k| {
+            matches!(k, RoutingErrorKind::UndecodableText { .. })
+        }),
+        case("event_type", None, id, |k| {
+            *k == RoutingErrorKind::MissingColumn
+        }),
+        case("event_type", Some(Value::Null), id, |k| {
+            *k == RoutingErrorKind::NullColumn
+        }),
+        case("event_type", Some(undecodable()), id, |k| {
+            matches!(k, RoutingErrorKind::UndecodableText { .. })
+        }),
+        case("payload", None, id, |k| {
+            *k == RoutingErrorKind::MissingColumn
+        }),
+        case("payload", Some(Value::Null), id, |k| {
+            *k == RoutingErrorKind::NullPayload
+        }),
+        case("payload", Some(undecodable()), id, |k| {
+            matches!(k, RoutingErrorKind::UndecodableText { .. })
+        }),
+        case("created_at", Some(undecodable()), id, |k| {
+            matches!(k, RoutingErrorKind::UndecodableText { .. })
+        }),
+        case(
             "created_at",
-            id,
-            |k| matches!(k, RoutingErrorKind::UndecodableText { .. }),
-        ),
-        (
-            with_value(seeds_insert(), "created_at", datetime(2024, 13, 1, 0, 0, 0)),
-            "created_at",
+            Some(datetime(2024, 13, 1, 0, 0, 0)),
             id,
             |k| matches!(k, RoutingErrorKind::InvalidTimestamp { .. }),
         ),

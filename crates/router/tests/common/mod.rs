@@ -43,15 +43,25 @@ pub fn change(
 
 /// A DATETIME value.
 pub fn datetime(year: u16, month: u8, day: u8, hour: u8, minute: u8, second: u8) -> Value {
-    Value::DateTime(DateTime {
+    Value::DateTime(datetime_from_parts((
+        year, month, day, hour, minute, second, 0,
+    )))
+}
+
+/// A civil date-time from `(year, month, day, hour, minute, second, micros)` (unchecked, as
+/// the binlog decoder hands it over).
+pub fn datetime_from_parts(
+    (year, month, day, hour, minute, second, micros): (u16, u8, u8, u8, u8, u8, u32),
+) -> DateTime {
+    DateTime {
         year,
         month,
         day,
         hour,
         minute,
         second,
-        micros: 0,
-    })
+        micros,
+    }
 }
 
 /// The seeds schema's columns.
