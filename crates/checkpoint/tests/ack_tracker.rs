@@ -208,33 +208,33 @@ fn run_scenario(transactions: &[(usize, bool)], choices: &[u32], final_seed: u64
         }
     };
 
-    for &choice in choices {
-        let want_ack = choice % 3 == 0 || next_step == steps.len();
-        if want_ack && !pending.is_empty() {
-            let record = pending.swap_remove((choice / 3) as usize % pending.len());
-            tracker.ack(tokens[record]).unwrap();
-            model.acked[record] = true;
-        } else if next_step < steps.len() {
-            do_step(
-                &mut tracker,
-                &mut model,
-                &mut pending,
-                &mut tokens,
-                &steps[next_step],
-            );
-            next_step += 1;
+    // Each choice acks a pending record or takes the next stream step; once the choices run
+    // out, the remaining steps follow (no acks), each checked like the others.
+    let mut remaining_choices = choices.iter().copied();
+    loop {
+        let choice = remaining_choices.next();
+        if choice.is_none() && next_step >= steps.len() {
+            break;
         }
-        check(&mut tracker, &model, &pending);
-    }
-    while next_step < steps.len() {
-        do_step(
-            &mut tracker,
-            &mut model,
-            &mut pending,
-            &mut tokens,
-            &steps[next_step],
-        );
-        next_step += 1;
+        let ack_choice = choice.filter(|&choice| choice % 3 == 0 || next_step == steps.len());
+        match ack_choice {
+            Some(choice) if !pending.is_empty() => {
+                let record = pending.swap_remove((choice / 3) as usize % pending.len());
+                tracker.ack(tokens[record]).unwrap();
+                model.acked[record] = true;
+            }
+            _ if next_step < steps.len() => {
+                do_step(
+                    &mut tracker,
+                    &mut model,
+                    &mut pending,
+                    &mut tokens,
+                    &steps[next_step],
+                );
+                next_step += 1;
+            }
+            _ => {}
+        }
         check(&mut tracker, &model, &pending);
     }
     let mut seed = final_seed | 1;

@@ -70,21 +70,28 @@ fn at(offset: u64) -> CheckpointPosition {
     CheckpointPosition::at(BinlogPosition::new("binlog.000001", offset))
 }
 
-fn committer(store: &Arc<RecordingStore>, policy: CommitPolicy) -> CheckpointCommitter {
+/// A committer over a fresh [`RecordingStore`], resumed from `resumed`.
+fn recording_committer(
+    policy: CommitPolicy,
+    resumed: Option<CheckpointPosition>,
+) -> (Arc<RecordingStore>, CheckpointCommitter) {
+    let store = Arc::new(RecordingStore::default());
     let shared: SharedCheckpointStore = store.clone();
-    CheckpointCommitter::new(shared, source(), policy, None)
+    let committer = CheckpointCommitter::new(shared, source(), policy, resumed);
+    (store, committer)
+}
+
+/// A commit policy: commit after `max_interval` or `max_transactions`, whichever comes first.
+fn policy(max_interval: Duration, max_transactions: u64) -> CommitPolicy {
+    CommitPolicy {
+        max_interval,
+        max_transactions,
+    }
 }
 
 #[tokio::test(start_paused = true)]
 async fn commits_by_count() {
-    let store = Arc::new(RecordingStore::default());
-    let mut committer = committer(
-        &store,
-        CommitPolicy {
-            max_interval: Duration::from_secs(3600),
-            max_transactions: 3,
-        },
-    );
+    let (store, mut committer) = recording_committer(policy(Duration::from_secs(3600), 3), None);
     assert!(!committer.offer(at(10)).await.unwrap());
     assert!(!committer.offer(at(20)).await.unwrap());
     assert!(store.committed_offsets().is_empty());
@@ -98,14 +105,7 @@ async fn commits_by_count() {
 
 #[tokio::test(start_paused = true)]
 async fn commits_by_time() {
-    let store = Arc::new(RecordingStore::default());
-    let mut committer = committer(
-        &store,
-        CommitPolicy {
-            max_interval: Duration::from_secs(1),
-            max_transactions: 1_000,
-        },
-    );
+    let (store, mut committer) = recording_committer(policy(Duration::from_secs(1), 1_000), None);
     assert!(!committer.offer(at(10)).await.unwrap());
     let due = committer.next_due().unwrap();
     tokio::time::advance(Duration::from_millis(500)).await;
@@ -126,8 +126,7 @@ async fn commits_by_time() {
 
 #[tokio::test(start_paused = true)]
 async fn flush_forces_the_final_commit_once() {
-    let store = Arc::new(RecordingStore::default());
-    let mut committer = committer(&store, CommitPolicy::default());
+    let (store, mut committer) = recording_committer(CommitPolicy::default(), None);
     assert!(!committer.flush().await.unwrap(), "nothing offered");
     committer.offer(at(10)).await.unwrap();
     committer.offer(at(20)).await.unwrap();
@@ -140,17 +139,8 @@ async fn flush_forces_the_final_commit_once() {
 
 #[tokio::test(start_paused = true)]
 async fn never_commits_an_older_position() {
-    let store = Arc::new(RecordingStore::default());
-    let shared: SharedCheckpointStore = store.clone();
-    let mut committer = CheckpointCommitter::new(
-        shared,
-        source(),
-        CommitPolicy {
-            max_interval: Duration::from_secs(3600),
-            max_transactions: 1,
-        },
-        Some(at(100)),
-    );
+    let (store, mut committer) =
+        recording_committer(policy(Duration::from_secs(3600), 1), Some(at(100)));
     assert!(
         !committer.offer(at(50)).await.unwrap(),
         "older than resumed"
@@ -168,14 +158,7 @@ async fn never_commits_an_older_position() {
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_commit_keeps_the_position_and_is_retried() {
-    let store = Arc::new(RecordingStore::default());
-    let mut committer = committer(
-        &store,
-        CommitPolicy {
-            max_interval: Duration::from_secs(1),
-            max_transactions: 1,
-        },
-    );
+    let (store, mut committer) = recording_committer(policy(Duration::from_secs(1), 1), None);
     *store.failing.lock().unwrap() = true;
     assert!(committer.offer(at(10)).await.is_err());
     assert_eq!(committer.pending(), Some(&at(10)));
