@@ -709,6 +709,34 @@ mod tests {
     use rdkafka::message::{Header, OwnedHeaders};
     use rdkafka::producer::{FutureProducer, FutureRecord};
 
+    /// An idempotent producer (its producer id comes from the broker it first talks to).
+    fn idempotent_producer(bootstrap: String, message_timeout_ms: &str) -> FutureProducer {
+        ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("enable.idempotence", "true")
+            .set("message.timeout.ms", message_timeout_ms)
+            .create()
+            .unwrap()
+    }
+
+    /// Sends `payload` with key `k` to `harness.roundtrip`.
+    async fn send_to_roundtrip(
+        producer: &FutureProducer,
+        payload: &str,
+        queue_timeout: Duration,
+    ) -> Result<(), rdkafka::error::KafkaError> {
+        producer
+            .send(
+                FutureRecord::to("harness.roundtrip")
+                    .key("k")
+                    .payload(payload),
+                queue_timeout,
+            )
+            .await
+            .map(|_| ())
+            .map_err(|(error, _message)| error)
+    }
+
     #[tokio::test]
     async fn broker_round_trip_freeze_and_restart_empty() {
         let mut broker = TansuBroker::start().await.unwrap();
@@ -720,12 +748,7 @@ mod tests {
             Some(&2)
         );
 
-        let producer: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", broker.bootstrap())
-            .set("enable.idempotence", "true")
-            .set("message.timeout.ms", "30000")
-            .create()
-            .unwrap();
+        let producer = idempotent_producer(broker.bootstrap(), "30000");
         for index in 0..10 {
             let key = format!("k{}", index % 3);
             let value = format!("{{\"n\":{index}}}");
@@ -781,19 +804,8 @@ mod tests {
             .contains_key("harness.roundtrip"));
 
         // An idempotent producer that got its producer id from this broker instance.
-        let old_producer: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", broker.bootstrap())
-            .set("enable.idempotence", "true")
-            .set("message.timeout.ms", "3000")
-            .create()
-            .unwrap();
-        old_producer
-            .send(
-                FutureRecord::to("harness.roundtrip")
-                    .key("k")
-                    .payload("before"),
-                Duration::from_secs(5),
-            )
+        let old_producer = idempotent_producer(broker.bootstrap(), "3000");
+        send_to_roundtrip(&old_producer, "before", Duration::from_secs(5))
             .await
             .unwrap();
 
@@ -819,33 +831,15 @@ mod tests {
 
         // The new broker never issued the old producer's id: its sends keep failing until
         // they time out (what makes restart_empty a real state loss, see the module docs).
-        let stale = old_producer
-            .send(
-                FutureRecord::to("harness.roundtrip")
-                    .key("k")
-                    .payload("stale"),
-                Duration::from_secs(5),
-            )
-            .await;
+        let stale = send_to_roundtrip(&old_producer, "stale", Duration::from_secs(5)).await;
         assert!(
             stale.is_err(),
             "a producer from before restart_empty could still write: {stale:?}"
         );
 
         // A producer created after the restart works against the new broker.
-        let fresh: FutureProducer = ClientConfig::new()
-            .set("bootstrap.servers", broker.bootstrap())
-            .set("enable.idempotence", "true")
-            .set("message.timeout.ms", "10000")
-            .create()
-            .unwrap();
-        fresh
-            .send(
-                FutureRecord::to("harness.roundtrip")
-                    .key("k")
-                    .payload("after"),
-                Duration::from_secs(10),
-            )
+        let fresh = idempotent_producer(broker.bootstrap(), "10000");
+        send_to_roundtrip(&fresh, "after", Duration::from_secs(10))
             .await
             .unwrap();
         let after = read_all(
