@@ -319,7 +319,7 @@ fn payload_bytes_are_exact() {
     let non_utf8 = vec![0x00, 0xff, 0xfe, 0x80, b'{'];
     let spaced_json = "{ \"a\" :\t[1 , 2.50] }\n".to_string();
     // (payload value, payload mode, tombstone, expected value or error kind)
-    type Expected = Result<Option<Vec<u8>>, fn(&RoutingErrorKind) -> bool>;
+    type Expected = Result<Option<Vec<u8>>, KindCheck>;
     let cases: Vec<(Value, PayloadMode, bool, Expected)> = vec![
         (
             Value::Json(serde_json::json!({"b": 1, "a": "x\"y"})),
@@ -438,19 +438,19 @@ fn payload_bytes_are_exact() {
             tombstone_on_empty_payload: tombstone,
             ..RouteConfig::default()
         });
-        let result = router.route(&with_value(seeds_insert(), "payload", payload));
-        match (result, expected) {
-            (Ok(RouteOutcome::Record(record)), Ok(value)) => {
+        let row = with_value(seeds_insert(), "payload", payload);
+        route_case(
+            &router,
+            &row,
+            index,
+            "payload",
+            expected,
+            |record, value| {
                 assert_eq!(record.value, value, "case {index}");
                 // A tombstone still carries key and id.
                 assert_eq!(record.key.as_deref(), Some(&b"order-17"[..]));
-            }
-            (Err(error), Err(check)) => {
-                assert!(check(&error.kind), "case {index}: {error}");
-                assert_eq!(error.column.as_deref(), Some("payload"));
-            }
-            (actual, _) => panic!("case {index}: unexpected {actual:?}"),
-        }
+            },
+        );
     }
 }
 
@@ -762,8 +762,7 @@ fn tracing_span_context_header() {
 fn timestamp_sources() {
     let event_time = i64::from(EVENT_TIME_SECONDS) * 1000;
     // (source, created_at value or None for "no such column", expected millis or error)
-    type Check = fn(&RoutingErrorKind) -> bool;
-    let cases: Vec<(TimestampSource, Option<Value>, Result<i64, Check>)> = vec![
+    let cases: Vec<(TimestampSource, Option<Value>, Result<i64, KindCheck>)> = vec![
         (
             TimestampSource::ColumnOrEventTime,
             Some(datetime(2024, 5, 6, 7, 8, 9)),
@@ -854,16 +853,14 @@ fn timestamp_sources() {
             Some(value) => with_value(seeds_insert(), "created_at", value),
             None => without_column(seeds_insert(), "created_at"),
         };
-        match (router.route(&row), expected) {
-            (Ok(RouteOutcome::Record(record)), Ok(millis)) => {
-                assert_eq!(record.timestamp_millis, Some(millis), "case {index}")
-            }
-            (Err(error), Err(check)) => {
-                assert!(check(&error.kind), "case {index}: {error}");
-                assert_eq!(error.column.as_deref(), Some("created_at"));
-            }
-            (actual, _) => panic!("case {index}: unexpected {actual:?}"),
-        }
+        route_case(
+            &router,
+            &row,
+            index,
+            "created_at",
+            expected,
+            |record, millis| assert_eq!(record.timestamp_millis, Some(millis), "case {index}"),
+        );
     }
 }
 
@@ -930,19 +927,18 @@ fn bad_rows_give_precise_errors() {
     };
     let id = Some("6f1c2a3e-0000-4000-8000-000000000001");
     // (row, expected column, expected event id, expected kind check)
-    type Check = fn(&RoutingErrorKind) -> bool;
     // A seeds insert with `column` removed (`None`) or set to the given value.
     let case = |column: &'static str,
                 replacement: Option<Value>,
                 event_id: Option<&'static str>,
-                check: Check| {
+                check: KindCheck| {
         let row = match replacement {
             None => without_column(seeds_insert(), column),
             Some(value) => with_value(seeds_insert(), column, value),
         };
         (row, column, event_id, check)
     };
-    let cases: Vec<(outbox_binlog::RowChange, &str, Option<&str>, Check)> = vec![
+    let cases: Vec<(outbox_binlog::RowChange, &str, Option<&str>, KindCheck)> = vec![
         case("event_id", None, None, |k| {
             *k == RoutingErrorKind::MissingColumn
         }),

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use outbox_binlog::{BinlogPosition, DateTime, Row, RowChange, RowOperation, TableName, Value};
 use outbox_router::{
     ColumnPreset, KafkaRecord, OutboxTableConfig, RouteConfig, RouteOutcome, Router,
+    RoutingErrorKind,
 };
 
 /// Binlog event time used by every test row: 2024-05-06T12:53:20Z.
@@ -101,6 +102,30 @@ pub fn seeds_router(route: &RouteConfig) -> Router {
         route,
     )
     .unwrap()
+}
+
+/// Accepts the routing error kinds a table-driven case expects.
+pub type KindCheck = fn(&RoutingErrorKind) -> bool;
+
+/// Routes `row` as table-driven case number `case`: with `Ok(value)` expected, the record and
+/// `value` go to `check_record`; with `Err(check)`, routing must fail with a kind `check`
+/// accepts, blaming `column`. Any other outcome panics.
+pub fn route_case<T>(
+    router: &Router,
+    row: &RowChange,
+    case: usize,
+    column: &str,
+    expected: Result<T, KindCheck>,
+    check_record: impl FnOnce(KafkaRecord, T),
+) {
+    match (router.route(row), expected) {
+        (Ok(RouteOutcome::Record(record)), Ok(value)) => check_record(record, value),
+        (Err(error), Err(check)) => {
+            assert!(check(&error.kind), "case {case}: {error}");
+            assert_eq!(error.column.as_deref(), Some(column));
+        }
+        (actual, _) => panic!("case {case}: unexpected {actual:?}"),
+    }
 }
 
 /// Routes and expects a record.
