@@ -79,22 +79,21 @@ fn value_strategy() -> impl Strategy<Value = Value> {
 /// Column names: mostly the mapped ones of both presets, plus strangers.
 fn column_name_strategy() -> impl Strategy<Value = String> {
     prop_oneof![
-        prop::sample::select(vec![
-            "event_id",
-            "aggregate_type",
-            "aggregate_id",
-            "event_type",
-            "payload",
-            "created_at",
-            "id",
-            "aggregatetype",
-            "aggregateid",
-            "type",
-            "timestamp",
-            "tenant",
-            "tracingspancontext",
-            "kafka_partition",
-        ])
+        prop::sample::select(
+            common::SEEDS_COLUMNS
+                .into_iter()
+                .chain([
+                    "id",
+                    "aggregatetype",
+                    "aggregateid",
+                    "type",
+                    "timestamp",
+                    "tenant",
+                    "tracingspancontext",
+                    "kafka_partition",
+                ])
+                .collect::<Vec<_>>()
+        )
         .prop_map(str::to_string),
         "[a-z_]{1,8}",
     ]
