@@ -61,14 +61,7 @@ async fn mock_setup(prefix: &str) -> (MockSetup, CheckpointView) {
         Duration::from_secs(20),
     )
     .await;
-    let forbidden = writer.must_not_arrive();
-    assert_delivery(
-        "mock warm-up",
-        &writer.committed,
-        &forbidden,
-        &delivered,
-        &relay,
-    );
+    assert_writer_delivery("mock warm-up", &writer, &delivered, &relay);
     (
         MockSetup {
             db,
@@ -114,14 +107,7 @@ async fn assert_recovered(
         Duration::from_secs(30),
     )
     .await;
-    let forbidden = setup.writer.must_not_arrive();
-    let summary = assert_delivery(
-        context,
-        &setup.writer.committed,
-        &forbidden,
-        &records,
-        &setup.relay,
-    );
+    let summary = assert_writer_delivery(context, &setup.writer, &records, &setup.relay);
     let status = setup.relay.terminate(Duration::from_secs(30)).await;
     assert!(
         status.success(),

@@ -98,6 +98,40 @@ pub fn tricky_payload(order_id: u64, sequence: u64) -> String {
     )
 }
 
+/// The seeds schema's event columns, in the order [`insert_event`] takes them.
+pub const SEEDS_EVENT_COLUMNS: [&str; 5] = [
+    "event_id",
+    "aggregate_type",
+    "aggregate_id",
+    "event_type",
+    "payload",
+];
+
+/// Inserts `event` into `table` on `conn` (inside whatever transaction `conn` has open);
+/// `columns` names the table's event id, aggregate type, aggregate id, event type and payload
+/// columns, in this order.
+pub async fn insert_event(
+    conn: &mut mysql_async::Conn,
+    table: &str,
+    columns: [&str; 5],
+    event: &Event,
+) -> mysql_async::Result<()> {
+    conn.exec_drop(
+        format!(
+            "INSERT INTO {table} ({}) VALUES (?, ?, ?, ?, ?)",
+            columns.join(", ")
+        ),
+        (
+            &event.id,
+            &event.aggregate_type,
+            &event.aggregate_id,
+            &event.event_type,
+            &event.payload,
+        ),
+    )
+    .await
+}
+
 /// Commits (or rolls back) shop transactions on one connection and remembers every event it
 /// wrote, in commit order.
 pub struct ShopWriter {
@@ -174,18 +208,7 @@ impl ShopWriter {
                 .to_string(),
                 payload: tricky_payload(order_id, self.next),
             };
-            self.conn
-                .exec_drop(
-                    "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
-                     VALUES (?, ?, ?, ?, ?)",
-                    (
-                        &event.id,
-                        &event.aggregate_type,
-                        &event.aggregate_id,
-                        &event.event_type,
-                        &event.payload,
-                    ),
-                )
+            insert_event(&mut self.conn, "shop.outbox", SEEDS_EVENT_COLUMNS, &event)
                 .await
                 .expect("insert outbox row");
             written.push(event);
@@ -199,20 +222,14 @@ impl ShopWriter {
                 event_type: "Archived".to_string(),
                 payload: "{\"archived\":true}".to_string(),
             };
-            self.conn
-                .exec_drop(
-                    "INSERT INTO shop.outbox_archive (event_id, aggregate_type, aggregate_id, event_type, payload) \
-                     VALUES (?, ?, ?, ?, ?)",
-                    (
-                        &archived.id,
-                        &archived.aggregate_type,
-                        &archived.aggregate_id,
-                        &archived.event_type,
-                        &archived.payload,
-                    ),
-                )
-                .await
-                .expect("insert archive row");
+            insert_event(
+                &mut self.conn,
+                "shop.outbox_archive",
+                SEEDS_EVENT_COLUMNS,
+                &archived,
+            )
+            .await
+            .expect("insert archive row");
             if commit {
                 self.not_outbox.push(archived);
             }
@@ -876,6 +893,23 @@ pub fn check_delivery(
         duplicates,
     };
     (problems, summary)
+}
+
+/// [`assert_delivery`] of everything `writer` wrote: its committed events must all arrive,
+/// its [`ShopWriter::must_not_arrive`] ones never.
+pub fn assert_writer_delivery(
+    context: &str,
+    writer: &ShopWriter,
+    records: &[ConsumedRecord],
+    relay: &Relay,
+) -> DeliverySummary {
+    assert_delivery(
+        context,
+        &writer.committed,
+        &writer.must_not_arrive(),
+        records,
+        relay,
+    )
 }
 
 /// Panics with all the evidence when [`check_delivery`] found problems.
