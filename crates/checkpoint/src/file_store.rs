@@ -95,6 +95,19 @@ impl FileCheckpointStore {
     }
 }
 
+/// Maps an I/O failure of `operation` on `path` to [`CheckpointStoreError::Io`].
+fn io_error(
+    operation: &'static str,
+    path: &Path,
+) -> impl FnOnce(std::io::Error) -> CheckpointStoreError {
+    let path = path.to_path_buf();
+    move |source| CheckpointStoreError::Io {
+        operation,
+        path,
+        source,
+    }
+}
+
 impl FileStoreInner {
     fn location(&self) -> String {
         self.path.display().to_string()
@@ -165,43 +178,53 @@ impl FileStoreInner {
         Ok(Some(checkpoint))
     }
 
+    /// Serializes writers (commit, write, remove). A poisoned lock only means another write
+    /// panicked; the file is still consistent.
+    fn lock_writes(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.write_lock
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// Flushes the directory entry (a rename or removal) to disk: without it a crash could
+    /// bring back the previous checkpoint file.
+    fn sync_directory(&self) -> Result<(), CheckpointStoreError> {
+        let directory = fs::File::open(&self.directory)
+            .map_err(io_error("opening checkpoint directory", &self.directory))?;
+        directory
+            .sync_all()
+            .map_err(io_error("syncing checkpoint directory", &self.directory))
+    }
+
     /// Writes the temp file and renames it into place; the caller holds `write_lock`.
     fn write_unlocked(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointStoreError> {
         self.check_directory()?;
-        let io = |operation: &'static str, path: &Path| {
-            let path = path.to_path_buf();
-            move |source| CheckpointStoreError::Io {
-                operation,
-                path,
-                source,
-            }
-        };
         let mut document = checkpoint.to_json();
         document.push('\n');
-        let mut temp = fs::File::create(&self.temp_path)
-            .map_err(io("creating temporary checkpoint file", &self.temp_path))?;
-        temp.write_all(document.as_bytes())
-            .map_err(io("writing temporary checkpoint file", &self.temp_path))?;
-        temp.sync_all()
-            .map_err(io("syncing temporary checkpoint file", &self.temp_path))?;
+        let mut temp = fs::File::create(&self.temp_path).map_err(io_error(
+            "creating temporary checkpoint file",
+            &self.temp_path,
+        ))?;
+        temp.write_all(document.as_bytes()).map_err(io_error(
+            "writing temporary checkpoint file",
+            &self.temp_path,
+        ))?;
+        temp.sync_all().map_err(io_error(
+            "syncing temporary checkpoint file",
+            &self.temp_path,
+        ))?;
         drop(temp);
-        fs::rename(&self.temp_path, &self.path)
-            .map_err(io("renaming temporary checkpoint file over", &self.path))?;
-        let directory = fs::File::open(&self.directory)
-            .map_err(io("opening checkpoint directory", &self.directory))?;
-        directory
-            .sync_all()
-            .map_err(io("syncing checkpoint directory", &self.directory))?;
+        fs::rename(&self.temp_path, &self.path).map_err(io_error(
+            "renaming temporary checkpoint file over",
+            &self.path,
+        ))?;
+        self.sync_directory()?;
         self.remember(Some(checkpoint.clone()));
         Ok(())
     }
 
     fn commit(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointStoreError> {
-        // A poisoned lock only means another write panicked; the file is still consistent.
-        let _writing = self
-            .write_lock
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
+        let _writing = self.lock_writes();
         let stored = match self.remembered() {
             Some(stored) => stored,
             None => self.read()?,
@@ -211,18 +234,12 @@ impl FileStoreInner {
     }
 
     fn write(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointStoreError> {
-        let _writing = self
-            .write_lock
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
+        let _writing = self.lock_writes();
         self.write_unlocked(checkpoint)
     }
 
     fn remove(&self) -> Result<(), CheckpointStoreError> {
-        let _writing = self
-            .write_lock
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
+        let _writing = self.lock_writes();
         self.check_directory()?;
         match fs::remove_file(&self.path) {
             Ok(()) => {}
@@ -235,19 +252,7 @@ impl FileStoreInner {
                 })
             }
         }
-        let directory =
-            fs::File::open(&self.directory).map_err(|source| CheckpointStoreError::Io {
-                operation: "opening checkpoint directory",
-                path: self.directory.clone(),
-                source,
-            })?;
-        directory
-            .sync_all()
-            .map_err(|source| CheckpointStoreError::Io {
-                operation: "syncing checkpoint directory",
-                path: self.directory.clone(),
-                source,
-            })?;
+        self.sync_directory()?;
         self.remember(None);
         Ok(())
     }
