@@ -175,6 +175,13 @@ impl Entry {
     fn contains(&self, sequence: u64) -> bool {
         sequence >= self.first_sequence && sequence - self.first_sequence < self.record_count
     }
+
+    /// Merges `later` (the complete entry right after this complete one) into this one.
+    fn absorb(&mut self, later: Entry) {
+        self.record_count += later.record_count;
+        self.transaction_count += later.transaction_count;
+        absorb_end(&mut self.end, later.end);
+    }
 }
 
 /// Tracks records in flight and yields the newest position whose whole prefix is acked.
@@ -400,9 +407,7 @@ impl AckTracker {
         if let Some((previous_key, true)) = previous_key {
             if let Some(current) = self.entries.remove(&key) {
                 if let Some(previous) = self.entries.get_mut(&previous_key) {
-                    previous.record_count += current.record_count;
-                    previous.transaction_count += current.transaction_count;
-                    absorb_end(&mut previous.end, current.end);
+                    previous.absorb(current);
                 }
                 key = previous_key;
             }
@@ -416,9 +421,7 @@ impl AckTracker {
         if let Some((next_key, true)) = next_key {
             if let Some(next) = self.entries.remove(&next_key) {
                 if let Some(current) = self.entries.get_mut(&key) {
-                    current.record_count += next.record_count;
-                    current.transaction_count += next.transaction_count;
-                    absorb_end(&mut current.end, next.end);
+                    current.absorb(next);
                 }
             }
         }
