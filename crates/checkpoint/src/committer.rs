@@ -178,7 +178,12 @@ impl CheckpointCommitter {
         };
         let checkpoint = Checkpoint::new(self.source.clone(), position);
         let started = Instant::now();
-        match self.store.commit(&checkpoint).await {
+        let result = self.store.commit(&checkpoint).await;
+        // Success or failure, the next attempt waits one more interval (or batch): a failed
+        // commit is retried then, not on every offer.
+        self.pending_transactions = 0;
+        self.last_commit_at = Instant::now();
+        match result {
             Ok(()) => {
                 CheckpointCommitted {
                     position: &checkpoint.position,
@@ -187,8 +192,6 @@ impl CheckpointCommitter {
                 }
                 .emit();
                 self.last_committed = Some(checkpoint.position);
-                self.pending_transactions = 0;
-                self.last_commit_at = Instant::now();
                 Ok(true)
             }
             Err(error) => {
@@ -199,9 +202,6 @@ impl CheckpointCommitter {
                 }
                 .emit();
                 self.pending = Some(checkpoint.position);
-                // Retry after one more interval (or batch), not on every offer.
-                self.pending_transactions = 0;
-                self.last_commit_at = Instant::now();
                 Err(error)
             }
         }
