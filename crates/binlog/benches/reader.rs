@@ -20,6 +20,9 @@
 //! without network). Run with:
 //! `cargo bench -p outbox-binlog --bench reader` (set `READER_BENCH_TRANSACTIONS` to change
 //! the number of transactions, `READER_BENCH_ROUNDS` the number of rounds, default 3).
+//! `READER_BENCH_ONLY` = `raw`, `inline`, `task` or `none` runs only that pipeline (no
+//! ratios, no file reader): for instruction counts with `valgrind --tool=callgrind`, where
+//! the `none` run measures the setup that the other runs share.
 
 use std::time::{Duration, Instant};
 
@@ -276,6 +279,8 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(3)
         .max(1);
+    // One pipeline only (instruction counting, see the module docs); `None` runs all.
+    let only: Option<String> = std::env::var("READER_BENCH_ONLY").ok();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -313,6 +318,30 @@ fn main() {
         let mut best_raw = Duration::MAX;
         let mut best_decoded = [Duration::MAX; 2];
         let mut round_ratios: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        if let Some(only) = only.as_deref() {
+            match only {
+                "raw" => {
+                    let (raw, raw_cpu, events) =
+                        raw_pull(&server, &first, &end, transactions).await;
+                    println!(
+                        "raw pull only: {events} events in {:.2}s (client CPU {raw_cpu:.2}s)",
+                        raw.as_secs_f64()
+                    );
+                }
+                "inline" | "task" => {
+                    let read_ahead_events = if only == "inline" { 0 } else { 4096 };
+                    let (dec, dec_cpu, events) =
+                        decoded(&registry, &server, &end, transactions, read_ahead_events).await;
+                    println!(
+                        "decoded ({only}) only: {events} events in {:.2}s (client CPU {dec_cpu:.2}s)",
+                        dec.as_secs_f64()
+                    );
+                }
+                "none" => println!("setup only"),
+                other => panic!("READER_BENCH_ONLY={other}: expected raw, inline, task or none"),
+            }
+            return;
+        }
         for round in 1..=rounds {
             let (raw, raw_cpu, events) = raw_pull(&server, &first, &end, transactions).await;
             println!(

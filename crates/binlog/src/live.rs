@@ -588,7 +588,9 @@ impl BinlogReader {
             StreamItem::Row(_) => self.items_handed_out.rows += 1,
             StreamItem::Commit(Commit { position, gtid, .. }) => {
                 self.items_handed_out.commits += 1;
-                self.handed_out_boundary = position.clone();
+                // Reuses the boundary's file-name buffer (no allocation per commit).
+                self.handed_out_boundary.file.clone_from(&position.file);
+                self.handed_out_boundary.position = position.position;
                 if let (Some(set), Some(gtid)) = (self.handed_out_gtids.as_mut(), gtid) {
                     set.add(gtid);
                 }

@@ -167,9 +167,9 @@ pub(crate) struct TablePlan {
 }
 
 /// The part of a TABLE_MAP needed before deciding whether to build a plan.
+/// (The table id, which leads the body, is read with `rows::read_table_id` before this, to
+/// recognise a map seen before without parsing it.)
 pub(crate) struct TableMapHead<'a> {
-    /// The id rows events refer to.
-    pub(crate) table_id: u64,
     /// Schema name (raw bytes; names are UTF-8 in practice).
     pub(crate) database: &'a [u8],
     /// Table name.
@@ -178,12 +178,11 @@ pub(crate) struct TableMapHead<'a> {
     body_offset: usize,
 }
 
-/// Reads the table id and names of a TABLE_MAP event body. `table_id_bytes` is 6, or 4 for
+/// Reads the names of a TABLE_MAP event body (after its table id). `table_id_bytes` is 6, or 4 for
 /// servers older than 5.1.4 (post-header length 6).
 pub(crate) fn read_head(data: &[u8], table_id_bytes: usize) -> Result<TableMapHead<'_>, String> {
     let mut reader = ByteReader::new(data);
-    let table_id = reader.uint_le(table_id_bytes)?;
-    reader.skip(2)?;
+    reader.skip(table_id_bytes + 2)?;
     let database_len = usize::from(reader.u8()?);
     let database = reader.bytes(database_len)?;
     reader.skip(1)?;
@@ -191,7 +190,6 @@ pub(crate) fn read_head(data: &[u8], table_id_bytes: usize) -> Result<TableMapHe
     let table = reader.bytes(table_len)?;
     reader.skip(1)?;
     Ok(TableMapHead {
-        table_id,
         database,
         table,
         body_offset: reader.offset(),
