@@ -12,8 +12,6 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
-const TOPICS: [&str; 2] = ["order", "customer"];
-
 struct MockSetup {
     db: outbox_testkit::ScratchMariadb,
     cluster: MockCluster<'static, DefaultProducerContext>,
@@ -27,7 +25,10 @@ struct MockSetup {
 async fn mock_setup(prefix: &str) -> (MockSetup, CheckpointView) {
     let db = start_shop_database().await;
     let cluster = MockCluster::new(1).expect("mock cluster");
-    let topics: Vec<String> = TOPICS.iter().map(|kind| topic_for(kind)).collect();
+    let topics: Vec<String> = ALTERNATING_AGGREGATE_TYPES
+        .iter()
+        .map(|kind| topic_for(kind))
+        .collect();
     for topic in &topics {
         cluster.create_topic(topic, 1, 1).expect("mock topic");
     }
@@ -41,15 +42,8 @@ async fn mock_setup(prefix: &str) -> (MockSetup, CheckpointView) {
     let mut writer = ShopWriter::connect(&db.url(), prefix).await;
     relay.start();
     for index in 0..10u32 {
-        let kind = TOPICS[(index % 2) as usize];
         writer
-            .transaction(
-                kind,
-                &format!("{kind}-{}", index % 3),
-                1 + (index % 2) as usize,
-                index != 4,
-                index == 2,
-            )
+            .alternating_transaction(index, 1 + (index % 2) as usize, index != 4, index == 2)
             .await;
     }
     let end = writer.master_position().await;
@@ -77,11 +71,9 @@ async fn mock_setup(prefix: &str) -> (MockSetup, CheckpointView) {
 /// A batch of transactions while the fault is active; returns the binlog end position.
 async fn write_batch(writer: &mut ShopWriter, transactions: u32) -> BinlogPoint {
     for index in 0..transactions {
-        let kind = TOPICS[(index % 2) as usize];
         writer
-            .transaction(
-                kind,
-                &format!("{kind}-{}", index % 3),
+            .alternating_transaction(
+                index,
                 1 + (index % 3) as usize,
                 index % 5 != 3,
                 index % 4 == 0,

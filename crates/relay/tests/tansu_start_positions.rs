@@ -8,26 +8,20 @@ use std::time::{Duration, Instant};
 use common::*;
 use mysql_async::prelude::Queryable;
 
-const TOPICS: [&str; 2] = ["order", "customer"];
-
 async fn write_some(writer: &mut ShopWriter, transactions: u32) {
     for index in 0..transactions {
-        let kind = TOPICS[(index % 2) as usize];
         writer
-            .transaction(
-                kind,
-                &format!("{kind}-{}", index % 3),
-                1,
-                index % 4 != 3,
-                false,
-            )
+            .alternating_transaction(index, 1, index % 4 != 3, false)
             .await;
     }
 }
 
 /// Everything on the topics after a quiet period.
 async fn read_everything(bootstrap: &str) -> Vec<outbox_testkit::tansu::ConsumedRecord> {
-    let topics: Vec<String> = TOPICS.iter().map(|kind| topic_for(kind)).collect();
+    let topics: Vec<String> = ALTERNATING_AGGREGATE_TYPES
+        .iter()
+        .map(|kind| topic_for(kind))
+        .collect();
     read_until_quiet(
         bootstrap,
         &topics,

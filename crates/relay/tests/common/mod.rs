@@ -98,6 +98,9 @@ pub fn tricky_payload(order_id: u64, sequence: u64) -> String {
     )
 }
 
+/// The aggregate types [`ShopWriter::alternating_transaction`] alternates between.
+pub const ALTERNATING_AGGREGATE_TYPES: [&str; 2] = ["order", "customer"];
+
 /// The seeds schema's event columns, in the order [`insert_event`] takes them.
 pub const SEEDS_EVENT_COLUMNS: [&str; 5] = [
     "event_id",
@@ -242,6 +245,27 @@ impl ShopWriter {
             self.rolled_back.extend(written.iter().cloned());
         }
         written
+    }
+
+    /// Transaction number `index` of a mixed workload: aggregate type `order` for even
+    /// indexes and `customer` for odd ones, aggregate id `<type>-<index % 3>`; the rest as in
+    /// [`ShopWriter::transaction`].
+    pub async fn alternating_transaction(
+        &mut self,
+        index: u32,
+        events: usize,
+        commit: bool,
+        with_archive_row: bool,
+    ) -> Vec<Event> {
+        let aggregate_type = ALTERNATING_AGGREGATE_TYPES[(index % 2) as usize];
+        self.transaction(
+            aggregate_type,
+            &format!("{aggregate_type}-{}", index % 3),
+            events,
+            commit,
+            with_archive_row,
+        )
+        .await
     }
 
     /// The server's binlog position now (after everything this writer committed).
