@@ -399,21 +399,21 @@ impl TansuBroker {
 
     /// Stops the broker process with SIGSTOP: connections stay open, nothing answers.
     pub fn freeze(&mut self) -> Result<(), TansuError> {
-        let pid = self
-            .pid()
-            .ok_or(TansuError::NotRunning { port: self.port })?;
-        send_signal(pid, "STOP")?;
-        self.frozen = true;
-        Ok(())
+        self.signal_running_broker("STOP", true)
     }
 
     /// Resumes a frozen broker with SIGCONT.
     pub fn thaw(&mut self) -> Result<(), TansuError> {
+        self.signal_running_broker("CONT", false)
+    }
+
+    /// Sends `signal` to the running broker process, then records whether it is `frozen`.
+    fn signal_running_broker(&mut self, signal: &str, frozen: bool) -> Result<(), TansuError> {
         let pid = self
             .pid()
             .ok_or(TansuError::NotRunning { port: self.port })?;
-        send_signal(pid, "CONT")?;
-        self.frozen = false;
+        send_signal(pid, signal)?;
+        self.frozen = frozen;
         Ok(())
     }
 
