@@ -53,15 +53,9 @@ async fn metrics_count_what_was_delivered() {
     let mut writer = ShopWriter::connect(&db.url(), "metrics").await;
     relay.start();
     for index in 0..25u32 {
-        let kind = if matches!(index % 2, 0) {
-            "order"
-        } else {
-            "customer"
-        };
         writer
-            .transaction(
-                kind,
-                &format!("{kind}-{}", index % 3),
+            .alternating_transaction(
+                index,
                 1 + (index % 3) as usize,
                 index % 6 != 5,
                 index % 4 == 0,
