@@ -10,9 +10,9 @@
 //!   ([`ReadAheadMessage::Ended`]) comes after every event read before it and is the last
 //!   message; the task ends after sending it.
 //! * **Batches.** A batch holds the events that were already readable without waiting (one
-//!   at least), at most [`MAX_BATCH_EVENTS`] of them, and stops growing once it holds
-//!   [`MAX_BATCH_BYTES`] of events. The consumer is woken once per batch, not once per
-//!   event.
+//!   at least), at most [`MAX_BATCH_EVENTS`] of them ([`MAX_INLINE_BATCH_EVENTS`] inline),
+//!   and stops growing once it holds [`MAX_BATCH_BYTES`] of events. The consumer is woken
+//!   once per batch, not once per event.
 //! * **Memory.** The channel holds at most `read_ahead_events / batch size` batches (at least
 //!   one); with the batch being filled and the batch being decoded that is about
 //!   `read_ahead_events + 2 × batch size` events, and never more than `channel capacity + 2`
