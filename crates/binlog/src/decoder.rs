@@ -164,6 +164,9 @@ pub(crate) struct Decoder {
     payload: Option<PayloadInProgress>,
     /// Last boundary handed out and its GTID.
     last_boundary: (BinlogPosition, Option<Gtid>),
+    /// A fresh CRC32 hasher, cloned per event: `Hasher::new` detects CPU features on every
+    /// call, a clone does not.
+    crc32_start: crc32fast::Hasher,
 }
 
 /// How many table ids are remembered before the map is cleared (at a commit or rotate).
@@ -186,6 +189,7 @@ impl Decoder {
             gtid: None,
             rows_in_group: 0,
             payload: None,
+            crc32_start: crc32fast::Hasher::new(),
         }
     }
 
@@ -503,7 +507,7 @@ impl Decoder {
             header_bytes[9..13].copy_from_slice(&header.event_size().to_le_bytes());
             header_bytes[13..17].copy_from_slice(&header.log_pos().to_le_bytes());
             header_bytes[17..19].copy_from_slice(&header.flags_raw().to_le_bytes());
-            let mut hasher = crc32fast::Hasher::new();
+            let mut hasher = self.crc32_start.clone();
             hasher.update(&header_bytes);
             hasher.update(event.data());
             hasher.finalize()
