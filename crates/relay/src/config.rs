@@ -370,9 +370,15 @@ fn default_admin_timeout_ms() -> u64 {
 }
 
 /// Producer properties the relay's delivery guarantee depends on; `[kafka.properties]` may
-/// not change them.
-pub const PROTECTED_KAFKA_PROPERTIES: &[(&str, &str)] =
-    &[("enable.idempotence", "true"), ("acks", "all")];
+/// not change them. `enable.gapless.guarantee` makes librdkafka raise a fatal error instead
+/// of bumping the producer epoch past a failed record (which would let later records of the
+/// same partition land before the failed one is resent): the sink then rebuilds the
+/// producer and resends every unacked record in order, so per-key order holds.
+pub const PROTECTED_KAFKA_PROPERTIES: &[(&str, &str)] = &[
+    ("enable.idempotence", "true"),
+    ("acks", "all"),
+    ("enable.gapless.guarantee", "true"),
+];
 
 /// `[checkpoint]`: where the relay stores its position.
 #[derive(Debug, Clone, Deserialize)]
