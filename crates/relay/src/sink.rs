@@ -13,8 +13,13 @@
 //!   delivery timeout (librdkafka already retried for `message.timeout.ms`; a broker that
 //!   restarted empty no longer knows the producer id, so that producer never recovers),
 //!   rebuild the producer and resend every unacked record in input order.
-//! * Permanent errors (record too large, authorization, invalid topic) stop the sink with
-//!   [`SinkError::Permanent`] naming the topic; nothing is skipped.
+//! * Permanent errors (record too large, authorization, invalid topic, corrupt record),
+//!   whether reported on delivery or at once by the producer, are resent up to
+//!   `dead_letter.max_attempts` times (with backoff), then the record is replaced by its
+//!   dead letter ([`crate::dead_letter`]) on `dead_letter.topic` under the same ticket, so
+//!   the ticket is reported only once the dead letter is acked. With dead letters off, for
+//!   an error class in `dead_letter.fail_on`, or when the dead letter itself is rejected,
+//!   the sink stops with [`SinkError::Permanent`] naming the topic; nothing is skipped.
 //! * Before the first send to a topic the sink checks that it exists, creating it through
 //!   the admin API when `create_topics` is set, otherwise failing with
 //!   [`SinkError::TopicMissing`]. Known topics are cached.
@@ -40,9 +45,12 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tokio::sync::mpsc;
 
 use crate::backoff::Backoff;
-use crate::config::{KafkaConfig, PROTECTED_KAFKA_PROPERTIES};
+use crate::config::{DeadLetterConfig, KafkaConfig, PROTECTED_KAFKA_PROPERTIES};
+use crate::dead_letter::{
+    dead_letter_for_record, kafka_error_class, now_millis, FailureReport, RecordOrigin,
+};
 use crate::internal_events::{
-    DeliveryFailedTransient, InFlightChanged, InternalEvent, ProducerRecreated, RecordsDelivered,
+    DeadLettered, DeliveryFailedTransient, InFlightChanged, InternalEvent, ProducerRecreated, RecordsDelivered,
     TopicCreated,
 };
 use crate::kafka_context::RelayClientContext;
@@ -73,6 +81,8 @@ pub struct SinkItem<T> {
     pub record: OutboundRecord,
     /// Opaque to the sink; identifies the record to the ack tracker.
     pub ticket: T,
+    /// Where the event came from in the binlog; goes into its dead letter, if any.
+    pub origin: RecordOrigin,
 }
 
 /// Sink settings derived from `[kafka]` and `[pipeline]`.
@@ -98,6 +108,8 @@ pub struct KafkaSinkSettings {
     pub max_in_flight: usize,
     /// How long shutdown waits for records in flight.
     pub drain_timeout: Duration,
+    /// What a permanently rejected record becomes (dead letter or stop).
+    pub dead_letter: DeadLetterConfig,
 }
 
 impl KafkaSinkSettings {
@@ -114,6 +126,15 @@ impl KafkaSinkSettings {
             retry_max_backoff: Duration::from_millis(kafka.retry_max_backoff_ms),
             max_in_flight: pipeline.max_in_flight,
             drain_timeout: pipeline.shutdown_timeout(),
+            dead_letter: DeadLetterConfig::default(),
+        }
+    }
+
+    /// Settings from the whole config, `[dead_letter]` included.
+    pub fn from_relay_config(config: &crate::config::RelayConfig) -> Self {
+        Self {
+            dead_letter: config.dead_letter.clone(),
+            ..Self::from_config(&config.kafka, &config.pipeline)
         }
     }
 
@@ -230,10 +251,86 @@ pub fn classify_delivery_error(error: &KafkaError) -> FailureKind {
 
 /// A record taken from the input and not yet acked.
 struct Pending<T> {
-    /// The record, kept for resends.
+    /// The record, kept for resends (replaced by its dead letter when dead-lettered).
     record: OutboundRecord,
     /// The caller's ticket, handed back on ack.
     ticket: T,
+    /// Binlog origin, for the dead letter.
+    origin: RecordOrigin,
+    /// Permanent failures so far, against `dead_letter.max_attempts`.
+    permanent_failures: u32,
+    /// When the first permanent failure happened (ms since the epoch), for the dead letter.
+    first_failure_ms: i64,
+}
+
+/// What to do after a permanent failure that did not stop the sink.
+enum PermanentAction {
+    /// Resend the same record after the backoff (budget not used up).
+    Resend,
+    /// The record was replaced by its dead letter: make sure the topic exists, then send.
+    DeadLettered,
+}
+
+/// Applies the dead-letter policy to a permanent failure of `sequence`.
+fn on_permanent_failure<T>(
+    pending: &mut BTreeMap<u64, Pending<T>>,
+    sequence: u64,
+    error: KafkaError,
+    dead_letter: &DeadLetterConfig,
+    metrics: &Metrics,
+) -> Result<PermanentAction, SinkError> {
+    let Some(item) = pending.get_mut(&sequence) else {
+        return Ok(PermanentAction::Resend);
+    };
+    let class = kafka_error_class(&error);
+    metrics.delivery_errors.with_label_values(&["permanent"]).inc();
+    let is_dead_letter = dead_letter.enabled && item.record.topic == dead_letter.topic;
+    if is_dead_letter || !dead_letter.dead_letters(class) {
+        return Err(SinkError::Permanent {
+            topic: item.record.topic.clone(),
+            key: item
+                .record
+                .key
+                .as_deref()
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .unwrap_or_else(|| "<none>".into()),
+            error: Box::new(error),
+        });
+    }
+    let now = now_millis();
+    if item.permanent_failures == 0 {
+        item.first_failure_ms = now;
+    }
+    item.permanent_failures += 1;
+    if item.permanent_failures < dead_letter.max_attempts {
+        tracing::warn!(topic = %item.record.topic, class, %error, attempt = item.permanent_failures, max_attempts = dead_letter.max_attempts, "Kafka rejected a record permanently; resending before dead-lettering it");
+        return Ok(PermanentAction::Resend);
+    }
+    let failure = FailureReport {
+        class,
+        message: error.to_string(),
+        attempts: item.permanent_failures,
+        first_failure_ms: item.first_failure_ms,
+        last_failure_ms: now,
+    };
+    let letter = dead_letter_for_record(&item.record, &item.origin, &failure, dead_letter);
+    let id = item
+        .record
+        .headers
+        .iter()
+        .find(|(key, _)| key == "id")
+        .map(|(_, value)| String::from_utf8_lossy(value).into_owned());
+    DeadLettered {
+        class,
+        id: id.as_deref(),
+        original_topic: &item.record.topic,
+        dead_letter_topic: &dead_letter.topic,
+        attempts: failure.attempts,
+        error: &failure.message,
+    }
+    .emit(metrics);
+    item.record = letter;
+    Ok(PermanentAction::DeadLettered)
 }
 
 type DeliveryOutcome = (u64, u64, Result<(), KafkaError>);
@@ -314,12 +411,14 @@ where
                         let kind = if fatal.is_some() { FailureKind::Fatal } else { classify_delivery_error(&error) };
                         match kind {
                             FailureKind::Permanent => {
-                                let record = pending.get(&sequence).map(|p| &p.record);
-                                return Err(SinkError::Permanent {
-                                    topic: record.map(|r| r.topic.clone()).unwrap_or_default(),
-                                    key: record.and_then(|r| r.key.as_deref()).map(|k| String::from_utf8_lossy(k).into_owned()).unwrap_or_else(|| "<none>".into()),
-                                    error: Box::new(error),
-                                });
+                                let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
+                                if matches!(action, PermanentAction::DeadLettered) {
+                                    topics.ensure(&settings.dead_letter.topic, &producer, &metrics).await?;
+                                }
+                                waiting_for_resend.insert(sequence);
+                                if resend_timer.is_none() {
+                                    resend_timer = Some(Box::pin(tokio::time::sleep(backoff.next_delay())));
+                                }
                             }
                             FailureKind::Fatal => {
                                 let reason = fatal.map(|(code, message)| format!("fatal {code:?}: {message}")).unwrap_or_else(|| format!("fatal: {error}"));
@@ -372,8 +471,21 @@ where
                 }
                 let due: Vec<u64> = std::mem::take(&mut waiting_for_resend).into_iter().collect();
                 for sequence in due {
-                    if let Some(item) = pending.get(&sequence) {
-                        match enqueue(&producer, &item.record, sequence, generation) {
+                    let enqueued = pending.get(&sequence).map(|item| enqueue(&producer, &item.record, sequence, generation));
+                    if let Some(Err(error)) = enqueued.as_ref().filter(|r| matches!(r, Err(e) if classify_delivery_error(e) == FailureKind::Permanent)) {
+                        let error = error.clone();
+                        let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
+                        if matches!(action, PermanentAction::DeadLettered) {
+                            topics.ensure(&settings.dead_letter.topic, &producer, &metrics).await?;
+                        }
+                        waiting_for_resend.insert(sequence);
+                        if resend_timer.is_none() {
+                            resend_timer = Some(Box::pin(tokio::time::sleep(backoff.next_delay())));
+                        }
+                        continue;
+                    }
+                    if let (Some(item), Some(enqueued)) = (pending.get(&sequence), enqueued) {
+                        match enqueued {
                             Ok(delivery) => deliveries.push(delivery),
                             Err(error) => {
                                 // Queue full or similar: try again after the next delay.
@@ -415,8 +527,13 @@ where
                         }
                         let sequence = next_sequence;
                         next_sequence += 1;
+                        let mut permanent_at_enqueue = None;
                         match enqueue(&producer, &item.record, sequence, generation) {
                             Ok(delivery) => deliveries.push(delivery),
+                            Err(error) if classify_delivery_error(&error) == FailureKind::Permanent => {
+                                // E.g. larger than message.max.bytes: the producer refuses at once.
+                                permanent_at_enqueue = Some(error);
+                            }
                             Err(error) => {
                                 waiting_for_resend.insert(sequence);
                                 if resend_timer.is_none() {
@@ -426,8 +543,18 @@ where
                                 }
                             }
                         }
-                        pending.insert(sequence, Pending { record: item.record, ticket: item.ticket });
+                        pending.insert(sequence, Pending { record: item.record, ticket: item.ticket, origin: item.origin, permanent_failures: 0, first_failure_ms: 0 });
                         InFlightChanged { in_flight: pending.len() }.emit(&metrics);
+                        if let Some(error) = permanent_at_enqueue {
+                            let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
+                            if matches!(action, PermanentAction::DeadLettered) {
+                                topics.ensure(&settings.dead_letter.topic, &producer, &metrics).await?;
+                            }
+                            waiting_for_resend.insert(sequence);
+                            if resend_timer.is_none() {
+                                resend_timer = Some(Box::pin(tokio::time::sleep(backoff.next_delay())));
+                            }
+                        }
                     }
                 }
             }
@@ -691,6 +818,10 @@ mod tests {
             retry_max_backoff: Duration::from_millis(200),
             max_in_flight: 16,
             drain_timeout: Duration::from_secs(5),
+            dead_letter: DeadLetterConfig {
+                enabled: false,
+                ..DeadLetterConfig::default()
+            },
         }
     }
 
@@ -731,6 +862,7 @@ mod tests {
                     .send(SinkItem {
                         record: record(&topic, n),
                         ticket: n,
+                        origin: RecordOrigin::default(),
                     })
                     .await
                     .is_err()
