@@ -75,14 +75,24 @@ const DEAD_LETTER_READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// `dlq list` and `dlq replay`: one JSON line per dead letter; exit code 1 when a selected
 /// dead letter could not be replayed (or `--id` matched none).
 pub async fn dlq_command(action: DlqAction, out: &mut dyn Write) -> anyhow::Result<i32> {
-    use crate::dead_letter::{read_dead_letters, replay_dead_letters, ReplayOutcome, ReplaySelection};
-    let lossy = |bytes: &Option<Vec<u8>>| bytes.as_deref().map(|b| String::from_utf8_lossy(b).into_owned());
+    use crate::dead_letter::{
+        read_dead_letters, replay_dead_letters, ReplayOutcome, ReplaySelection,
+    };
+    let lossy = |bytes: &Option<Vec<u8>>| {
+        bytes
+            .as_deref()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+    };
     match action {
         DlqAction::List { config } => {
             let config = load_config(&config)?;
-            let letters = read_dead_letters(&config.kafka, &config.dead_letter.topic, DEAD_LETTER_READ_TIMEOUT)
-                .await
-                .with_context(|| format!("reading dead-letter topic `{}`", config.dead_letter.topic))?;
+            let letters = read_dead_letters(
+                &config.kafka,
+                &config.dead_letter.topic,
+                DEAD_LETTER_READ_TIMEOUT,
+            )
+            .await
+            .with_context(|| format!("reading dead-letter topic `{}`", config.dead_letter.topic))?;
             for letter in &letters {
                 let line = serde_json::json!({
                     "id": letter.id,
@@ -98,24 +108,40 @@ pub async fn dlq_command(action: DlqAction, out: &mut dyn Write) -> anyhow::Resu
             }
             Ok(0)
         }
-        DlqAction::Replay { config, id, all, since, topic } => {
+        DlqAction::Replay {
+            config,
+            id,
+            all,
+            since,
+            topic,
+        } => {
             let selection = match (id, all, since) {
                 (Some(id), _, _) => ReplaySelection::Id(id),
                 (None, true, _) => ReplaySelection::All,
                 (None, false, Some(since)) => ReplaySelection::Since(since),
-                (None, false, None) => bail!("say which dead letters to replay: --id ID, --all or --since MS"),
+                (None, false, None) => {
+                    bail!("say which dead letters to replay: --id ID, --all or --since MS")
+                }
             };
             let config = load_config(&config)?;
-            let letters = read_dead_letters(&config.kafka, &config.dead_letter.topic, DEAD_LETTER_READ_TIMEOUT)
-                .await
-                .with_context(|| format!("reading dead-letter topic `{}`", config.dead_letter.topic))?;
+            let letters = read_dead_letters(
+                &config.kafka,
+                &config.dead_letter.topic,
+                DEAD_LETTER_READ_TIMEOUT,
+            )
+            .await
+            .with_context(|| format!("reading dead-letter topic `{}`", config.dead_letter.topic))?;
             let report = replay_dead_letters(&letters, &selection, topic.as_deref(), &config.kafka)
                 .await
                 .context("replaying dead letters")?;
             let mut failed = report.is_empty() && matches!(selection, ReplaySelection::Id(_));
             for (letter, outcome) in &report {
                 let line = match outcome {
-                    ReplayOutcome::Published { topic, partition, offset } => serde_json::json!({
+                    ReplayOutcome::Published {
+                        topic,
+                        partition,
+                        offset,
+                    } => serde_json::json!({
                         "id": letter.id, "replayed": true, "topic": topic, "partition": partition, "offset": offset,
                     }),
                     ReplayOutcome::Skipped(reason) => {
@@ -126,7 +152,11 @@ pub async fn dlq_command(action: DlqAction, out: &mut dyn Write) -> anyhow::Resu
                 writeln!(out, "{line}")?;
             }
             if report.is_empty() {
-                writeln!(out, "{}", serde_json::json!({ "replayed": 0, "reason": "no dead letter matched" }))?;
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::json!({ "replayed": 0, "reason": "no dead letter matched" })
+                )?;
             }
             Ok(if failed { 1 } else { 0 })
         }

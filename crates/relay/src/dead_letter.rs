@@ -325,7 +325,10 @@ fn consumer_config(kafka: &KafkaConfig) -> ClientConfig {
     }
     config
         .set("bootstrap.servers", &kafka.brokers)
-        .set("group.id", format!("outbox-relay-dlq-{}", std::process::id()))
+        .set(
+            "group.id",
+            format!("outbox-relay-dlq-{}", std::process::id()),
+        )
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("isolation.level", "read_uncommitted")
@@ -352,7 +355,9 @@ fn read_blocking(
     timeout: Duration,
 ) -> Result<Vec<DeadLetter>, DeadLetterError> {
     let started = Instant::now();
-    let consumer: BaseConsumer = config.create().map_err(kafka_failure("creating the consumer"))?;
+    let consumer: BaseConsumer = config
+        .create()
+        .map_err(kafka_failure("creating the consumer"))?;
     let metadata = consumer
         .fetch_metadata(Some(topic), timeout)
         .map_err(kafka_failure("reading metadata"))?;
@@ -503,7 +508,9 @@ pub async fn replay_dead_letters(
     for (key, value) in crate::sink::producer_properties(kafka) {
         config.set(key, value);
     }
-    let producer: FutureProducer = config.create().map_err(kafka_failure("creating the producer"))?;
+    let producer: FutureProducer = config
+        .create()
+        .map_err(kafka_failure("creating the producer"))?;
     let mut report = Vec::new();
     for letter in letters.iter().filter(|l| selection.selects(l)) {
         let topic = match (topic_override, &letter.original_topic) {
@@ -550,7 +557,9 @@ pub async fn replay_dead_letters(
                 partition: delivery.partition,
                 offset: delivery.offset,
             },
-            Err((error, _)) => ReplayOutcome::Skipped(format!("publish to `{topic}` failed: {error}")),
+            Err((error, _)) => {
+                ReplayOutcome::Skipped(format!("publish to `{topic}` failed: {error}"))
+            }
         };
         report.push((letter.clone(), outcome));
     }

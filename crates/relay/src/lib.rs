@@ -41,7 +41,9 @@ mod tasks;
 
 pub use backoff::Backoff;
 pub use config::{ConfigError, DeadLetterConfig, RelayConfig, StartSetting};
-pub use dead_letter::{read_dead_letters, replay_dead_letters, DeadLetter, RecordOrigin, ReplaySelection};
+pub use dead_letter::{
+    read_dead_letters, replay_dead_letters, DeadLetter, RecordOrigin, ReplaySelection,
+};
 pub use metrics::Metrics;
 pub use pipeline::{run_relay, RelayError, RelayHandles, RelaySummary};
 pub use shutdown::{Shutdown, ShutdownController};

@@ -54,8 +54,8 @@ use crate::backoff::Backoff;
 use crate::config::{RelayConfig, StartSetting};
 use crate::dead_letter::{dead_letter_for_routing_error, RecordOrigin};
 use crate::internal_events::{
-    CheckpointCommitted, DeadLettered, InternalEvent, RecordRouted, RowRead, RowSkipped, SourceConnected,
-    SourceReconnecting, TransactionRead,
+    CheckpointCommitted, DeadLettered, InternalEvent, RecordRouted, RowRead, RowSkipped,
+    SourceConnected, SourceReconnecting, TransactionRead,
 };
 use crate::metrics::Metrics;
 use crate::shutdown::{Shutdown, ShutdownController};

@@ -284,7 +284,10 @@ async fn a_row_that_cannot_be_routed_is_dead_lettered_and_later_events_flow() {
         "{:?}",
         letters[0].headers
     );
-    assert!(letters[0].value.as_deref().is_some_and(|v| v.contains("bad-event-7")));
+    assert!(letters[0]
+        .value
+        .as_deref()
+        .is_some_and(|v| v.contains("bad-event-7")));
     let records = consume_records(
         &fixture.cluster.bootstrap_servers(),
         DEMO_TOPIC,

@@ -50,8 +50,8 @@ use crate::dead_letter::{
     dead_letter_for_record, kafka_error_class, now_millis, FailureReport, RecordOrigin,
 };
 use crate::internal_events::{
-    DeadLettered, DeliveryFailedTransient, InFlightChanged, InternalEvent, ProducerRecreated, RecordsDelivered,
-    TopicCreated,
+    DeadLettered, DeliveryFailedTransient, InFlightChanged, InternalEvent, ProducerRecreated,
+    RecordsDelivered, TopicCreated,
 };
 use crate::kafka_context::RelayClientContext;
 use crate::metrics::Metrics;
@@ -283,7 +283,10 @@ fn on_permanent_failure<T>(
         return Ok(PermanentAction::Resend);
     };
     let class = kafka_error_class(&error);
-    metrics.delivery_errors.with_label_values(&["permanent"]).inc();
+    metrics
+        .delivery_errors
+        .with_label_values(&["permanent"])
+        .inc();
     let is_dead_letter = dead_letter.enabled && item.record.topic == dead_letter.topic;
     if is_dead_letter || !dead_letter.dead_letters(class) {
         return Err(SinkError::Permanent {
@@ -1053,6 +1056,199 @@ mod tests {
             "{error:?}"
         );
         assert!(tickets.is_empty());
+    }
+
+    fn dead_letter_settings(brokers: &str) -> KafkaSinkSettings {
+        KafkaSinkSettings {
+            dead_letter: DeadLetterConfig::default(),
+            ..settings(brokers)
+        }
+    }
+
+    async fn read_topic(
+        brokers: &str,
+        topic: &str,
+        count: usize,
+    ) -> Vec<crate::demo::ConsumedRecord> {
+        crate::demo::consume_records(brokers, topic, count, Duration::from_secs(10))
+            .await
+            .unwrap_or_default()
+    }
+
+    /// Permanent rejections for fewer sends than the budget: resent and delivered to the
+    /// original topic, no dead letter.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn permanent_rejections_within_the_budget_are_resent_not_dead_lettered() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("sink.budget", 1, 1).unwrap();
+        cluster.create_topic("outbox.dlq", 1, 1).unwrap();
+        cluster.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 2],
+        );
+        let metrics = Metrics::new();
+        let brokers = cluster.bootstrap_servers();
+        let (result, tickets) = run_with(
+            dead_letter_settings(&brokers),
+            "sink.budget",
+            1,
+            async {},
+            metrics.clone(),
+        )
+        .await;
+        assert_eq!(result.unwrap().delivered, 1);
+        assert_eq!(tickets, vec![0]);
+        assert_eq!(
+            metrics
+                .dead_lettered
+                .with_label_values(&["message_too_large"])
+                .get(),
+            0
+        );
+        let delivered = read_topic(&brokers, "sink.budget", 1).await;
+        assert_eq!(delivered.len(), 1);
+        assert_eq!(delivered[0].value.as_deref(), Some("payload-0"));
+    }
+
+    /// Rejected on every one of `max_attempts` sends: the record goes to the dead-letter
+    /// topic with its key, a bounded payload prefix and the failure headers, and its ticket
+    /// is reported only then.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_record_rejected_for_the_whole_budget_is_dead_lettered_then_acked() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("sink.dead", 1, 1).unwrap();
+        cluster.create_topic("outbox.dlq", 1, 1).unwrap();
+        cluster.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 3],
+        );
+        let metrics = Metrics::new();
+        let brokers = cluster.bootstrap_servers();
+        let (result, tickets) = run_with(
+            dead_letter_settings(&brokers),
+            "sink.dead",
+            1,
+            async {},
+            metrics.clone(),
+        )
+        .await;
+        assert_eq!(result.unwrap().delivered, 1);
+        assert_eq!(tickets, vec![0]);
+        assert_eq!(
+            metrics
+                .dead_lettered
+                .with_label_values(&["message_too_large"])
+                .get(),
+            1
+        );
+        let letters = read_topic(&brokers, "outbox.dlq", 1).await;
+        assert_eq!(letters.len(), 1, "one dead letter");
+        let header = |name: &str| {
+            letters[0]
+                .headers
+                .iter()
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| value.clone())
+        };
+        assert_eq!(letters[0].key.as_deref(), Some("key-0"));
+        assert_eq!(header("id").as_deref(), Some("event-0"));
+        assert_eq!(header("dlq.original_topic").as_deref(), Some("sink.dead"));
+        assert_eq!(header("dlq.attempts").as_deref(), Some("3"));
+        assert_eq!(
+            header("dlq.error_class").as_deref(),
+            Some("message_too_large")
+        );
+        assert_eq!(header("dlq.payload_size").as_deref(), Some("9"));
+        assert!(read_topic(&brokers, "sink.dead", 1).await.is_empty());
+    }
+
+    /// The dead letter itself rejected: the sink stops naming the dead-letter topic and
+    /// reports nothing (never a drop).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rejected_dead_letter_stops_the_sink() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("sink.dead2", 1, 1).unwrap();
+        cluster.create_topic("outbox.dlq", 1, 1).unwrap();
+        cluster.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED; 10],
+        );
+        let (result, tickets) = run_with(
+            dead_letter_settings(&cluster.bootstrap_servers()),
+            "sink.dead2",
+            1,
+            async {},
+            Metrics::new(),
+        )
+        .await;
+        let error = result.unwrap_err();
+        assert!(
+            matches!(error, SinkError::Permanent { ref topic, .. } if topic == "outbox.dlq"),
+            "{error:?}"
+        );
+        assert!(tickets.is_empty());
+    }
+
+    /// A record above the producer's `message.max.bytes` is refused before it is sent; it
+    /// is dead-lettered with a bounded prefix like a broker rejection.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_record_above_message_max_bytes_is_dead_lettered_with_a_prefix() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("sink.big", 1, 1).unwrap();
+        cluster.create_topic("outbox.dlq", 1, 1).unwrap();
+        let brokers = cluster.bootstrap_servers();
+        let mut settings = dead_letter_settings(&brokers);
+        settings
+            .client_properties
+            .push(("message.max.bytes".into(), "10000".into()));
+        settings.dead_letter.payload_prefix_bytes = 100;
+        let metrics = Metrics::new();
+        let (tx, rx) = mpsc::channel(4);
+        let controller = ShutdownController::new();
+        let delivered = Arc::new(Mutex::new(Vec::new()));
+        let sink_delivered = delivered.clone();
+        let sink = tokio::spawn(run_kafka_sink(
+            settings,
+            rx,
+            move |ticket: u32| sink_delivered.lock().unwrap().push(ticket),
+            metrics.clone(),
+            controller.subscribe(),
+        ));
+        let mut big = record("sink.big", 0);
+        big.payload = Some(vec![b'z'; 50_000]);
+        tx.send(SinkItem {
+            record: big,
+            ticket: 0,
+            origin: RecordOrigin::default(),
+        })
+        .await
+        .unwrap();
+        tx.send(SinkItem {
+            record: record("sink.big", 1),
+            ticket: 1,
+            origin: RecordOrigin::default(),
+        })
+        .await
+        .unwrap();
+        drop(tx);
+        let summary = tokio::time::timeout(Duration::from_secs(30), sink)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(summary.delivered, 2);
+        assert_eq!(*delivered.lock().unwrap(), vec![0, 1]);
+        let letters = read_topic(&brokers, "outbox.dlq", 1).await;
+        assert_eq!(letters.len(), 1);
+        assert_eq!(letters[0].value.as_ref().map(String::len), Some(100));
+        assert!(letters[0]
+            .headers
+            .contains(&("dlq.payload_size".into(), "50000".into())));
+        assert!(letters[0]
+            .headers
+            .contains(&("dlq.payload_truncated".into(), "true".into())));
+        let later = read_topic(&brokers, "sink.big", 1).await;
+        assert_eq!(later[0].value.as_deref(), Some("payload-1"));
     }
 
     #[test]
