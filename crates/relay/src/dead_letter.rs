@@ -10,8 +10,13 @@
 //!   payload is what Kafka rejected (`message_too_large`, `corrupt_record`): then only
 //!   `dead_letter.payload_prefix_bytes` of it, plus its size and FNV-1a 64 hash.
 //! * It adds the `dlq.*` headers listed in [`headers`]. A routing error has no record:
-//!   its dead letter carries the row as a JSON object (column -> value), the key is the
+//!   its dead letter's payload is the row's `payload` column (the whole row as JSON when
+//!   there is none), header `dlq.row` carries the whole row as a JSON object, the key is the
 //!   row's `aggregate_id` text when readable, and `dlq.original_topic_known = false`.
+//!   (Column names `payload`/`aggregate_id` are the seeds/Debezium defaults; with other
+//!   column names the key is absent and the payload is the row JSON.)
+//! * The binlog GTID of the event's transaction is not known when a row fails (it comes
+//!   with the commit): headers carry the rows event's file and position instead.
 //! * Routing errors are deterministic (the same row fails the same way every time): they
 //!   are dead-lettered after one attempt. Kafka rejections are resent up to
 //!   `dead_letter.max_attempts` times with the sink's backoff first.
@@ -60,12 +65,14 @@ pub mod headers {
     pub const BINLOG_POSITION: &str = "dlq.binlog_position";
     /// The outbox table.
     pub const TABLE: &str = "dlq.table";
-    /// `true` when the payload is a prefix only.
+    /// With a rejected payload: `true` when the dead letter keeps a prefix only.
     pub const PAYLOAD_TRUNCATED: &str = "dlq.payload_truncated";
     /// Size of the original payload in bytes (with a truncated payload).
     pub const PAYLOAD_SIZE: &str = "dlq.payload_size";
     /// FNV-1a 64 of the original payload, 16 hex digits (with a truncated payload).
     pub const PAYLOAD_FNV1A64: &str = "dlq.payload_fnv1a64";
+    /// Routing errors only: the whole row as a JSON object (column -> value).
+    pub const ROW: &str = "dlq.row";
     /// Prefix of every header the relay adds; replay drops these.
     pub const PREFIX: &str = "dlq.";
 }
@@ -179,7 +186,8 @@ pub fn dead_letter_for_record(
     let payload_is_the_problem = matches!(failure.class, "message_too_large" | "corrupt_record");
     let payload = match &original.payload {
         Some(payload) if payload_is_the_problem => {
-            push(&mut headers, headers::PAYLOAD_TRUNCATED, true);
+            let truncated = payload.len() > config.payload_prefix_bytes;
+            push(&mut headers, headers::PAYLOAD_TRUNCATED, truncated);
             push(&mut headers, headers::PAYLOAD_SIZE, payload.len());
             push(
                 &mut headers,
@@ -226,6 +234,18 @@ pub fn dead_letter_for_routing_error(
         .and_then(|image| image.get("aggregate_id"))
         .and_then(value_text)
         .map(String::into_bytes);
+    // The original payload when the row has a readable `payload` column (so a replay
+    // publishes the event's own payload); the whole row otherwise.
+    let row_json = serde_json::Value::Object(object).to_string();
+    let payload = match image.and_then(|image| image.get("payload")) {
+        Some(Value::Json(json)) => json.to_string().into_bytes(),
+        Some(Value::Bytes(bytes)) => bytes.clone(),
+        Some(value) => match value_text(value) {
+            Some(text) => text.into_bytes(),
+            None => row_json.clone().into_bytes(),
+        },
+        None => row_json.clone().into_bytes(),
+    };
     let mut headers = Vec::new();
     if let Some(id) = &error.event_id {
         push(&mut headers, "id", id);
@@ -233,10 +253,11 @@ pub fn dead_letter_for_routing_error(
     push(&mut headers, headers::ORIGINAL_TOPIC, "");
     push(&mut headers, headers::ORIGINAL_TOPIC_KNOWN, false);
     push_origin_and_failure(&mut headers, &RecordOrigin::of_row(row), &failure);
+    push(&mut headers, headers::ROW, row_json);
     OutboundRecord {
         topic: config.topic.clone(),
         key,
-        payload: Some(serde_json::Value::Object(object).to_string().into_bytes()),
+        payload: Some(payload),
         headers,
         timestamp_ms: None,
         partition: None,
@@ -642,6 +663,7 @@ mod tests {
         );
         assert_eq!(letter.payload, record().payload);
         assert_eq!(header(&letter, headers::PAYLOAD_TRUNCATED), None);
+        assert_eq!(header(&letter, headers::PAYLOAD_SIZE), None);
     }
 
     #[test]

@@ -284,10 +284,12 @@ async fn a_row_that_cannot_be_routed_is_dead_lettered_and_later_events_flow() {
         "{:?}",
         letters[0].headers
     );
-    assert!(letters[0]
-        .value
-        .as_deref()
-        .is_some_and(|v| v.contains("bad-event-7")));
+    assert_eq!(
+        letters[0].value.as_deref(),
+        Some("{\"n\":7}"),
+        "the row's payload"
+    );
+    assert!(header("dlq.row").is_some_and(|row| row.contains("bad-event-7")));
     let records = consume_records(
         &fixture.cluster.bootstrap_servers(),
         DEMO_TOPIC,
