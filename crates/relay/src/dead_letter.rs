@@ -33,6 +33,8 @@ use std::time::{Duration, Instant};
 
 use outbox_binlog::{RowChange, Value};
 use outbox_router::RoutingError;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -518,7 +520,8 @@ pub enum ReplayOutcome {
 }
 
 /// Republishes the selected dead letters (see the module docs); returns each selected one
-/// with its outcome, in the order read.
+/// with its outcome, in the order read. With `kafka.create_topics` a missing destination
+/// topic is created first.
 pub async fn replay_dead_letters(
     letters: &[DeadLetter],
     selection: &ReplaySelection,
@@ -532,6 +535,16 @@ pub async fn replay_dead_letters(
     let producer: FutureProducer = config
         .create()
         .map_err(kafka_failure("creating the producer"))?;
+    let admin: Option<AdminClient<DefaultClientContext>> = if kafka.create_topics {
+        Some(
+            config
+                .create()
+                .map_err(kafka_failure("creating the admin client"))?,
+        )
+    } else {
+        None
+    };
+    let mut created: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     let mut report = Vec::new();
     for letter in letters.iter().filter(|l| selection.selects(l)) {
         let topic = match (topic_override, &letter.original_topic) {
@@ -556,6 +569,11 @@ pub async fn replay_dead_letters(
                 ),
             ));
             continue;
+        }
+        if let Some(admin) = &admin {
+            if created.insert(topic.clone()) {
+                ensure_topic(admin, &topic, kafka).await?;
+            }
         }
         let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&topic);
         if let Some(key) = &letter.key {
@@ -585,6 +603,37 @@ pub async fn replay_dead_letters(
         report.push((letter.clone(), outcome));
     }
     Ok(report)
+}
+
+/// Creates `topic` like the sink does (`kafka.topic_*`); an existing topic is fine.
+async fn ensure_topic(
+    admin: &AdminClient<DefaultClientContext>,
+    topic: &str,
+    kafka: &KafkaConfig,
+) -> Result<(), DeadLetterError> {
+    let mut new_topic = NewTopic::new(
+        topic,
+        kafka.topic_partitions,
+        TopicReplication::Fixed(kafka.topic_replication_factor),
+    );
+    for (key, value) in &kafka.topic_config {
+        new_topic = new_topic.set(key, value);
+    }
+    let timeout = Duration::from_millis(kafka.admin_timeout_ms);
+    let options = AdminOptions::new()
+        .operation_timeout(Some(timeout))
+        .request_timeout(Some(timeout));
+    let results = admin
+        .create_topics([&new_topic], &options)
+        .await
+        .map_err(kafka_failure("creating the replay topic"))?;
+    match results.into_iter().next() {
+        None | Some(Ok(_)) | Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => Ok(()),
+        Some(Err((_, code))) => Err(DeadLetterError::Kafka {
+            action: "creating the replay topic",
+            source: KafkaError::AdminOp(code),
+        }),
+    }
 }
 
 #[cfg(test)]
