@@ -190,4 +190,36 @@ mod tests {
         .is_err());
         assert!(Cli::try_parse_from(["outbox-relay", "inspect"]).is_err());
     }
+
+    #[test]
+    fn dlq_replay_takes_exactly_one_selection() {
+        let cli = Cli::parse_from([
+            "outbox-relay",
+            "dlq",
+            "replay",
+            "--config",
+            "a.toml",
+            "--id",
+            "e-1",
+            "--topic",
+            "t",
+        ]);
+        assert!(matches!(
+            cli.command,
+            Command::Dlq { action: DlqAction::Replay { ref id, all: false, since: None, ref topic, .. } }
+                if id.as_deref() == Some("e-1") && topic.as_deref() == Some("t")
+        ));
+        assert!(Cli::try_parse_from([
+            "outbox-relay",
+            "dlq",
+            "replay",
+            "--config",
+            "a.toml",
+            "--id",
+            "e-1",
+            "--all",
+        ])
+        .is_err());
+        assert!(Cli::try_parse_from(["outbox-relay", "dlq", "list", "--config", "a.toml"]).is_ok());
+    }
 }

@@ -898,6 +898,37 @@ commit_max_transactions = 1000
         let text = include_str!("../../../deploy/outbox-relay.toml");
         let config = RelayConfig::parse(text).unwrap();
         assert_eq!(config.kafka.compression, "lz4");
+        assert_eq!(config.dead_letter.topic, "outbox.dlq");
+    }
+
+    #[test]
+    fn dead_letter_defaults_and_validation() {
+        let config = RelayConfig::parse(MINIMAL).unwrap();
+        assert!(config.dead_letter.enabled);
+        assert_eq!(config.dead_letter.topic, "outbox.dlq");
+        assert_eq!(config.dead_letter.max_attempts, 3);
+        assert!(config.dead_letter.dead_letters("routing"));
+        let with =
+            |section: &str| RelayConfig::parse(&format!("{MINIMAL}\n[dead_letter]\n{section}"));
+        let policy = with("fail_on = [\"routing\"]").unwrap();
+        assert!(!policy.dead_letter.dead_letters("routing"));
+        assert!(policy.dead_letter.dead_letters("message_too_large"));
+        assert!(!with("enabled = false")
+            .unwrap()
+            .dead_letter
+            .dead_letters("other"));
+        for (section, key) in [
+            ("max_attempts = 0", "dead_letter.max_attempts"),
+            ("topic = \" \"", "dead_letter.topic"),
+            ("fail_on = [\"routng\"]", "dead_letter.fail_on"),
+        ] {
+            let error = with(section).unwrap_err().to_string();
+            assert!(error.contains(key), "{section}: {error}");
+        }
+        assert!(with("retries = 3")
+            .unwrap_err()
+            .to_string()
+            .contains("retries"));
     }
 
     #[test]

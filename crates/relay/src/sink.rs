@@ -1110,6 +1110,66 @@ mod tests {
         assert_eq!(delivered[0].value.as_deref(), Some("payload-0"));
     }
 
+    /// Failure test 3 with dead letters on: retriable errors for far more than
+    /// `max_attempts` sends never count against the budget: nothing is reported while they
+    /// last, everything is delivered to its own topic once they clear, no dead letter.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn retriable_errors_are_never_dead_lettered() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("sink.retry", 1, 1).unwrap();
+        cluster.create_topic("outbox.dlq", 1, 1).unwrap();
+        cluster.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT; 100_000],
+        );
+        let metrics = Metrics::new();
+        let brokers = cluster.bootstrap_servers();
+        let seen = Arc::new(Mutex::new(None));
+        let observer = metrics.clone();
+        let seen_in_outage = seen.clone();
+        let cluster_ref = &cluster;
+        let during = async move {
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+            *seen_in_outage.lock().unwrap() = Some(observer.records_delivered.get());
+            cluster_ref.clear_request_errors(RDKafkaApiKey::Produce);
+        };
+        let (result, mut tickets) = run_with(
+            dead_letter_settings(&brokers),
+            "sink.retry",
+            5,
+            during,
+            metrics.clone(),
+        )
+        .await;
+        assert_eq!(
+            *seen.lock().unwrap(),
+            Some(0),
+            "held back during the errors"
+        );
+        assert_eq!(result.unwrap().delivered, 5);
+        tickets.sort_unstable();
+        assert_eq!(tickets, vec![0, 1, 2, 3, 4]);
+        assert!(
+            metrics
+                .delivery_errors
+                .with_label_values(&["transient"])
+                .get()
+                >= 3
+        );
+        assert_eq!(
+            metrics
+                .delivery_errors
+                .with_label_values(&["permanent"])
+                .get(),
+            0
+        );
+        assert_eq!(read_topic(&brokers, "sink.retry", 5).await.len(), 5);
+        assert!(
+            read_topic(&brokers, "outbox.dlq", 1).await.is_empty(),
+            "no dead letter"
+        );
+    }
+
     /// Rejected on every one of `max_attempts` sends: the record goes to the dead-letter
     /// topic with its key, a bounded payload prefix and the failure headers, and its ticket
     /// is reported only then.
