@@ -302,6 +302,34 @@ async fn a_row_that_cannot_be_routed_is_dead_lettered_and_later_events_flow() {
     assert_eq!(keys, vec!["1", "2"]);
 }
 
+/// A dead letter that cannot be written (here: the dead-letter topic is missing and topic
+/// creation is off) stops the relay, and the checkpoint stays before the failed event: it
+/// counts as acked only once its dead letter is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unwritable_dead_letter_stops_the_relay_before_the_checkpoint_passes_the_event() {
+    let fixture = fixture("").await;
+    fixture.write_orders(1..=1).await;
+    insert_row_without_aggregate_id(&fixture, "bad-event-8").await;
+    fixture.write_orders(2..=2).await;
+    let (_handles, task) = fixture.start_relay();
+    let result = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("the relay stops by itself")
+        .unwrap();
+    let error = result.expect_err("an unwritable dead letter stops the relay");
+    assert!(error.to_string().contains("outbox.dlq"), "{error}");
+    let stored = fixture.stored_gtid_set().await;
+    let sequence: u64 = stored
+        .rsplit('-')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        sequence < 6,
+        "checkpoint `{stored}` must stop before the dead-lettered row (0-1-6)"
+    );
+}
+
 /// Policy `fail` for routing errors keeps the old behaviour: stop, naming the row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_that_cannot_be_routed_stops_the_relay_naming_event_table_and_column() {
