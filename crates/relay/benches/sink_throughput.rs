@@ -51,6 +51,7 @@ fn main() {
                 retry_max_backoff: Duration::from_secs(5),
                 max_in_flight,
                 drain_timeout: Duration::from_secs(30),
+                dead_letter: Default::default(),
             };
             let (tx, rx) = tokio::sync::mpsc::channel(1024);
             let acked = Arc::new(AtomicU64::new(0));
@@ -76,7 +77,7 @@ fn main() {
                     timestamp_ms: None,
                     partition: None,
                 };
-                tx.send(SinkItem { record, ticket: n }).await.expect("sink alive");
+                tx.send(SinkItem { record, ticket: n, origin: Default::default() }).await.expect("sink alive");
             }
             drop(tx);
             let summary = sink.await.expect("join").expect("sink ok");

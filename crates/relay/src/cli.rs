@@ -60,12 +60,50 @@ pub enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+    /// List or replay dead letters (events that failed permanently; see `[dead_letter]`).
+    Dlq {
+        /// list or replay.
+        #[command(subcommand)]
+        action: DlqAction,
+    },
     /// Start a scratch MariaDB and an in-process Kafka, write sample orders with outbox
     /// rows, relay them and print what arrived plus the stored checkpoint.
     Demo {
         /// How many sample orders to write.
         #[arg(long, default_value_t = 3)]
         orders: u32,
+    },
+}
+
+/// `dlq` actions.
+#[derive(Debug, Subcommand)]
+pub enum DlqAction {
+    /// Print every dead letter as one JSON line: id, original topic, error, time.
+    List {
+        /// The TOML config file.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Republish dead letters to their original topic (or `--topic`) with the same key,
+    /// payload and `id`; prints one JSON line per selected dead letter.
+    Replay {
+        /// The TOML config file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Replay the dead letter(s) with this event id.
+        #[arg(long, group = "selection")]
+        id: Option<String>,
+        /// Replay every dead letter.
+        #[arg(long, group = "selection")]
+        all: bool,
+        /// Replay dead letters whose last failure is at or after this time, in
+        /// milliseconds since the epoch.
+        #[arg(long, group = "selection")]
+        since: Option<i64>,
+        /// Publish to this topic instead of the original one (needed when the original is
+        /// unknown: routing errors).
+        #[arg(long)]
+        topic: Option<String>,
     },
 }
 
@@ -151,5 +189,37 @@ mod tests {
         ])
         .is_err());
         assert!(Cli::try_parse_from(["outbox-relay", "inspect"]).is_err());
+    }
+
+    #[test]
+    fn dlq_replay_takes_exactly_one_selection() {
+        let cli = Cli::parse_from([
+            "outbox-relay",
+            "dlq",
+            "replay",
+            "--config",
+            "a.toml",
+            "--id",
+            "e-1",
+            "--topic",
+            "t",
+        ]);
+        assert!(matches!(
+            cli.command,
+            Command::Dlq { action: DlqAction::Replay { ref id, all: false, since: None, ref topic, .. } }
+                if id.as_deref() == Some("e-1") && topic.as_deref() == Some("t")
+        ));
+        assert!(Cli::try_parse_from([
+            "outbox-relay",
+            "dlq",
+            "replay",
+            "--config",
+            "a.toml",
+            "--id",
+            "e-1",
+            "--all",
+        ])
+        .is_err());
+        assert!(Cli::try_parse_from(["outbox-relay", "dlq", "list", "--config", "a.toml"]).is_ok());
     }
 }

@@ -10,7 +10,7 @@ use outbox_binlog::{BinlogFileReader, Commit, GtidSet, Row, RowChange, StreamIte
 use outbox_checkpoint::{Checkpoint, CheckpointPosition, SourceIdentity};
 use outbox_router::{RouteOutcome, Router};
 
-use crate::cli::{CheckpointAction, Cli, Command, LogFormat};
+use crate::cli::{CheckpointAction, Cli, Command, DlqAction, LogFormat};
 use crate::config::{parse_file_position, RelayConfig};
 use crate::pipeline::{run_relay, RelayHandles};
 use crate::shutdown::install_signal_handlers;
@@ -44,6 +44,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
             &mut std::io::stdout().lock(),
             &mut std::io::stderr().lock(),
         ),
+        Command::Dlq { action } => dlq_command(action, &mut std::io::stdout().lock()).await,
         Command::Demo { orders } => crate::demo::demo_command(orders).await,
     }
 }
@@ -66,6 +67,100 @@ async fn run_command(path: &Path) -> anyhow::Result<i32> {
     let summary = run_relay(config, handles).await?;
     tracing::info!(delivered = summary.delivered, "outbox-relay stopped");
     Ok(0)
+}
+
+/// How long `dlq list`/`dlq replay` may take to read the dead-letter topic to its end.
+const DEAD_LETTER_READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `dlq list` and `dlq replay`: one JSON line per dead letter; exit code 1 when a selected
+/// dead letter could not be replayed (or `--id` matched none).
+pub async fn dlq_command(action: DlqAction, out: &mut dyn Write) -> anyhow::Result<i32> {
+    use crate::dead_letter::{
+        read_dead_letters, replay_dead_letters, ReplayOutcome, ReplaySelection,
+    };
+    let lossy = |bytes: &Option<Vec<u8>>| {
+        bytes
+            .as_deref()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+    };
+    match action {
+        DlqAction::List { config } => {
+            let config = load_config(&config)?;
+            let letters = read_dead_letters(
+                &config.kafka,
+                &config.dead_letter.topic,
+                DEAD_LETTER_READ_TIMEOUT,
+            )
+            .await
+            .with_context(|| format!("reading dead-letter topic `{}`", config.dead_letter.topic))?;
+            for letter in &letters {
+                let line = serde_json::json!({
+                    "id": letter.id,
+                    "original_topic": letter.original_topic,
+                    "error_class": letter.error_class,
+                    "error": letter.error_message,
+                    "last_failure_ms": letter.last_failure_ms,
+                    "key": lossy(&letter.key),
+                    "partition": letter.partition,
+                    "offset": letter.offset,
+                });
+                writeln!(out, "{line}")?;
+            }
+            Ok(0)
+        }
+        DlqAction::Replay {
+            config,
+            id,
+            all,
+            since,
+            topic,
+        } => {
+            let selection = match (id, all, since) {
+                (Some(id), _, _) => ReplaySelection::Id(id),
+                (None, true, _) => ReplaySelection::All,
+                (None, false, Some(since)) => ReplaySelection::Since(since),
+                (None, false, None) => {
+                    bail!("say which dead letters to replay: --id ID, --all or --since MS")
+                }
+            };
+            let config = load_config(&config)?;
+            let letters = read_dead_letters(
+                &config.kafka,
+                &config.dead_letter.topic,
+                DEAD_LETTER_READ_TIMEOUT,
+            )
+            .await
+            .with_context(|| format!("reading dead-letter topic `{}`", config.dead_letter.topic))?;
+            let report = replay_dead_letters(&letters, &selection, topic.as_deref(), &config.kafka)
+                .await
+                .context("replaying dead letters")?;
+            let mut failed = report.is_empty() && matches!(selection, ReplaySelection::Id(_));
+            for (letter, outcome) in &report {
+                let line = match outcome {
+                    ReplayOutcome::Published {
+                        topic,
+                        partition,
+                        offset,
+                    } => serde_json::json!({
+                        "id": letter.id, "replayed": true, "topic": topic, "partition": partition, "offset": offset,
+                    }),
+                    ReplayOutcome::Skipped(reason) => {
+                        failed = true;
+                        serde_json::json!({ "id": letter.id, "replayed": false, "reason": reason })
+                    }
+                };
+                writeln!(out, "{line}")?;
+            }
+            if report.is_empty() {
+                writeln!(
+                    out,
+                    "{}",
+                    serde_json::json!({ "replayed": 0, "reason": "no dead letter matched" })
+                )?;
+            }
+            Ok(if failed { 1 } else { 0 })
+        }
+    }
 }
 
 /// One line of the `check` report.

@@ -81,6 +81,79 @@ pub struct RelayConfig {
     /// Flow control and timing of the pipeline.
     #[serde(default)]
     pub pipeline: PipelineConfig,
+    /// What happens to an event that fails permanently (dead-letter topic or stop).
+    #[serde(default)]
+    pub dead_letter: DeadLetterConfig,
+}
+
+/// The error classes `dead_letter.fail_on` accepts (see [`crate::dead_letter`]).
+pub const DEAD_LETTER_ERROR_CLASSES: &[&str] = &[
+    "routing",
+    "message_too_large",
+    "authorization",
+    "invalid_topic",
+    "corrupt_record",
+    "other",
+];
+
+/// `[dead_letter]`: per-event permanent failures go to a dead-letter topic instead of
+/// stopping the relay.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeadLetterConfig {
+    /// Off restores the old behaviour: every permanent failure stops the relay.
+    #[serde(default = "default_dead_letter_enabled")]
+    pub enabled: bool,
+    /// The topic dead letters are written to; it must accept the largest dead letter.
+    #[serde(default = "default_dead_letter_topic")]
+    pub topic: String,
+    /// Sends of a record Kafka rejects permanently before it is dead-lettered (with the
+    /// sink's backoff between them): a broker-side limit may be raised meanwhile. Routing
+    /// errors are deterministic and are dead-lettered after one attempt.
+    #[serde(default = "default_dead_letter_max_attempts")]
+    pub max_attempts: u32,
+    /// How many payload bytes a dead letter keeps when the payload itself is what Kafka
+    /// rejected (too large, corrupt); its size and FNV-1a hash go into headers.
+    #[serde(default = "default_dead_letter_payload_prefix_bytes")]
+    pub payload_prefix_bytes: usize,
+    /// Error classes that stop the relay instead of being dead-lettered (policy `fail`):
+    /// any of `routing`, `message_too_large`, `authorization`, `invalid_topic`,
+    /// `corrupt_record`, `other`.
+    #[serde(default)]
+    pub fail_on: Vec<String>,
+}
+
+impl Default for DeadLetterConfig {
+    fn default() -> Self {
+        Self {
+            enabled: default_dead_letter_enabled(),
+            topic: default_dead_letter_topic(),
+            max_attempts: default_dead_letter_max_attempts(),
+            payload_prefix_bytes: default_dead_letter_payload_prefix_bytes(),
+            fail_on: Vec::new(),
+        }
+    }
+}
+
+impl DeadLetterConfig {
+    /// True when an event failing with `class` is dead-lettered (policy), false when it
+    /// stops the relay.
+    pub fn dead_letters(&self, class: &str) -> bool {
+        self.enabled && !self.fail_on.iter().any(|c| c == class)
+    }
+}
+
+fn default_dead_letter_enabled() -> bool {
+    true
+}
+fn default_dead_letter_topic() -> String {
+    "outbox.dlq".into()
+}
+fn default_dead_letter_max_attempts() -> u32 {
+    3
+}
+fn default_dead_letter_payload_prefix_bytes() -> usize {
+    1024
 }
 
 /// `[source]`: the MySQL/MariaDB server to replicate from.
@@ -692,6 +765,32 @@ impl RelayConfig {
         if pipeline.channel_capacity == 0 {
             return Err(invalid("pipeline.channel_capacity", "must be at least 1"));
         }
+        let dead_letter = &self.dead_letter;
+        if dead_letter.topic.trim().is_empty() {
+            return Err(invalid(
+                "dead_letter.topic",
+                "must not be empty (default `outbox.dlq`)",
+            ));
+        }
+        if dead_letter.max_attempts == 0 {
+            return Err(invalid(
+                "dead_letter.max_attempts",
+                "must be at least 1 (default 3)",
+            ));
+        }
+        if let Some(unknown) = dead_letter
+            .fail_on
+            .iter()
+            .find(|class| !DEAD_LETTER_ERROR_CLASSES.contains(&class.as_str()))
+        {
+            return Err(invalid(
+                "dead_letter.fail_on",
+                format!(
+                    "unknown error class `{unknown}`; use any of {}",
+                    DEAD_LETTER_ERROR_CLASSES.join(", ")
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -805,6 +904,37 @@ commit_max_transactions = 1000
         let text = include_str!("../../../deploy/outbox-relay.toml");
         let config = RelayConfig::parse(text).unwrap();
         assert_eq!(config.kafka.compression, "lz4");
+        assert_eq!(config.dead_letter.topic, "outbox.dlq");
+    }
+
+    #[test]
+    fn dead_letter_defaults_and_validation() {
+        let config = RelayConfig::parse(MINIMAL).unwrap();
+        assert!(config.dead_letter.enabled);
+        assert_eq!(config.dead_letter.topic, "outbox.dlq");
+        assert_eq!(config.dead_letter.max_attempts, 3);
+        assert!(config.dead_letter.dead_letters("routing"));
+        let with =
+            |section: &str| RelayConfig::parse(&format!("{MINIMAL}\n[dead_letter]\n{section}"));
+        let policy = with("fail_on = [\"routing\"]").unwrap();
+        assert!(!policy.dead_letter.dead_letters("routing"));
+        assert!(policy.dead_letter.dead_letters("message_too_large"));
+        assert!(!with("enabled = false")
+            .unwrap()
+            .dead_letter
+            .dead_letters("other"));
+        for (section, key) in [
+            ("max_attempts = 0", "dead_letter.max_attempts"),
+            ("topic = \" \"", "dead_letter.topic"),
+            ("fail_on = [\"routng\"]", "dead_letter.fail_on"),
+        ] {
+            let error = with(section).unwrap_err().to_string();
+            assert!(error.contains(key), "{section}: {error}");
+        }
+        assert!(with("retries = 3")
+            .unwrap_err()
+            .to_string()
+            .contains("retries"));
     }
 
     #[test]

@@ -77,6 +77,31 @@ impl InternalEvent for RecordRouted {
     }
 }
 
+/// An event failed permanently and its dead letter is being written (counted by class;
+/// the event is acked only once the dead letter is).
+#[derive(Debug)]
+pub struct DeadLettered<'a> {
+    /// The error class (`routing`, `message_too_large`, ...).
+    pub class: &'a str,
+    /// The event id, when known, so the operator can find it with `dlq list`.
+    pub id: Option<&'a str>,
+    /// The topic the event was meant for (empty when unknown).
+    pub original_topic: &'a str,
+    /// The dead-letter topic.
+    pub dead_letter_topic: &'a str,
+    /// Sends tried.
+    pub attempts: u32,
+    /// The error text.
+    pub error: &'a str,
+}
+
+impl InternalEvent for DeadLettered<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics.dead_lettered.with_label_values(&[self.class]).inc();
+        tracing::error!(class = self.class, id = self.id.unwrap_or("<unknown>"), original_topic = self.original_topic, dead_letter_topic = self.dead_letter_topic, attempts = self.attempts, error = self.error, "event failed permanently; writing it to the dead-letter topic (see `outbox-relay dlq list`)");
+    }
+}
+
 /// The router skipped a row by design.
 #[derive(Debug)]
 pub struct RowSkipped<'a> {

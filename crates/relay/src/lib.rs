@@ -7,6 +7,7 @@
 //! * [`config`]: the TOML configuration and its validation;
 //! * [`pipeline`]: [`run_relay`], the source -> router -> sink -> tracker -> store tasks;
 //! * [`sink`]: the Kafka producer side (idempotent, retrying, topic creation);
+//! * [`dead_letter`]: dead letters (what a permanent per-event failure becomes) and replay;
 //! * [`commands`]: the CLI subcommands (`run`, `check`, `checkpoint`, `inspect`, `demo`);
 //! * [`metrics`] and [`internal_events`]: Prometheus counters and the log lines that go
 //!   with them;
@@ -25,6 +26,7 @@ pub mod commands;
 #[cfg(test)]
 mod commands_tests;
 pub mod config;
+pub mod dead_letter;
 pub mod demo;
 pub mod internal_events;
 pub mod kafka_context;
@@ -38,7 +40,10 @@ mod stores;
 mod tasks;
 
 pub use backoff::Backoff;
-pub use config::{ConfigError, RelayConfig, StartSetting};
+pub use config::{ConfigError, DeadLetterConfig, RelayConfig, StartSetting};
+pub use dead_letter::{
+    read_dead_letters, replay_dead_letters, DeadLetter, RecordOrigin, ReplaySelection,
+};
 pub use metrics::Metrics;
 pub use pipeline::{run_relay, RelayError, RelayHandles, RelaySummary};
 pub use shutdown::{Shutdown, ShutdownController};

@@ -33,6 +33,8 @@ pub struct Metrics {
     pub records_delivered: IntCounter,
     /// Failed deliveries, by `kind` (`transient`, `fatal`, `permanent`).
     pub delivery_errors: IntCounterVec,
+    /// Events written to the dead-letter topic (and acked there), by error `class`.
+    pub dead_lettered: IntCounterVec,
     /// Records sent and not yet acknowledged.
     pub in_flight: IntGauge,
     /// Checkpoint commits that reached the store.
@@ -78,6 +80,15 @@ impl Metrics {
         )
         .unwrap_or_else(|e| panic!("metric delivery_errors: {e}"));
         let _ = registry.register(Box::new(delivery_errors.clone()));
+        let dead_lettered = IntCounterVec::new(
+            Opts::new(
+                "outbox_relay_dead_lettered_total",
+                "Events sent to the dead-letter topic, by error class",
+            ),
+            &["class"],
+        )
+        .unwrap_or_else(|e| panic!("metric dead_lettered: {e}"));
+        let _ = registry.register(Box::new(dead_lettered.clone()));
         let checkpoint_lag_seconds = Gauge::new(
             "outbox_relay_checkpoint_lag_seconds",
             "Now minus the server timestamp of the last committed transaction; 0 when caught up",
@@ -98,6 +109,7 @@ impl Metrics {
             ),
             records_delivered: counter("records_delivered_total", "Records acknowledged by Kafka"),
             delivery_errors,
+            dead_lettered,
             in_flight: int_gauge("in_flight", "Records sent and not yet acknowledged"),
             checkpoint_commits: counter("checkpoint_commits_total", "Checkpoint commits"),
             checkpoint_binlog_offset: int_gauge(

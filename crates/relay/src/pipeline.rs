@@ -9,9 +9,14 @@
 //! * **Backpressure.** The source -> router and router -> sink channels are bounded
 //!   (`pipeline.channel_capacity`) and the sink keeps at most `pipeline.max_in_flight`
 //!   records unacked, so memory is bounded however far behind Kafka is.
-//! * **Definite errors stop the relay**: a routing error (naming event id, table and
-//!   column), a definite source error, a permanent Kafka rejection, a checkpoint store
-//!   failure. The acked prefix is still committed before returning the error.
+//! * **Dead letters.** A per-event permanent failure (routing error, a record Kafka
+//!   rejects for good) becomes a dead letter on `dead_letter.topic` under the event's own
+//!   ack ticket: **a dead-lettered event counts as acked only after the dead-letter write is
+//!   acked**, so the checkpoint never passes an event that is neither delivered nor
+//!   dead-lettered. See [`crate::dead_letter`].
+//! * **Definite errors stop the relay**: a routing error under policy `fail` (naming event
+//!   id, table and column), a definite source error, a permanent Kafka rejection under
+//!   policy `fail` or of a dead letter itself, a checkpoint store failure. The acked prefix is still committed before returning the error.
 //!
 //! * **Startup retries.** A source that is unreachable at startup (transient error) is
 //!   retried with backoff like a lost connection; definite errors fail at once.
@@ -47,9 +52,10 @@ use tokio::sync::{mpsc, Notify};
 
 use crate::backoff::Backoff;
 use crate::config::{RelayConfig, StartSetting};
+use crate::dead_letter::{dead_letter_for_routing_error, RecordOrigin};
 use crate::internal_events::{
-    CheckpointCommitted, InternalEvent, RecordRouted, RowRead, RowSkipped, SourceConnected,
-    SourceReconnecting, TransactionRead,
+    CheckpointCommitted, DeadLettered, InternalEvent, RecordRouted, RowRead, RowSkipped,
+    SourceConnected, SourceReconnecting, TransactionRead,
 };
 use crate::metrics::Metrics;
 use crate::shutdown::{Shutdown, ShutdownController};
@@ -106,9 +112,8 @@ pub enum RelayError {
 
 /// The operator-facing message for a routing error: event id, table, column, then the fix.
 ///
-/// **Dead-letter seam:** this is the one place a routing error is turned into a stop; a
-/// later dead-letter topic replaces the `Err` in the router task's `RoutingFailure` handling
-/// with a record to that topic (tracked and acked like any other).
+/// Used when `[dead_letter]` is off or `fail_on` contains `routing`; otherwise a routing
+/// error becomes a dead letter (see [`crate::dead_letter`]).
 fn describe_routing_error(error: &RoutingError) -> String {
     format!(
         "cannot route event {} of table {} (column {}): {error}; fix or remove the row, then restart (the relay stopped so the event is not skipped)",
@@ -339,6 +344,7 @@ pub async fn run_relay(
                 tracker: tracker.clone(),
                 progress: acked.clone(),
                 metrics: metrics.clone(),
+                dead_letter: config.dead_letter.clone(),
             },
             items_rx,
             records_tx,
@@ -350,7 +356,7 @@ pub async fn run_relay(
     let sink_task = spawn_named(
         "kafka-sink",
         run_kafka_sink(
-            KafkaSinkSettings::from_config(&config.kafka, &config.pipeline),
+            KafkaSinkSettings::from_relay_config(&config),
             records_rx,
             move |token: AckToken| {
                 let result = lock_tracker(&sink_tracker).ack(token);
@@ -693,6 +699,8 @@ struct RouterTaskContext {
     progress: Arc<Notify>,
     /// Counters.
     metrics: Arc<Metrics>,
+    /// Routing errors become dead letters unless policy says `fail`.
+    dead_letter: crate::config::DeadLetterConfig,
 }
 
 /// Routes rows into records (registering each with the tracker) and ends transactions in
@@ -710,6 +718,7 @@ async fn run_router(
         tracker,
         progress,
         metrics,
+        dead_letter,
     } = context;
     // Transactions (and heartbeats) ended so far: the same count as the tracker's
     // `completed_transactions` once the checkpoint passes them.
@@ -742,6 +751,7 @@ async fn run_router(
                     let item = SinkItem {
                         record: OutboundRecord::from(record),
                         ticket,
+                        origin: RecordOrigin::of_row(&row),
                     };
                     tokio::select! {
                         _ = shutdown.recv() => return Ok(()),
@@ -756,8 +766,35 @@ async fn run_router(
                     }
                     .emit(&metrics);
                 }
-                // Dead-letter seam: see `describe_routing_error`.
-                Err(error) => return Err(RelayError::Routing(Box::new(error))),
+                // Policy `fail` (or dead letters off): stop, naming the row.
+                Err(error) if !dead_letter.dead_letters("routing") => {
+                    return Err(RelayError::Routing(Box::new(error)))
+                }
+                // Deterministic: dead-lettered at once, tracked and acked like any record.
+                Err(error) => {
+                    let letter = dead_letter_for_routing_error(&error, &row, &dead_letter);
+                    let message = error.to_string();
+                    DeadLettered {
+                        class: "routing",
+                        id: error.event_id.as_deref(),
+                        original_topic: "",
+                        dead_letter_topic: &dead_letter.topic,
+                        attempts: 1,
+                        error: &message,
+                    }
+                    .emit(&metrics);
+                    let ticket = lock_tracker(&tracker).add_record();
+                    records_in_open_transaction += 1;
+                    let item = SinkItem {
+                        record: letter,
+                        ticket,
+                        origin: RecordOrigin::of_row(&row),
+                    };
+                    tokio::select! {
+                        _ = shutdown.recv() => return Ok(()),
+                        sent = records.send(item) => if sent.is_err() { return Ok(()) },
+                    }
+                }
             },
             StreamItem::Commit(commit) => end_transaction(
                 CheckpointPosition::after_commit(&commit),

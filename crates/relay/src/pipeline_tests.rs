@@ -220,9 +220,121 @@ async fn a_restart_resumes_from_the_checkpoint_without_replaying_acked_events() 
     assert_eq!(keys, vec!["1", "2", "3", "4"]);
 }
 
+async fn insert_row_without_aggregate_id(fixture: &Fixture, event_id: &str) {
+    let mut conn = fixture.server.conn().await.unwrap();
+    conn.query_drop("ALTER TABLE shop.outbox MODIFY aggregate_id VARCHAR(255) NULL")
+        .await
+        .unwrap();
+    conn.query_drop(format!(
+        "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('{event_id}', 'order', NULL, 'order_created', '{{\"n\":7}}')"
+    ))
+    .await
+    .unwrap();
+    conn.disconnect().await.unwrap();
+}
+
+/// Default policy: an unroutable row becomes a dead letter (after one attempt: routing is
+/// deterministic), later events flow, and the checkpoint passes the row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_that_cannot_be_routed_is_dead_lettered_and_later_events_flow() {
+    let fixture = fixture("").await;
+    fixture.cluster.create_topic("outbox.dlq", 1, 1).unwrap();
+    fixture.write_orders(1..=1).await;
+    // ALTER is 0-1-5, the bad row 0-1-6, order 2 is 0-1-7.
+    insert_row_without_aggregate_id(&fixture, "bad-event-7").await;
+    fixture.write_orders(2..=2).await;
+    let (handles, task) = fixture.start_relay();
+    fixture
+        .wait_for_checkpoint("0-1-7", Duration::from_secs(30))
+        .await;
+    let summary = stop(handles.clone(), task).await.unwrap();
+    assert_eq!(summary.delivered, 3, "two orders and one dead letter");
+    assert_eq!(
+        handles
+            .metrics
+            .dead_lettered
+            .with_label_values(&["routing"])
+            .get(),
+        1
+    );
+    let letters = consume_records(
+        &fixture.cluster.bootstrap_servers(),
+        "outbox.dlq",
+        1,
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let header = |name: &str| {
+        letters[0]
+            .headers
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.clone())
+    };
+    assert_eq!(header("id").as_deref(), Some("bad-event-7"));
+    assert_eq!(header("dlq.error_class").as_deref(), Some("routing"));
+    assert_eq!(header("dlq.original_topic_known").as_deref(), Some("false"));
+    assert_eq!(header("dlq.table").as_deref(), Some("shop.outbox"));
+    assert_eq!(header("dlq.attempts").as_deref(), Some("1"));
+    assert!(header("dlq.binlog_file").is_some() && header("dlq.binlog_position").is_some());
+    assert!(
+        header("dlq.error_message").is_some_and(|m| m.contains("aggregate_id")),
+        "{:?}",
+        letters[0].headers
+    );
+    assert_eq!(
+        letters[0].value.as_deref(),
+        Some("{\"n\":7}"),
+        "the row's payload"
+    );
+    assert!(header("dlq.row").is_some_and(|row| row.contains("bad-event-7")));
+    let records = consume_records(
+        &fixture.cluster.bootstrap_servers(),
+        DEMO_TOPIC,
+        2,
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let keys: Vec<_> = records.iter().filter_map(|r| r.key.clone()).collect();
+    assert_eq!(keys, vec!["1", "2"]);
+}
+
+/// A dead letter that cannot be written (here: the dead-letter topic is missing and topic
+/// creation is off) stops the relay, and the checkpoint stays before the failed event: it
+/// counts as acked only once its dead letter is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unwritable_dead_letter_stops_the_relay_before_the_checkpoint_passes_the_event() {
+    let fixture = fixture("").await;
+    fixture.write_orders(1..=1).await;
+    insert_row_without_aggregate_id(&fixture, "bad-event-8").await;
+    fixture.write_orders(2..=2).await;
+    let (_handles, task) = fixture.start_relay();
+    let result = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("the relay stops by itself")
+        .unwrap();
+    let error = result.expect_err("an unwritable dead letter stops the relay");
+    assert!(error.to_string().contains("outbox.dlq"), "{error}");
+    let stored = fixture.stored_gtid_set().await;
+    let sequence: u64 = stored
+        .rsplit('-')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        sequence < 6,
+        "checkpoint `{stored}` must stop before the dead-lettered row (0-1-6)"
+    );
+}
+
+/// Policy `fail` for routing errors keeps the old behaviour: stop, naming the row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_that_cannot_be_routed_stops_the_relay_naming_event_table_and_column() {
-    let fixture = fixture("").await;
+    let mut fixture = fixture("").await;
+    fixture.config.dead_letter.fail_on = vec!["routing".into()];
     fixture.write_orders(1..=1).await;
     let mut conn = fixture.server.conn().await.unwrap();
     conn.query_drop("ALTER TABLE shop.outbox MODIFY aggregate_id VARCHAR(255) NULL")

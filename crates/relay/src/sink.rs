@@ -13,8 +13,13 @@
 //!   delivery timeout (librdkafka already retried for `message.timeout.ms`; a broker that
 //!   restarted empty no longer knows the producer id, so that producer never recovers),
 //!   rebuild the producer and resend every unacked record in input order.
-//! * Permanent errors (record too large, authorization, invalid topic) stop the sink with
-//!   [`SinkError::Permanent`] naming the topic; nothing is skipped.
+//! * Permanent errors (record too large, authorization, invalid topic, corrupt record),
+//!   whether reported on delivery or at once by the producer, are resent up to
+//!   `dead_letter.max_attempts` times (with backoff), then the record is replaced by its
+//!   dead letter ([`crate::dead_letter`]) on `dead_letter.topic` under the same ticket, so
+//!   the ticket is reported only once the dead letter is acked. With dead letters off, for
+//!   an error class in `dead_letter.fail_on`, or when the dead letter itself is rejected,
+//!   the sink stops with [`SinkError::Permanent`] naming the topic; nothing is skipped.
 //! * Before the first send to a topic the sink checks that it exists, creating it through
 //!   the admin API when `create_topics` is set, otherwise failing with
 //!   [`SinkError::TopicMissing`]. Known topics are cached.
@@ -40,10 +45,13 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tokio::sync::mpsc;
 
 use crate::backoff::Backoff;
-use crate::config::{KafkaConfig, PROTECTED_KAFKA_PROPERTIES};
+use crate::config::{DeadLetterConfig, KafkaConfig, PROTECTED_KAFKA_PROPERTIES};
+use crate::dead_letter::{
+    dead_letter_for_record, kafka_error_class, now_millis, FailureReport, RecordOrigin,
+};
 use crate::internal_events::{
-    DeliveryFailedTransient, InFlightChanged, InternalEvent, ProducerRecreated, RecordsDelivered,
-    TopicCreated,
+    DeadLettered, DeliveryFailedTransient, InFlightChanged, InternalEvent, ProducerRecreated,
+    RecordsDelivered, TopicCreated,
 };
 use crate::kafka_context::RelayClientContext;
 use crate::metrics::Metrics;
@@ -73,6 +81,8 @@ pub struct SinkItem<T> {
     pub record: OutboundRecord,
     /// Opaque to the sink; identifies the record to the ack tracker.
     pub ticket: T,
+    /// Where the event came from in the binlog; goes into its dead letter, if any.
+    pub origin: RecordOrigin,
 }
 
 /// Sink settings derived from `[kafka]` and `[pipeline]`.
@@ -98,6 +108,8 @@ pub struct KafkaSinkSettings {
     pub max_in_flight: usize,
     /// How long shutdown waits for records in flight.
     pub drain_timeout: Duration,
+    /// What a permanently rejected record becomes (dead letter or stop).
+    pub dead_letter: DeadLetterConfig,
 }
 
 impl KafkaSinkSettings {
@@ -114,6 +126,15 @@ impl KafkaSinkSettings {
             retry_max_backoff: Duration::from_millis(kafka.retry_max_backoff_ms),
             max_in_flight: pipeline.max_in_flight,
             drain_timeout: pipeline.shutdown_timeout(),
+            dead_letter: DeadLetterConfig::default(),
+        }
+    }
+
+    /// Settings from the whole config, `[dead_letter]` included.
+    pub fn from_relay_config(config: &crate::config::RelayConfig) -> Self {
+        Self {
+            dead_letter: config.dead_letter.clone(),
+            ..Self::from_config(&config.kafka, &config.pipeline)
         }
     }
 
@@ -230,10 +251,89 @@ pub fn classify_delivery_error(error: &KafkaError) -> FailureKind {
 
 /// A record taken from the input and not yet acked.
 struct Pending<T> {
-    /// The record, kept for resends.
+    /// The record, kept for resends (replaced by its dead letter when dead-lettered).
     record: OutboundRecord,
     /// The caller's ticket, handed back on ack.
     ticket: T,
+    /// Binlog origin, for the dead letter.
+    origin: RecordOrigin,
+    /// Permanent failures so far, against `dead_letter.max_attempts`.
+    permanent_failures: u32,
+    /// When the first permanent failure happened (ms since the epoch), for the dead letter.
+    first_failure_ms: i64,
+}
+
+/// What to do after a permanent failure that did not stop the sink.
+enum PermanentAction {
+    /// Resend the same record after the backoff (budget not used up).
+    Resend,
+    /// The record was replaced by its dead letter: make sure the topic exists, then send.
+    DeadLettered,
+}
+
+/// Applies the dead-letter policy to a permanent failure of `sequence`.
+fn on_permanent_failure<T>(
+    pending: &mut BTreeMap<u64, Pending<T>>,
+    sequence: u64,
+    error: KafkaError,
+    dead_letter: &DeadLetterConfig,
+    metrics: &Metrics,
+) -> Result<PermanentAction, SinkError> {
+    let Some(item) = pending.get_mut(&sequence) else {
+        return Ok(PermanentAction::Resend);
+    };
+    let class = kafka_error_class(&error);
+    metrics
+        .delivery_errors
+        .with_label_values(&["permanent"])
+        .inc();
+    let is_dead_letter = dead_letter.enabled && item.record.topic == dead_letter.topic;
+    if is_dead_letter || !dead_letter.dead_letters(class) {
+        return Err(SinkError::Permanent {
+            topic: item.record.topic.clone(),
+            key: item
+                .record
+                .key
+                .as_deref()
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .unwrap_or_else(|| "<none>".into()),
+            error: Box::new(error),
+        });
+    }
+    let now = now_millis();
+    if item.permanent_failures == 0 {
+        item.first_failure_ms = now;
+    }
+    item.permanent_failures += 1;
+    if item.permanent_failures < dead_letter.max_attempts {
+        tracing::warn!(topic = %item.record.topic, class, %error, attempt = item.permanent_failures, max_attempts = dead_letter.max_attempts, "Kafka rejected a record permanently; resending before dead-lettering it");
+        return Ok(PermanentAction::Resend);
+    }
+    let failure = FailureReport {
+        class,
+        message: error.to_string(),
+        attempts: item.permanent_failures,
+        first_failure_ms: item.first_failure_ms,
+        last_failure_ms: now,
+    };
+    let letter = dead_letter_for_record(&item.record, &item.origin, &failure, dead_letter);
+    let id = item
+        .record
+        .headers
+        .iter()
+        .find(|(key, _)| key == "id")
+        .map(|(_, value)| String::from_utf8_lossy(value).into_owned());
+    DeadLettered {
+        class,
+        id: id.as_deref(),
+        original_topic: &item.record.topic,
+        dead_letter_topic: &dead_letter.topic,
+        attempts: failure.attempts,
+        error: &failure.message,
+    }
+    .emit(metrics);
+    item.record = letter;
+    Ok(PermanentAction::DeadLettered)
 }
 
 type DeliveryOutcome = (u64, u64, Result<(), KafkaError>);
@@ -314,12 +414,14 @@ where
                         let kind = if fatal.is_some() { FailureKind::Fatal } else { classify_delivery_error(&error) };
                         match kind {
                             FailureKind::Permanent => {
-                                let record = pending.get(&sequence).map(|p| &p.record);
-                                return Err(SinkError::Permanent {
-                                    topic: record.map(|r| r.topic.clone()).unwrap_or_default(),
-                                    key: record.and_then(|r| r.key.as_deref()).map(|k| String::from_utf8_lossy(k).into_owned()).unwrap_or_else(|| "<none>".into()),
-                                    error: Box::new(error),
-                                });
+                                let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
+                                if matches!(action, PermanentAction::DeadLettered) {
+                                    topics.ensure(&settings.dead_letter.topic, &producer, &metrics).await?;
+                                }
+                                waiting_for_resend.insert(sequence);
+                                if resend_timer.is_none() {
+                                    resend_timer = Some(Box::pin(tokio::time::sleep(backoff.next_delay())));
+                                }
                             }
                             FailureKind::Fatal => {
                                 let reason = fatal.map(|(code, message)| format!("fatal {code:?}: {message}")).unwrap_or_else(|| format!("fatal: {error}"));
@@ -372,8 +474,21 @@ where
                 }
                 let due: Vec<u64> = std::mem::take(&mut waiting_for_resend).into_iter().collect();
                 for sequence in due {
-                    if let Some(item) = pending.get(&sequence) {
-                        match enqueue(&producer, &item.record, sequence, generation) {
+                    let enqueued = pending.get(&sequence).map(|item| enqueue(&producer, &item.record, sequence, generation));
+                    if let Some(Err(error)) = enqueued.as_ref().filter(|r| matches!(r, Err(e) if classify_delivery_error(e) == FailureKind::Permanent)) {
+                        let error = error.clone();
+                        let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
+                        if matches!(action, PermanentAction::DeadLettered) {
+                            topics.ensure(&settings.dead_letter.topic, &producer, &metrics).await?;
+                        }
+                        waiting_for_resend.insert(sequence);
+                        if resend_timer.is_none() {
+                            resend_timer = Some(Box::pin(tokio::time::sleep(backoff.next_delay())));
+                        }
+                        continue;
+                    }
+                    if let (Some(item), Some(enqueued)) = (pending.get(&sequence), enqueued) {
+                        match enqueued {
                             Ok(delivery) => deliveries.push(delivery),
                             Err(error) => {
                                 // Queue full or similar: try again after the next delay.
@@ -415,8 +530,13 @@ where
                         }
                         let sequence = next_sequence;
                         next_sequence += 1;
+                        let mut permanent_at_enqueue = None;
                         match enqueue(&producer, &item.record, sequence, generation) {
                             Ok(delivery) => deliveries.push(delivery),
+                            Err(error) if classify_delivery_error(&error) == FailureKind::Permanent => {
+                                // E.g. larger than message.max.bytes: the producer refuses at once.
+                                permanent_at_enqueue = Some(error);
+                            }
                             Err(error) => {
                                 waiting_for_resend.insert(sequence);
                                 if resend_timer.is_none() {
@@ -426,8 +546,18 @@ where
                                 }
                             }
                         }
-                        pending.insert(sequence, Pending { record: item.record, ticket: item.ticket });
+                        pending.insert(sequence, Pending { record: item.record, ticket: item.ticket, origin: item.origin, permanent_failures: 0, first_failure_ms: 0 });
                         InFlightChanged { in_flight: pending.len() }.emit(&metrics);
+                        if let Some(error) = permanent_at_enqueue {
+                            let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
+                            if matches!(action, PermanentAction::DeadLettered) {
+                                topics.ensure(&settings.dead_letter.topic, &producer, &metrics).await?;
+                            }
+                            waiting_for_resend.insert(sequence);
+                            if resend_timer.is_none() {
+                                resend_timer = Some(Box::pin(tokio::time::sleep(backoff.next_delay())));
+                            }
+                        }
                     }
                 }
             }
@@ -691,6 +821,10 @@ mod tests {
             retry_max_backoff: Duration::from_millis(200),
             max_in_flight: 16,
             drain_timeout: Duration::from_secs(5),
+            dead_letter: DeadLetterConfig {
+                enabled: false,
+                ..DeadLetterConfig::default()
+            },
         }
     }
 
@@ -731,6 +865,7 @@ mod tests {
                     .send(SinkItem {
                         record: record(&topic, n),
                         ticket: n,
+                        origin: RecordOrigin::default(),
                     })
                     .await
                     .is_err()
@@ -921,6 +1056,313 @@ mod tests {
             "{error:?}"
         );
         assert!(tickets.is_empty());
+    }
+
+    fn dead_letter_settings(brokers: &str) -> KafkaSinkSettings {
+        KafkaSinkSettings {
+            dead_letter: DeadLetterConfig::default(),
+            ..settings(brokers)
+        }
+    }
+
+    async fn read_topic(
+        brokers: &str,
+        topic: &str,
+        count: usize,
+    ) -> Vec<crate::demo::ConsumedRecord> {
+        crate::demo::consume_records(brokers, topic, count, Duration::from_secs(10))
+            .await
+            .unwrap_or_default()
+    }
+
+    /// Permanent rejections for fewer sends than the budget: resent and delivered to the
+    /// original topic, no dead letter.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn permanent_rejections_within_the_budget_are_resent_not_dead_lettered() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("sink.budget", 1, 1).unwrap();
+        cluster.create_topic("outbox.dlq", 1, 1).unwrap();
+        cluster.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 2],
+        );
+        let metrics = Metrics::new();
+        let brokers = cluster.bootstrap_servers();
+        let (result, tickets) = run_with(
+            dead_letter_settings(&brokers),
+            "sink.budget",
+            1,
+            async {},
+            metrics.clone(),
+        )
+        .await;
+        assert_eq!(result.unwrap().delivered, 1);
+        assert_eq!(tickets, vec![0]);
+        assert_eq!(
+            metrics
+                .dead_lettered
+                .with_label_values(&["message_too_large"])
+                .get(),
+            0
+        );
+        let delivered = read_topic(&brokers, "sink.budget", 1).await;
+        assert_eq!(delivered.len(), 1);
+        assert_eq!(delivered[0].value.as_deref(), Some("payload-0"));
+    }
+
+    /// Failure test 3 with dead letters on: retriable errors for far more than
+    /// `max_attempts` sends never count against the budget: nothing is reported while they
+    /// last, everything is delivered to its own topic once they clear, no dead letter.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn retriable_errors_are_never_dead_lettered() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("sink.retry", 1, 1).unwrap();
+        cluster.create_topic("outbox.dlq", 1, 1).unwrap();
+        cluster.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT; 100_000],
+        );
+        let metrics = Metrics::new();
+        let brokers = cluster.bootstrap_servers();
+        let seen = Arc::new(Mutex::new(None));
+        let observer = metrics.clone();
+        let seen_in_outage = seen.clone();
+        let cluster_ref = &cluster;
+        let during = async move {
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+            *seen_in_outage.lock().unwrap() = Some(observer.records_delivered.get());
+            cluster_ref.clear_request_errors(RDKafkaApiKey::Produce);
+        };
+        let (result, mut tickets) = run_with(
+            dead_letter_settings(&brokers),
+            "sink.retry",
+            5,
+            during,
+            metrics.clone(),
+        )
+        .await;
+        assert_eq!(
+            *seen.lock().unwrap(),
+            Some(0),
+            "held back during the errors"
+        );
+        assert_eq!(result.unwrap().delivered, 5);
+        tickets.sort_unstable();
+        assert_eq!(tickets, vec![0, 1, 2, 3, 4]);
+        assert!(
+            metrics
+                .delivery_errors
+                .with_label_values(&["transient"])
+                .get()
+                >= 3
+        );
+        assert_eq!(
+            metrics
+                .delivery_errors
+                .with_label_values(&["permanent"])
+                .get(),
+            0
+        );
+        assert_eq!(read_topic(&brokers, "sink.retry", 5).await.len(), 5);
+        assert!(
+            read_topic(&brokers, "outbox.dlq", 1).await.is_empty(),
+            "no dead letter"
+        );
+    }
+
+    /// Rejected on every one of `max_attempts` sends: the record goes to the dead-letter
+    /// topic with its key, a bounded payload prefix and the failure headers, and its ticket
+    /// is reported only then.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_record_rejected_for_the_whole_budget_is_dead_lettered_then_acked() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("sink.dead", 1, 1).unwrap();
+        cluster.create_topic("outbox.dlq", 1, 1).unwrap();
+        cluster.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 3],
+        );
+        let metrics = Metrics::new();
+        let brokers = cluster.bootstrap_servers();
+        let (result, tickets) = run_with(
+            dead_letter_settings(&brokers),
+            "sink.dead",
+            1,
+            async {},
+            metrics.clone(),
+        )
+        .await;
+        assert_eq!(result.unwrap().delivered, 1);
+        assert_eq!(tickets, vec![0]);
+        assert_eq!(
+            metrics
+                .dead_lettered
+                .with_label_values(&["message_too_large"])
+                .get(),
+            1
+        );
+        let letters = read_topic(&brokers, "outbox.dlq", 1).await;
+        assert_eq!(letters.len(), 1, "one dead letter");
+        let header = |name: &str| {
+            letters[0]
+                .headers
+                .iter()
+                .find(|(key, _)| key == name)
+                .map(|(_, value)| value.clone())
+        };
+        assert_eq!(letters[0].key.as_deref(), Some("key-0"));
+        assert_eq!(header("id").as_deref(), Some("event-0"));
+        assert_eq!(header("dlq.original_topic").as_deref(), Some("sink.dead"));
+        assert_eq!(header("dlq.attempts").as_deref(), Some("3"));
+        assert_eq!(
+            header("dlq.error_class").as_deref(),
+            Some("message_too_large")
+        );
+        assert_eq!(header("dlq.payload_size").as_deref(), Some("9"));
+        assert!(read_topic(&brokers, "sink.dead", 1).await.is_empty());
+    }
+
+    /// `dlq replay` on the original topic: a dead letter whose payload was kept whole
+    /// (it fits the prefix) goes back with the same key, payload and `id`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dead_letter_is_replayed_to_its_original_topic_with_the_same_id() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("sink.auth", 1, 1).unwrap();
+        cluster.create_topic("outbox.dlq", 1, 1).unwrap();
+        cluster.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 3],
+        );
+        let brokers = cluster.bootstrap_servers();
+        let (result, _) = run_with(
+            dead_letter_settings(&brokers),
+            "sink.auth",
+            1,
+            async {},
+            Metrics::new(),
+        )
+        .await;
+        assert_eq!(result.unwrap().delivered, 1);
+        let kafka: KafkaConfig = toml::from_str(&format!("brokers = \"{brokers}\"")).unwrap();
+        let letters =
+            crate::dead_letter::read_dead_letters(&kafka, "outbox.dlq", Duration::from_secs(20))
+                .await
+                .unwrap();
+        assert_eq!(letters.len(), 1);
+        assert_eq!(letters[0].original_topic.as_deref(), Some("sink.auth"));
+        assert_eq!(letters[0].error_class, "message_too_large");
+        assert!(!letters[0].payload_truncated);
+        let selection = crate::dead_letter::ReplaySelection::Id("event-0".into());
+        let report = crate::dead_letter::replay_dead_letters(&letters, &selection, None, &kafka)
+            .await
+            .unwrap();
+        assert!(
+            matches!(report.as_slice(), [(_, crate::dead_letter::ReplayOutcome::Published { topic, .. })] if topic == "sink.auth"),
+            "{report:?}"
+        );
+        let replayed = read_topic(&brokers, "sink.auth", 1).await;
+        assert_eq!(replayed.len(), 1);
+        assert_eq!(replayed[0].key.as_deref(), Some("key-0"));
+        assert_eq!(replayed[0].value.as_deref(), Some("payload-0"));
+        assert_eq!(
+            replayed[0].headers,
+            vec![("id".to_string(), "event-0".to_string())]
+        );
+    }
+
+    /// The dead letter itself rejected: the sink stops naming the dead-letter topic and
+    /// reports nothing (never a drop).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rejected_dead_letter_stops_the_sink() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("sink.dead2", 1, 1).unwrap();
+        cluster.create_topic("outbox.dlq", 1, 1).unwrap();
+        cluster.request_errors(
+            RDKafkaApiKey::Produce,
+            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED; 10],
+        );
+        let (result, tickets) = run_with(
+            dead_letter_settings(&cluster.bootstrap_servers()),
+            "sink.dead2",
+            1,
+            async {},
+            Metrics::new(),
+        )
+        .await;
+        let error = result.unwrap_err();
+        assert!(
+            matches!(error, SinkError::Permanent { ref topic, .. } if topic == "outbox.dlq"),
+            "{error:?}"
+        );
+        assert!(tickets.is_empty());
+    }
+
+    /// A record above the producer's `message.max.bytes` is refused before it is sent; it
+    /// is dead-lettered with a bounded prefix like a broker rejection.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_record_above_message_max_bytes_is_dead_lettered_with_a_prefix() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("sink.big", 1, 1).unwrap();
+        cluster.create_topic("outbox.dlq", 1, 1).unwrap();
+        let brokers = cluster.bootstrap_servers();
+        let mut settings = dead_letter_settings(&brokers);
+        settings
+            .client_properties
+            .push(("message.max.bytes".into(), "10000".into()));
+        settings.dead_letter.payload_prefix_bytes = 100;
+        let metrics = Metrics::new();
+        let (tx, rx) = mpsc::channel(4);
+        let controller = ShutdownController::new();
+        let delivered = Arc::new(Mutex::new(Vec::new()));
+        let sink_delivered = delivered.clone();
+        let sink = tokio::spawn(run_kafka_sink(
+            settings,
+            rx,
+            move |ticket: u32| sink_delivered.lock().unwrap().push(ticket),
+            metrics.clone(),
+            controller.subscribe(),
+        ));
+        let mut big = record("sink.big", 0);
+        big.payload = Some(vec![b'z'; 50_000]);
+        tx.send(SinkItem {
+            record: big,
+            ticket: 0,
+            origin: RecordOrigin::default(),
+        })
+        .await
+        .unwrap();
+        tx.send(SinkItem {
+            record: record("sink.big", 1),
+            ticket: 1,
+            origin: RecordOrigin::default(),
+        })
+        .await
+        .unwrap();
+        drop(tx);
+        let summary = tokio::time::timeout(Duration::from_secs(30), sink)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(summary.delivered, 2);
+        let mut tickets = delivered.lock().unwrap().clone();
+        tickets.sort_unstable();
+        assert_eq!(
+            tickets,
+            vec![0, 1],
+            "acks to different topics may come in any order"
+        );
+        let letters = read_topic(&brokers, "outbox.dlq", 1).await;
+        assert_eq!(letters.len(), 1);
+        assert_eq!(letters[0].value.as_ref().map(String::len), Some(100));
+        assert!(letters[0]
+            .headers
+            .contains(&("dlq.payload_size".into(), "50000".into())));
+        assert!(letters[0]
+            .headers
+            .contains(&("dlq.payload_truncated".into(), "true".into())));
+        let later = read_topic(&brokers, "sink.big", 1).await;
+        assert_eq!(later[0].value.as_deref(), Some("payload-1"));
     }
 
     #[test]
