@@ -99,6 +99,10 @@ impl Metrics {
         if let Err(error) = outbox_checkpoint::register_metrics(&registry) {
             tracing::warn!(%error, "checkpoint metrics not registered");
         }
+        // The binlog reader's counters (events, bytes, rows, commits, heartbeats, errors).
+        if let Err(error) = outbox_binlog::register_metrics(&registry) {
+            tracing::warn!(%error, "binlog reader metrics not registered");
+        }
         Arc::new(Metrics {
             events_read: counter("events_read_total", "Row changes of watched tables read"),
             transactions_read: counter("transactions_read_total", "Committed transactions read"),

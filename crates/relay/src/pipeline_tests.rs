@@ -463,6 +463,15 @@ async fn metrics_endpoint_reports_the_pipeline() {
     ] {
         assert!(response.contains(line), "no `{line}` in:\n{response}");
     }
+    // The reader's and the checkpoint crate's own counters are served too (process-wide
+    // counters: other tests in this process add to them, so only their presence is fixed).
+    for name in [
+        "outbox_binlog_rows_decoded_total",
+        "outbox_binlog_transactions_committed_total",
+        "outbox_checkpoint_",
+    ] {
+        assert!(response.contains(name), "no `{name}` in:\n{response}");
+    }
     assert!(handles.metrics.checkpoint_binlog_offset.get() > 4);
     assert!(handles.metrics.transactions_read.get() >= 5);
     stop(handles, task).await.unwrap();
