@@ -29,6 +29,10 @@ struct Fixture {
 }
 
 async fn fixture(extra_kafka: &str) -> Fixture {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let server = ScratchMariadb::start().await.unwrap();
     server.exec(DEMO_SCHEMA).await.unwrap();
     let cluster = MockCluster::new(1).unwrap();
@@ -369,7 +373,10 @@ async fn a_row_that_cannot_be_routed_stops_the_relay_naming_event_table_and_colu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_during_an_outage_abandons_unacked_records_and_keeps_them_out_of_the_checkpoint() {
-    let fixture = fixture("message_timeout_ms = 500").await;
+    // 2 s: a fresh idempotent producer needs its producer id from the mock cluster before
+    // the first send; with 0.5 s that sometimes took longer than the message timeout on an
+    // idle machine, and every recreated producer timed out again.
+    let fixture = fixture("message_timeout_ms = 2000").await;
     let config_timeout = fixture.config.pipeline.shutdown_timeout_ms;
     assert_eq!(config_timeout, 5000);
     fixture.write_orders(1..=1).await;
