@@ -446,7 +446,9 @@ fn default_admin_timeout_ms() -> u64 {
 /// not change them. `enable.gapless.guarantee` makes librdkafka raise a fatal error instead
 /// of bumping the producer epoch past a failed record (which would let later records of the
 /// same partition land before the failed one is resent): the sink then rebuilds the
-/// producer and resends every unacked record in order, so per-key order holds.
+/// producer and resends every unacked record in order. librdkafka does not extend this to
+/// records that fail by `message.timeout.ms`; the sink rebuilds the producer for those too,
+/// but records of the same partition acked before the timeout stay ahead of the resend.
 pub const PROTECTED_KAFKA_PROPERTIES: &[(&str, &str)] = &[
     ("enable.idempotence", "true"),
     ("acks", "all"),
