@@ -35,6 +35,7 @@ fn main() {
         .enumerate()
         {
             let settings = KafkaSinkSettings {
+                startup_attempts: 0,
                 client_properties: vec![
                     ("bootstrap.servers".into(), cluster.bootstrap_servers()),
                     ("enable.idempotence".into(), "true".into()),

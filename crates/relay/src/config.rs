@@ -187,6 +187,12 @@ pub struct SourceConfig {
     /// Upper bound of the reconnect delay, so an outage is noticed soon after it ends.
     #[serde(default = "default_reconnect_max_backoff_ms")]
     pub reconnect_max_backoff_ms: u64,
+    /// How many times the relay tries to reach the source at startup before it stops with
+    /// an error (0 = forever). A source never reached is more often a wrong `url` or a
+    /// firewall than an outage, and an operator should hear about it; once streaming, the
+    /// relay reconnects without limit.
+    #[serde(default = "default_startup_attempts")]
+    pub startup_attempts: u32,
 }
 
 impl std::fmt::Debug for SourceConfig {
@@ -198,6 +204,7 @@ impl std::fmt::Debug for SourceConfig {
             .field("heartbeat_interval_ms", &self.heartbeat_interval_ms)
             .field("idle_timeout_ms", &self.idle_timeout_ms)
             .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("startup_attempts", &self.startup_attempts)
             .finish_non_exhaustive()
     }
 }
@@ -222,6 +229,9 @@ fn default_reconnect_initial_backoff_ms() -> u64 {
 }
 fn default_reconnect_max_backoff_ms() -> u64 {
     10_000
+}
+fn default_startup_attempts() -> u32 {
+    10
 }
 
 /// Where the first run starts reading, parsed from `source.start`.
@@ -408,6 +418,12 @@ pub struct KafkaConfig {
     /// How long metadata and admin requests (topic checks, creation) may take.
     #[serde(default = "default_admin_timeout_ms")]
     pub admin_timeout_ms: u64,
+    /// How many metadata requests the relay makes at startup to reach the cluster before it
+    /// stops with an error (0 = forever). Brokers never reached are more often a wrong
+    /// `brokers` list than an outage; once a broker answered, the relay retries deliveries
+    /// without limit.
+    #[serde(default = "default_kafka_startup_attempts")]
+    pub startup_attempts: u32,
     /// Any librdkafka property, passed as-is; applied last, so it overrides the above
     /// (except `enable.idempotence` and `acks`, which the relay's guarantees depend on).
     #[serde(default)]
@@ -440,6 +456,9 @@ fn default_retry_max_backoff_ms() -> u64 {
 }
 fn default_admin_timeout_ms() -> u64 {
     10_000
+}
+fn default_kafka_startup_attempts() -> u32 {
+    10
 }
 
 /// Producer properties the relay's delivery guarantee depends on; `[kafka.properties]` may
@@ -510,6 +529,13 @@ pub struct PipelineConfig {
     /// after a crash.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
+    /// Most bytes of row data between the binlog reader and Kafka's acknowledgement (rows
+    /// waiting to be routed, records queued or unacked). Bounds memory when rows are big:
+    /// `max_in_flight` alone would allow 10 000 rows of 64 MiB. A row larger than the whole
+    /// budget still passes, alone. Resident memory stays within about twice this (the
+    /// relay's copy of an unacked record plus the Kafka client's) plus the reader's buffer.
+    #[serde(default = "default_max_in_flight_bytes")]
+    pub max_in_flight_bytes: u64,
     /// How long a graceful shutdown waits for outstanding acks before it commits what is
     /// acked and exits.
     #[serde(default = "default_shutdown_timeout_ms")]
@@ -529,6 +555,7 @@ impl Default for PipelineConfig {
     fn default() -> Self {
         Self {
             max_in_flight: default_max_in_flight(),
+            max_in_flight_bytes: default_max_in_flight_bytes(),
             shutdown_timeout_ms: default_shutdown_timeout_ms(),
             commit_interval_ms: default_commit_interval_ms(),
             commit_max_transactions: default_commit_max_transactions(),
@@ -539,6 +566,9 @@ impl Default for PipelineConfig {
 
 fn default_max_in_flight() -> usize {
     10_000
+}
+fn default_max_in_flight_bytes() -> u64 {
+    256 * 1024 * 1024
 }
 fn default_shutdown_timeout_ms() -> u64 {
     30_000
@@ -753,6 +783,12 @@ impl RelayConfig {
             return Err(invalid(
                 "pipeline.max_in_flight",
                 "must be at least 1 (10000 is the default)",
+            ));
+        }
+        if pipeline.max_in_flight_bytes < 1024 * 1024 {
+            return Err(invalid(
+                "pipeline.max_in_flight_bytes",
+                "must be at least 1048576 (1 MiB; 268435456 = 256 MiB is the default)",
             ));
         }
         if pipeline.commit_interval_ms == 0 {

@@ -73,8 +73,22 @@ pub mod headers {
     pub const PAYLOAD_SIZE: &str = "dlq.payload_size";
     /// FNV-1a 64 of the original payload, 16 hex digits (with a truncated payload).
     pub const PAYLOAD_FNV1A64: &str = "dlq.payload_fnv1a64";
-    /// Routing errors only: the whole row as a JSON object (column -> value).
+    /// With a rejected record: `true` when the dead letter keeps a prefix of the key only
+    /// (a key longer than `dead_letter.payload_prefix_bytes`).
+    pub const KEY_TRUNCATED: &str = "dlq.key_truncated";
+    /// Size of the original key in bytes (with a truncated key).
+    pub const KEY_SIZE: &str = "dlq.key_size";
+    /// FNV-1a 64 of the original key, 16 hex digits (with a truncated key).
+    pub const KEY_FNV1A64: &str = "dlq.key_fnv1a64";
+    /// Routing errors only: the whole row as a JSON object (column -> value), cut to
+    /// `dead_letter.payload_prefix_bytes` (at a character boundary) when longer.
     pub const ROW: &str = "dlq.row";
+    /// Routing errors only: `true` when `dlq.row` was cut.
+    pub const ROW_TRUNCATED: &str = "dlq.row_truncated";
+    /// With a rejected record: the names of original headers whose values were cut to
+    /// `dead_letter.payload_prefix_bytes` (comma-separated), e.g. an `aggregate_id` header
+    /// as gigantic as the key it repeats.
+    pub const TRUNCATED_HEADERS: &str = "dlq.truncated_headers";
     /// Prefix of every header the relay adds; replay drops these.
     pub const PREFIX: &str = "dlq.";
 }
@@ -181,11 +195,23 @@ pub fn dead_letter_for_record(
     failure: &FailureReport,
     config: &DeadLetterConfig,
 ) -> OutboundRecord {
+    let payload_is_the_problem = matches!(failure.class, "message_too_large" | "corrupt_record");
     let mut headers = original.headers.clone();
+    if payload_is_the_problem {
+        let mut cut = Vec::new();
+        for (name, value) in &mut headers {
+            if value.len() > config.payload_prefix_bytes {
+                value.truncate(config.payload_prefix_bytes);
+                cut.push(name.clone());
+            }
+        }
+        if !cut.is_empty() {
+            push(&mut headers, headers::TRUNCATED_HEADERS, cut.join(","));
+        }
+    }
     push(&mut headers, headers::ORIGINAL_TOPIC, &original.topic);
     push(&mut headers, headers::ORIGINAL_TOPIC_KNOWN, true);
     push_origin_and_failure(&mut headers, origin, failure);
-    let payload_is_the_problem = matches!(failure.class, "message_too_large" | "corrupt_record");
     let payload = match &original.payload {
         Some(payload) if payload_is_the_problem => {
             let truncated = payload.len() > config.payload_prefix_bytes;
@@ -200,9 +226,23 @@ pub fn dead_letter_for_record(
         }
         other => other.clone(),
     };
+    // A gigantic key is just as much "what Kafka rejected": keep a prefix, size and hash.
+    let key = match &original.key {
+        Some(key) if payload_is_the_problem && key.len() > config.payload_prefix_bytes => {
+            push(&mut headers, headers::KEY_TRUNCATED, true);
+            push(&mut headers, headers::KEY_SIZE, key.len());
+            push(
+                &mut headers,
+                headers::KEY_FNV1A64,
+                format!("{:016x}", fnv1a64(key)),
+            );
+            Some(key[..config.payload_prefix_bytes].to_vec())
+        }
+        other => other.clone(),
+    };
     OutboundRecord {
         topic: config.topic.clone(),
-        key: original.key.clone(),
+        key,
         payload,
         headers,
         timestamp_ms: original.timestamp_ms,
@@ -255,7 +295,18 @@ pub fn dead_letter_for_routing_error(
     push(&mut headers, headers::ORIGINAL_TOPIC, "");
     push(&mut headers, headers::ORIGINAL_TOPIC_KNOWN, false);
     push_origin_and_failure(&mut headers, &RecordOrigin::of_row(row), &failure);
-    push(&mut headers, headers::ROW, row_json);
+    // The row can be as large as the event (twice over with its payload): the header keeps
+    // a bounded prefix, the payload above carries the event itself.
+    if row_json.len() > config.payload_prefix_bytes {
+        let mut cut = config.payload_prefix_bytes;
+        while !row_json.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        push(&mut headers, headers::ROW, &row_json[..cut]);
+        push(&mut headers, headers::ROW_TRUNCATED, true);
+    } else {
+        push(&mut headers, headers::ROW, row_json);
+    }
     OutboundRecord {
         topic: config.topic.clone(),
         key,
@@ -337,6 +388,9 @@ pub struct DeadLetter {
     pub payload: Option<Vec<u8>>,
     /// Whether `payload` is only a prefix (such a dead letter is not replayed).
     pub payload_truncated: bool,
+    /// Whether `key` (or an original header) is only a prefix (such a dead letter is not
+    /// replayed either).
+    pub key_truncated: bool,
     /// The original record's headers (everything but `dlq.*`), `id` included.
     pub original_headers: Vec<(String, Vec<u8>)>,
 }
@@ -477,6 +531,8 @@ fn decode(message: &rdkafka::message::BorrowedMessage<'_>) -> DeadLetter {
         key: message.key().map(<[u8]>::to_vec),
         payload: message.payload().map(<[u8]>::to_vec),
         payload_truncated: dlq.get(headers::PAYLOAD_TRUNCATED).map(String::as_str) == Some("true"),
+        key_truncated: dlq.get(headers::KEY_TRUNCATED).map(String::as_str) == Some("true")
+            || dlq.contains_key(headers::TRUNCATED_HEADERS),
         original_headers,
     }
 }
@@ -560,13 +616,17 @@ pub async fn replay_dead_letters(
                 continue;
             }
         };
-        if letter.payload_truncated {
+        if letter.payload_truncated || letter.key_truncated {
+            let what = if letter.payload_truncated {
+                "payload"
+            } else {
+                "key"
+            };
             report.push((
                 letter.clone(),
-                ReplayOutcome::Skipped(
-                    "payload was truncated when dead-lettered; republish it from the outbox row"
-                        .into(),
-                ),
+                ReplayOutcome::Skipped(format!(
+                    "{what} was truncated when dead-lettered; republish it from the outbox row"
+                )),
             ));
             continue;
         }
@@ -700,6 +760,50 @@ mod tests {
         assert_eq!(header(&letter, headers::ATTEMPTS), Some("3"));
         assert_eq!(header(&letter, headers::BINLOG_POSITION), Some("1234"));
         assert_eq!(header(&letter, headers::TABLE), Some("shop.outbox"));
+    }
+
+    #[test]
+    fn a_rejected_gigantic_key_is_kept_as_a_bounded_prefix_with_size_and_hash() {
+        let config = DeadLetterConfig {
+            payload_prefix_bytes: 64,
+            ..DeadLetterConfig::default()
+        };
+        let original = OutboundRecord {
+            key: Some(vec![b'k'; 3000]),
+            headers: vec![
+                ("id".into(), b"event-1".to_vec()),
+                ("aggregate_id".into(), vec![b'k'; 3000]),
+            ],
+            ..record()
+        };
+        let letter = dead_letter_for_record(
+            &original,
+            &RecordOrigin::default(),
+            &failure("message_too_large"),
+            &config,
+        );
+        assert_eq!(letter.key.as_ref().map(Vec::len), Some(64));
+        assert_eq!(header(&letter, headers::KEY_TRUNCATED), Some("true"));
+        assert_eq!(header(&letter, headers::KEY_SIZE), Some("3000"));
+        assert_eq!(
+            header(&letter, headers::KEY_FNV1A64),
+            Some(format!("{:016x}", fnv1a64(&[b'k'; 3000])).as_str())
+        );
+        assert_eq!(header(&letter, "id"), Some("event-1"));
+        assert_eq!(header(&letter, "aggregate_id").map(str::len), Some(64));
+        assert_eq!(
+            header(&letter, headers::TRUNCATED_HEADERS),
+            Some("aggregate_id")
+        );
+        // A short key stays whole.
+        let letter = dead_letter_for_record(
+            &record(),
+            &RecordOrigin::default(),
+            &failure("message_too_large"),
+            &config,
+        );
+        assert_eq!(letter.key, record().key);
+        assert_eq!(header(&letter, headers::KEY_TRUNCATED), None);
     }
 
     #[test]

@@ -38,12 +38,22 @@ pub struct SourceReconnecting<'a> {
     pub delay: Duration,
     /// Where the new stream resumes.
     pub resume_from: String,
+    /// Failed attempts so far (1 for the first failure).
+    pub attempt: u32,
+    /// Attempts before the relay gives up (0: never; a running relay always waits out an
+    /// outage, only startup is limited by `source.startup_attempts`).
+    pub max_attempts: u32,
 }
 
 impl InternalEvent for SourceReconnecting<'_> {
     fn emit(self, metrics: &Metrics) {
         metrics.source_reconnects.inc();
-        tracing::warn!(error = %self.error, delay_ms = self.delay.as_millis() as u64, resume_from = %self.resume_from, "binlog source unavailable; reconnecting");
+        let limit = if self.max_attempts == 0 {
+            "unlimited".to_string()
+        } else {
+            self.max_attempts.to_string()
+        };
+        tracing::warn!(error = %self.error, delay_ms = self.delay.as_millis() as u64, attempt = self.attempt, max_attempts = %limit, resume_from = %self.resume_from, "binlog source unavailable; retrying after delay_ms");
     }
 }
 

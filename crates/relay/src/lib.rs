@@ -12,7 +12,8 @@
 //! * [`metrics`] and [`internal_events`]: Prometheus counters and the log lines that go
 //!   with them;
 //! * [`shutdown`]: the shutdown signal every task listens to;
-//! * [`kafka_context`]: librdkafka's logs through `tracing`, repeats rate-limited.
+//! * [`kafka_context`]: librdkafka's logs through `tracing`, repeats rate-limited;
+//! * [`crash_points`]: `OUTBOX_RELAY_CRASH_AT`, deliberate crashes for failure tests.
 //!
 //! # Resumption
 //! See [`pipeline`]: a stored checkpoint always wins over `source.start`; transient source
@@ -21,11 +22,13 @@
 #![warn(missing_docs)]
 
 mod backoff;
+mod budget;
 pub mod cli;
 pub mod commands;
 #[cfg(test)]
 mod commands_tests;
 pub mod config;
+pub mod crash_points;
 pub mod dead_letter;
 pub mod demo;
 pub mod internal_events;

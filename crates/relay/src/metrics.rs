@@ -37,6 +37,9 @@ pub struct Metrics {
     pub dead_lettered: IntCounterVec,
     /// Records sent and not yet acknowledged.
     pub in_flight: IntGauge,
+    /// Bytes of row data reserved between the reader and Kafka's ack
+    /// (`pipeline.max_in_flight_bytes`).
+    pub in_flight_bytes: IntGauge,
     /// Checkpoint commits that reached the store.
     pub checkpoint_commits: IntCounter,
     /// Byte offset of the last committed checkpoint position.
@@ -115,6 +118,10 @@ impl Metrics {
             delivery_errors,
             dead_lettered,
             in_flight: int_gauge("in_flight", "Records sent and not yet acknowledged"),
+            in_flight_bytes: int_gauge(
+                "in_flight_bytes",
+                "Bytes of row data between the binlog reader and Kafka's acknowledgement",
+            ),
             checkpoint_commits: counter("checkpoint_commits_total", "Checkpoint commits"),
             checkpoint_binlog_offset: int_gauge(
                 "checkpoint_binlog_offset",

@@ -51,6 +51,7 @@ use outbox_router::{RouteOutcome, Router, RoutingError};
 use tokio::sync::{mpsc, Notify};
 
 use crate::backoff::Backoff;
+use crate::budget::{row_change_bytes, BudgetPermit, InFlightBudget};
 use crate::config::{RelayConfig, StartSetting};
 use crate::dead_letter::{dead_letter_for_routing_error, RecordOrigin};
 use crate::internal_events::{
@@ -72,6 +73,33 @@ pub enum RelayError {
     /// The binlog source failed definitely (or could not connect at startup).
     #[error("binlog source: {0}")]
     Source(#[source] BinlogError),
+    /// The stored checkpoint points into binlog the server no longer has (purged, or never
+    /// written there). Definite: starting anywhere else would skip events, so the operator
+    /// chooses between recovering the gap and skipping it knowingly.
+    #[error("the stored checkpoint ({store}: binlog {position}, GTID set `{gtid_set}`) is no longer on the source server: {source}. Nothing after it was delivered or skipped. Two ways out: (1) recover the missing events from archived binlog files: `outbox-relay inspect --config CONFIG FILE...` prints the records they route to, from the checkpoint's file onwards; publish them, then `outbox-relay checkpoint set --config CONFIG --position FILE:POS` to the oldest position still on the server; or (2) skip the gap knowingly: `outbox-relay checkpoint set --config CONFIG --position FILE:POS` (or `--gtid`) at the oldest available position named above, accepting that the events in between are lost")]
+    ResumePointPurged {
+        /// Where the checkpoint lives (`file ...` or `table ...`).
+        store: String,
+        /// The checkpoint's binlog position.
+        position: String,
+        /// The checkpoint's GTID set (may be empty).
+        gtid_set: String,
+        /// The reader's error, which names the oldest position still available (boxed:
+        /// large, and this path is cold).
+        source: Box<BinlogError>,
+    },
+    /// The source could not be reached at startup within `source.startup_attempts`.
+    #[error("cannot reach the source server {server}: {attempts} attempts over {waited:?} failed, the last with: {source}; check source.url, that the server is up and accepts connections from this host (or set source.startup_attempts = 0 to wait forever)")]
+    SourceUnreachable {
+        /// `host:port` of the server (password redacted).
+        server: String,
+        /// How many attempts failed.
+        attempts: u32,
+        /// Time from the first attempt to giving up.
+        waited: Duration,
+        /// The last attempt's error (boxed: large, and this path is cold).
+        source: Box<BinlogError>,
+    },
     /// The start position in `source.start` does not fit the server.
     #[error("config key `source.start`: {0}")]
     StartPosition(String),
@@ -207,10 +235,14 @@ pub async fn run_relay(
     // the server.
     let source_url = config.source.connection_url();
     let redacted = config.source.redacted_url();
-    let startup_backoff = Backoff::new(
-        Duration::from_millis(config.source.reconnect_initial_backoff_ms),
-        Duration::from_millis(config.source.reconnect_max_backoff_ms),
-    );
+    let startup_retry = StartupRetry {
+        backoff: Backoff::new(
+            Duration::from_millis(config.source.reconnect_initial_backoff_ms),
+            Duration::from_millis(config.source.reconnect_max_backoff_ms),
+        ),
+        max_attempts: config.source.startup_attempts,
+        server: redacted.clone(),
+    };
     let first_start = match &stored {
         Some(checkpoint) => {
             tracing::info!(position = %checkpoint.position.binlog, gtid_set = %checkpoint.position.gtid_set, store = %store.describe(), "resuming from the stored checkpoint");
@@ -221,7 +253,7 @@ pub async fn run_relay(
                 // who we are talking to before streaming from it.
                 let Some(identity) = server_identity_at_startup(
                     &source_url,
-                    startup_backoff.clone(),
+                    startup_retry.clone(),
                     &metrics,
                     controller.subscribe(),
                 )
@@ -274,14 +306,25 @@ pub async fn run_relay(
         idle_timeout: Duration::from_millis(config.source.idle_timeout_ms),
         connect_timeout: Duration::from_millis(config.source.connect_timeout_ms),
     };
-    let Some(reader) = connect_at_startup(
+    let connected = connect_at_startup(
         reader_config(first_start.clone()),
-        startup_backoff.clone(),
+        startup_retry.clone(),
         &metrics,
         controller.subscribe(),
     )
-    .await?
-    else {
+    .await;
+    let connected = match (connected, &stored) {
+        (Err(RelayError::Source(error @ BinlogError::PositionPurged { .. })), Some(checkpoint)) => {
+            return Err(RelayError::ResumePointPurged {
+                store: store.describe(),
+                position: checkpoint.position.binlog.to_string(),
+                gtid_set: checkpoint.position.gtid_set.to_string(),
+                source: Box::new(error),
+            })
+        }
+        (connected, _) => connected?,
+    };
+    let Some(reader) = connected else {
         tracing::info!("shutdown requested before the source connected");
         return Ok(RelaySummary::default());
     };
@@ -302,8 +345,9 @@ pub async fn run_relay(
     let record_transactions: RecordTransactions = Arc::new(Mutex::new(VecDeque::new()));
 
     let capacity = config.pipeline.channel_capacity;
-    let (items_tx, items_rx) = mpsc::channel::<StreamItem>(capacity);
-    let (records_tx, records_rx) = mpsc::channel::<SinkItem<AckToken>>(capacity);
+    let (items_tx, items_rx) = mpsc::channel::<SourceItem>(capacity);
+    let (records_tx, records_rx) = mpsc::channel::<SinkItem<RecordTicket>>(capacity);
+    let budget = InFlightBudget::new(config.pipeline.max_in_flight_bytes);
 
     // The source has its own stop signal: a failing source or router stops reading, but the
     // sink still delivers what was routed before the failure (the checkpoint then ends right
@@ -327,6 +371,7 @@ pub async fn run_relay(
                 ),
                 reconnect_max: Duration::from_millis(config.source.reconnect_max_backoff_ms),
                 redacted_url: redacted.clone(),
+                budget: budget.clone(),
             },
             reader_config(first_start),
             items_tx,
@@ -353,13 +398,20 @@ pub async fn run_relay(
     );
     let sink_tracker = tracker.clone();
     let sink_acked = acked.clone();
+    let sink_budget = budget.clone();
+    let sink_metrics = metrics.clone();
     let sink_task = spawn_named(
         "kafka-sink",
         run_kafka_sink(
             KafkaSinkSettings::from_relay_config(&config),
             records_rx,
-            move |token: AckToken| {
+            move |ticket: RecordTicket| {
+                let RecordTicket { token, budget } = ticket;
                 let result = lock_tracker(&sink_tracker).ack(token);
+                drop(budget);
+                sink_metrics
+                    .in_flight_bytes
+                    .set(i64::try_from(sink_budget.reserved_bytes()).unwrap_or(i64::MAX));
                 if let Err(error) = result {
                     tracing::error!(%error, "ack tracker rejected an ack (a bug; the checkpoint is held back)");
                 }
@@ -527,33 +579,65 @@ fn initial_position(start: &StartPosition) -> CheckpointPosition {
     }
 }
 
-/// The source server's identity (via `check_server`), retrying transient errors like
-/// [`connect_at_startup`]. `None` when shutdown was requested meanwhile.
-async fn server_identity_at_startup(
-    url: &str,
-    mut backoff: Backoff,
+/// How the relay retries reaching the source at startup.
+#[derive(Clone)]
+struct StartupRetry {
+    /// Delays between attempts.
+    backoff: Backoff,
+    /// Attempts before giving up with [`RelayError::SourceUnreachable`]; 0 = unlimited
+    /// (`source.startup_attempts`).
+    max_attempts: u32,
+    /// `host:port` (password redacted), for the give-up message.
+    server: String,
+}
+
+/// Runs `attempt` until it succeeds, retrying transient source errors (server not up yet,
+/// network) with backoff, each retry logged with its delay; definite errors (wrong settings,
+/// purged position, access denied) fail at once, and after `max_attempts` transient failures
+/// the relay gives up naming the server and the last error. `None` when shutdown was
+/// requested meanwhile.
+async fn retry_source_at_startup<T, F, Fut>(
+    retry: StartupRetry,
+    resume_from: String,
     metrics: &Metrics,
     mut shutdown: Shutdown,
-) -> Result<Option<SourceIdentity>, RelayError> {
+    mut attempt: F,
+) -> Result<Option<T>, RelayError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, BinlogError>>,
+{
+    let StartupRetry {
+        mut backoff,
+        max_attempts,
+        server,
+    } = retry;
+    let started = std::time::Instant::now();
+    let mut attempts: u32 = 0;
     loop {
-        let checked = tokio::select! {
+        let result = tokio::select! {
             _ = shutdown.recv() => return Ok(None),
-            checked = outbox_binlog::check_server(url) => checked,
+            result = attempt() => result,
         };
-        match checked {
-            Ok(report) => {
-                return Ok(Some(SourceIdentity {
-                    flavor: report.identity.flavor,
-                    server_id: report.identity.server_id,
-                    server_uuid: report.identity.server_uuid,
-                }))
-            }
+        attempts = attempts.saturating_add(1);
+        match result {
+            Ok(value) => return Ok(Some(value)),
             Err(error) if error.is_transient() => {
+                if max_attempts != 0 && attempts >= max_attempts {
+                    return Err(RelayError::SourceUnreachable {
+                        server,
+                        attempts,
+                        waited: started.elapsed(),
+                        source: Box::new(error),
+                    });
+                }
                 let delay = backoff.next_delay();
                 SourceReconnecting {
                     error: &error,
                     delay,
-                    resume_from: "the stored checkpoint".into(),
+                    resume_from: resume_from.clone(),
+                    attempt: attempts,
+                    max_attempts,
                 }
                 .emit(metrics);
                 tokio::select! {
@@ -566,38 +650,42 @@ async fn server_identity_at_startup(
     }
 }
 
-/// Connects the source at startup, retrying transient errors (server not up yet, network)
-/// with backoff; definite errors (wrong settings, purged position, access denied) fail at
-/// once. `None` when shutdown was requested meanwhile.
+/// The source server's identity (via `check_server`), retried like [`connect_at_startup`].
+async fn server_identity_at_startup(
+    url: &str,
+    retry: StartupRetry,
+    metrics: &Metrics,
+    shutdown: Shutdown,
+) -> Result<Option<SourceIdentity>, RelayError> {
+    retry_source_at_startup(
+        retry,
+        "the stored checkpoint".into(),
+        metrics,
+        shutdown,
+        || async {
+            let report = outbox_binlog::check_server(url).await?;
+            Ok(SourceIdentity {
+                flavor: report.identity.flavor,
+                server_id: report.identity.server_id,
+                server_uuid: report.identity.server_uuid,
+            })
+        },
+    )
+    .await
+}
+
+/// Connects the source at startup (see [`retry_source_at_startup`]).
 async fn connect_at_startup(
     reader_config: ReaderConfig,
-    mut backoff: Backoff,
+    retry: StartupRetry,
     metrics: &Metrics,
-    mut shutdown: Shutdown,
+    shutdown: Shutdown,
 ) -> Result<Option<BinlogReader>, RelayError> {
-    loop {
-        let connected = tokio::select! {
-            _ = shutdown.recv() => return Ok(None),
-            connected = BinlogReader::connect(reader_config.clone()) => connected,
-        };
-        match connected {
-            Ok(reader) => return Ok(Some(reader)),
-            Err(error) if error.is_transient() => {
-                let delay = backoff.next_delay();
-                SourceReconnecting {
-                    error: &error,
-                    delay,
-                    resume_from: describe_start(&reader_config.start),
-                }
-                .emit(metrics);
-                tokio::select! {
-                    _ = shutdown.recv() => return Ok(None),
-                    _ = tokio::time::sleep(delay) => {}
-                }
-            }
-            Err(error) => return Err(RelayError::Source(error)),
-        }
-    }
+    let resume_from = describe_start(&reader_config.start);
+    retry_source_at_startup(retry, resume_from, metrics, shutdown, || {
+        BinlogReader::connect(reader_config.clone())
+    })
+    .await
 }
 
 /// Source task settings.
@@ -608,6 +696,21 @@ struct SourceSettings {
     reconnect_max: Duration,
     /// For logs.
     redacted_url: String,
+    /// Each row reserves its size here before it is handed on.
+    budget: InFlightBudget,
+}
+
+/// What the source hands the router: a stream item and, for a row, its share of the
+/// in-flight byte budget (released when its record is acked, or when it is dropped).
+type SourceItem = (StreamItem, Option<BudgetPermit>);
+
+/// The sink's ticket for a record: the tracker's token, and the row's budget reservation,
+/// released once the record (or its dead letter) is acknowledged.
+struct RecordTicket {
+    /// Acked in the tracker on delivery.
+    token: AckToken,
+    /// Dropped on delivery.
+    budget: Option<BudgetPermit>,
 }
 
 /// Reads the binlog into `items` until shutdown or a definite error; reconnects on
@@ -616,7 +719,7 @@ async fn run_source(
     mut reader: BinlogReader,
     settings: SourceSettings,
     mut reader_config: ReaderConfig,
-    items: mpsc::Sender<StreamItem>,
+    items: mpsc::Sender<SourceItem>,
     metrics: Arc<Metrics>,
     mut shutdown: Shutdown,
 ) -> Result<(), RelayError> {
@@ -637,9 +740,22 @@ async fn run_source(
                     }
                     StreamItem::Heartbeat(_) => backoff.reset(),
                 }
+                let permit = match &item {
+                    StreamItem::Row(row) => {
+                        let permit = tokio::select! {
+                            _ = shutdown.recv() => return Ok(()),
+                            permit = settings.budget.reserve(row_change_bytes(row)) => permit,
+                        };
+                        metrics.in_flight_bytes.set(
+                            i64::try_from(settings.budget.reserved_bytes()).unwrap_or(i64::MAX),
+                        );
+                        permit
+                    }
+                    StreamItem::Commit(_) | StreamItem::Heartbeat(_) => None,
+                };
                 tokio::select! {
                     _ = shutdown.recv() => return Ok(()),
-                    sent = items.send(item) => if sent.is_err() { return Ok(()) },
+                    sent = items.send((item, permit)) => if sent.is_err() { return Ok(()) },
                 }
             }
             Err(error) if error.is_transient() => {
@@ -652,6 +768,8 @@ async fn run_source(
                         error: &last_error,
                         delay,
                         resume_from: describe_start(&resume),
+                        attempt: backoff.attempts(),
+                        max_attempts: 0,
                     }
                     .emit(&metrics);
                     tokio::select! {
@@ -707,8 +825,8 @@ struct RouterTaskContext {
 /// the tracker, in binlog order.
 async fn run_router(
     context: RouterTaskContext,
-    mut items: mpsc::Receiver<StreamItem>,
-    records: mpsc::Sender<SinkItem<AckToken>>,
+    mut items: mpsc::Receiver<SourceItem>,
+    records: mpsc::Sender<SinkItem<RecordTicket>>,
     mut shutdown: Shutdown,
 ) -> Result<(), RelayError> {
     let RouterTaskContext {
@@ -735,7 +853,7 @@ async fn run_router(
         progress.notify_one();
     };
     loop {
-        let item = tokio::select! {
+        let (item, budget) = tokio::select! {
             _ = shutdown.recv() => return Ok(()),
             item = items.recv() => match item {
                 Some(item) => item,
@@ -746,11 +864,11 @@ async fn run_router(
             StreamItem::Row(row) => match router.route(&row) {
                 Ok(RouteOutcome::Record(record)) => {
                     RecordRouted.emit(&metrics);
-                    let ticket = lock_tracker(&tracker).add_record();
+                    let token = lock_tracker(&tracker).add_record();
                     records_in_open_transaction += 1;
                     let item = SinkItem {
                         record: OutboundRecord::from(record),
-                        ticket,
+                        ticket: RecordTicket { token, budget },
                         origin: RecordOrigin::of_row(&row),
                     };
                     tokio::select! {
@@ -783,11 +901,11 @@ async fn run_router(
                         error: &message,
                     }
                     .emit(&metrics);
-                    let ticket = lock_tracker(&tracker).add_record();
+                    let token = lock_tracker(&tracker).add_record();
                     records_in_open_transaction += 1;
                     let item = SinkItem {
                         record: letter,
-                        ticket,
+                        ticket: RecordTicket { token, budget },
                         origin: RecordOrigin::of_row(&row),
                     };
                     tokio::select! {
@@ -971,6 +1089,11 @@ async fn run_committer(
                     }
                     covered
                 };
+                if covers_records {
+                    crate::crash_points::crash_if_armed(
+                        crate::crash_points::CrashPoint::BeforeCheckpointCommit,
+                    );
+                }
                 limiter.on_moved(position, transactions, covers_records, now)
             }
             None => None,

@@ -584,3 +584,180 @@ async fn a_checkpoint_of_another_server_resumes_by_gtid_or_refuses_without_one()
     assert_eq!(stored.source.server_id, 1);
     assert_eq!(stored.position.binlog.file, "binlog.000001");
 }
+
+/// With no outbox traffic the checkpoint still advances: over transactions on other tables,
+/// and over a binlog rotation with no transaction at all (server heartbeats), so the server
+/// can purge the old file while the relay runs, a restart then still resumes, and the lag
+/// reads zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_outbox_still_advances_the_checkpoint_so_old_binlogs_can_be_purged() {
+    let fixture = fixture("").await;
+    fixture.write_orders(1..=1).await;
+    let (handles, task) = fixture.start_relay();
+    fixture
+        .wait_for_checkpoint("0-1-4", Duration::from_secs(30))
+        .await;
+
+    // Ten transactions on a table the relay does not watch: 0-1-5..0-1-14.
+    let mut conn = fixture.server.conn().await.unwrap();
+    for n in 0..10u64 {
+        conn.exec_drop(
+            "INSERT INTO shop.orders (id, customer, total) VALUES (?, 'idle', 1.00)",
+            (1000 + n,),
+        )
+        .await
+        .unwrap();
+    }
+    // Idle-only progress is committed at most every 5 s.
+    fixture
+        .wait_for_checkpoint("0-1-14", Duration::from_secs(15))
+        .await;
+
+    // A rotation with no transaction after it: only heartbeats can move the checkpoint into
+    // the new file.
+    conn.query_drop("FLUSH BINARY LOGS").await.unwrap();
+    let (new_file, _): (String, u64) = conn
+        .query_first::<mysql_async::Row, _>("SHOW MASTER STATUS")
+        .await
+        .unwrap()
+        .map(|row| (row.get(0).unwrap(), row.get(1).unwrap()))
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        let stored = fixture.stored().await.unwrap();
+        if stored.position.binlog.file == new_file {
+            assert_eq!(stored.position.gtid_set.to_string(), "0-1-14");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the checkpoint stayed in {} after the rotation to {new_file}",
+            stored.position.binlog
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(handles.metrics.checkpoint_lag_seconds.get(), 0.0);
+    // Nothing the relay needs is in the old file any more.
+    conn.query_drop(format!("PURGE BINARY LOGS TO '{new_file}'"))
+        .await
+        .unwrap();
+    let summary = stop(handles, task).await.unwrap();
+    assert_eq!(summary.delivered, 1);
+
+    // A restart resumes in the new file: no purged-position error, later events flow.
+    fixture.write_orders(2..=2).await;
+    let (handles, task) = fixture.start_relay();
+    fixture
+        .wait_for_checkpoint("0-1-15", Duration::from_secs(30))
+        .await;
+    let summary = stop(handles, task).await.unwrap();
+    assert_eq!(summary.delivered, 1);
+    let oldest: String = conn
+        .query_first::<mysql_async::Row, _>("SHOW BINARY LOGS")
+        .await
+        .unwrap()
+        .and_then(|row| row.get(0))
+        .unwrap();
+    assert_eq!(oldest, new_file, "the old binlog file was purged");
+    conn.disconnect().await.unwrap();
+}
+
+/// `ALTER TABLE` on the outbox table while the relay runs: a new column in front and a
+/// reordered column are picked up from the next TABLE_MAP (every record still carries the
+/// right key and payload); a renamed payload column no longer resolves, so that row becomes
+/// a dead letter naming the column (never a record with some other column as payload), and
+/// once the name is back, events flow again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alter_table_mid_stream_never_mis_maps_a_column() {
+    let fixture = fixture("").await;
+    fixture.cluster.create_topic("outbox.dlq", 1, 1).unwrap();
+    fixture.write_orders(1..=1).await;
+    let (handles, task) = fixture.start_relay();
+    fixture
+        .wait_for_checkpoint("0-1-4", Duration::from_secs(30))
+        .await;
+    let mut conn = fixture.server.conn().await.unwrap();
+    // 0-1-5: a column in front shifts every other column's index; order 2 is 0-1-6.
+    conn.query_drop(
+        "ALTER TABLE shop.outbox ADD COLUMN tenant VARCHAR(20) NOT NULL DEFAULT 'acme' FIRST",
+    )
+    .await
+    .unwrap();
+    fixture.write_orders(2..=2).await;
+    // 0-1-7: aggregate_id moves behind payload; order 3 is 0-1-8.
+    conn.query_drop(
+        "ALTER TABLE shop.outbox MODIFY aggregate_id VARCHAR(255) NOT NULL AFTER payload",
+    )
+    .await
+    .unwrap();
+    fixture.write_orders(3..=3).await;
+    // 0-1-9: the payload column is renamed; the row at 0-1-10 cannot be mapped.
+    conn.query_drop("ALTER TABLE shop.outbox CHANGE payload body JSON")
+        .await
+        .unwrap();
+    conn.query_drop(
+        "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, body) \
+         VALUES ('renamed-10', 'order', '10', 'order_created', '{\"n\":10}')",
+    )
+    .await
+    .unwrap();
+    // 0-1-11: renamed back; order 4 is 0-1-12.
+    conn.query_drop("ALTER TABLE shop.outbox CHANGE body payload JSON")
+        .await
+        .unwrap();
+    fixture.write_orders(4..=4).await;
+    fixture
+        .wait_for_checkpoint("0-1-12", Duration::from_secs(30))
+        .await;
+    let summary = stop(handles.clone(), task).await.unwrap();
+    assert_eq!(summary.delivered, 5, "four orders and one dead letter");
+    conn.disconnect().await.unwrap();
+
+    let records = consume_records(
+        &fixture.cluster.bootstrap_servers(),
+        DEMO_TOPIC,
+        4,
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let seen: Vec<(Option<String>, Option<String>)> = records
+        .iter()
+        .map(|record| (record.key.clone(), record.value.clone()))
+        .collect();
+    let expected: Vec<(Option<String>, Option<String>)> = (1..=4u32)
+        .map(|n| {
+            let total = format!("{}.{:02}", 10 + n, n % 100);
+            (
+                Some(n.to_string()),
+                Some(format!(
+                    r#"{{"order_id":{n},"customer":"customer-{n}","total":"{total}"}}"#
+                )),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen, expected,
+        "keys and payloads across the schema changes"
+    );
+    let letters = consume_records(
+        &fixture.cluster.bootstrap_servers(),
+        "outbox.dlq",
+        1,
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    assert_eq!(letters.len(), 1);
+    let header = |name: &str| {
+        letters[0]
+            .headers
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.clone())
+    };
+    assert_eq!(header("id").as_deref(), Some("renamed-10"));
+    assert_eq!(header("dlq.error_class").as_deref(), Some("routing"));
+    let message = header("dlq.error_message").unwrap_or_default();
+    assert!(message.contains("payload"), "{message}");
+}

@@ -110,6 +110,9 @@ pub struct KafkaSinkSettings {
     pub drain_timeout: Duration,
     /// What a permanently rejected record becomes (dead letter or stop).
     pub dead_letter: DeadLetterConfig,
+    /// Metadata requests at startup before the sink gives up on an unreachable cluster
+    /// (0 = forever).
+    pub startup_attempts: u32,
 }
 
 impl KafkaSinkSettings {
@@ -127,6 +130,7 @@ impl KafkaSinkSettings {
             max_in_flight: pipeline.max_in_flight,
             drain_timeout: pipeline.shutdown_timeout(),
             dead_letter: DeadLetterConfig::default(),
+            startup_attempts: kafka.startup_attempts,
         }
     }
 
@@ -192,6 +196,18 @@ pub enum SinkError {
         topic: String,
         /// The broker's or client's message.
         message: String,
+    },
+    /// No broker answered a metadata request at startup within `kafka.startup_attempts`.
+    #[error("cannot reach the Kafka cluster at {brokers}: {attempts} metadata requests over {waited:?} failed, the last with: {error}; check kafka.brokers, that the brokers are up and reachable from this host, and the security settings in [kafka.properties] (or set kafka.startup_attempts = 0 to wait forever)")]
+    Unreachable {
+        /// `bootstrap.servers`.
+        brokers: String,
+        /// How many requests failed.
+        attempts: u32,
+        /// Time from the first request to giving up.
+        waited: Duration,
+        /// The last request's error (boxed: large, and this path is cold).
+        error: Box<KafkaError>,
     },
     /// Kafka rejected a record for a reason retrying cannot fix.
     #[error("Kafka rejected a record for topic `{topic}` (key {key}): {error}; the relay stopped so nothing is skipped")]
@@ -295,7 +311,7 @@ fn on_permanent_failure<T>(
                 .record
                 .key
                 .as_deref()
-                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .map(describe_key)
                 .unwrap_or_else(|| "<none>".into()),
             error: Box::new(error),
         });
@@ -358,6 +374,9 @@ where
         .client_config()
         .create_with_context(RelayClientContext::default())
         .map_err(SinkError::Client)?;
+    if !reach_cluster_at_startup(&producer, &settings, &mut shutdown).await? {
+        return Ok(SinkSummary::default());
+    }
     let mut generation: u64 = 0;
     let mut topics = TopicManager::new(&settings)?;
     let mut pending: BTreeMap<u64, Pending<T>> = BTreeMap::new();
@@ -601,6 +620,7 @@ fn enqueue(
         }
         future_record = future_record.headers(headers);
     }
+    crate::crash_points::crash_if_armed(crate::crash_points::CrashPoint::BeforePublish);
     match producer.send_result(future_record) {
         Ok(delivery) => Ok(delivery
             .map(move |result| {
@@ -769,6 +789,75 @@ enum CreateFailure {
     Definite(String),
 }
 
+/// Asks the cluster for its metadata until a broker answers, with backoff, logging each
+/// failure; gives up with [`SinkError::Unreachable`] after `settings.startup_attempts`.
+/// `false` when shutdown was requested meanwhile.
+async fn reach_cluster_at_startup(
+    producer: &RelayProducer,
+    settings: &KafkaSinkSettings,
+    shutdown: &mut Shutdown,
+) -> Result<bool, SinkError> {
+    let brokers = settings
+        .client_properties
+        .iter()
+        .find(|(key, _)| key == "bootstrap.servers")
+        .map(|(_, value)| value.clone())
+        .unwrap_or_default();
+    let mut backoff = Backoff::new(settings.retry_initial_backoff, settings.retry_max_backoff);
+    let started = std::time::Instant::now();
+    let mut attempts: u32 = 0;
+    loop {
+        let probe = {
+            let producer = producer.clone();
+            let timeout = settings.admin_timeout;
+            tokio::task::spawn_blocking(move || {
+                producer.client().fetch_metadata(None, timeout).map(|_| ())
+            })
+        };
+        let outcome = tokio::select! {
+            _ = shutdown.recv() => return Ok(false),
+            outcome = probe => outcome,
+        };
+        attempts = attempts.saturating_add(1);
+        let error = match outcome {
+            Ok(Ok(())) => {
+                tracing::info!(brokers = %brokers, attempts, "Kafka cluster reachable");
+                return Ok(true);
+            }
+            Ok(Err(error)) => error,
+            Err(_join_error) => KafkaError::MetadataFetch(RDKafkaErrorCode::Fail),
+        };
+        if settings.startup_attempts != 0 && attempts >= settings.startup_attempts {
+            return Err(SinkError::Unreachable {
+                brokers,
+                attempts,
+                waited: started.elapsed(),
+                error: Box::new(error),
+            });
+        }
+        let delay = backoff.next_delay();
+        tracing::warn!(brokers = %brokers, %error, attempt = attempts, max_attempts = settings.startup_attempts, retry_in_ms = delay.as_millis() as u64, "cannot reach the Kafka cluster at startup; retrying");
+        tokio::select! {
+            _ = shutdown.recv() => return Ok(false),
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// A key for an error message: lossy UTF-8, cut after 64 bytes with its size (a
+/// gigantic key must not flood the log).
+fn describe_key(key: &[u8]) -> String {
+    const SHOWN: usize = 64;
+    if key.len() <= SHOWN {
+        return String::from_utf8_lossy(key).into_owned();
+    }
+    format!(
+        "{}... ({} bytes)",
+        String::from_utf8_lossy(&key[..SHOWN]),
+        key.len()
+    )
+}
+
 /// Checks the cluster metadata for `topic` without triggering broker auto-creation.
 async fn topic_exists(
     producer: &RelayProducer,
@@ -805,6 +894,7 @@ mod tests {
 
     fn settings(brokers: &str) -> KafkaSinkSettings {
         KafkaSinkSettings {
+            startup_attempts: 0,
             client_properties: vec![
                 ("bootstrap.servers".into(), brokers.into()),
                 ("enable.idempotence".into(), "true".into()),
@@ -1060,6 +1150,7 @@ mod tests {
 
     fn dead_letter_settings(brokers: &str) -> KafkaSinkSettings {
         KafkaSinkSettings {
+            startup_attempts: 0,
             dead_letter: DeadLetterConfig::default(),
             ..settings(brokers)
         }

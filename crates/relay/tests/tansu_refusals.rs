@@ -99,11 +99,39 @@ async fn purged_binlog_after_the_checkpoint_is_refused_not_skipped() {
         stored.raw, after.raw
     );
     assert!(
-        exit.is_some_and(|status| !status.success()) || log_errors > 0,
-        "the relay neither exited with an error ({exit:?}) nor logged one about the purged \
-         binlog; log:\n{}",
+        exit.is_some_and(|status| !status.success()) && log_errors > 0,
+        "the relay did not exit with an error ({exit:?}) about the purged binlog; log:\n{}",
         relay.log_tail(20)
     );
+    // The message names the checkpoint, the oldest position still there and both ways out.
+    let log = std::fs::read_to_string(&relay.log_path).unwrap_or_default();
+    let error_line = log
+        .lines()
+        .find(|line| line.contains("error:") && line.contains("no longer on the source server"))
+        .unwrap_or_else(|| {
+            panic!(
+                "no purged-checkpoint error in the log:\n{}",
+                relay.log_tail(20)
+            )
+        });
+    let checkpoint_position = format!(
+        "{}:{}",
+        stored_file,
+        stored.position.as_ref().unwrap().position
+    );
+    for needle in [
+        checkpoint_position.as_str(),
+        relay.checkpoint_path.to_str().unwrap(),
+        "the oldest still available is",
+        current.file.as_str(),
+        "outbox-relay inspect",
+        "outbox-relay checkpoint set",
+    ] {
+        assert!(
+            error_line.contains(needle),
+            "the purged-checkpoint error lacks `{needle}`: {error_line}"
+        );
+    }
     writer.close().await;
 }
 

@@ -350,6 +350,8 @@ pub struct RelaySetup {
     pub metrics_listen: Option<String>,
     /// More `[[outbox]]` tables besides `shop.outbox`: (table, preset).
     pub extra_outbox_tables: Vec<(String, String)>,
+    /// More `[route]` lines (TOML), e.g. `payload = "require_json"`.
+    pub route_extra: Vec<String>,
 }
 
 impl RelaySetup {
@@ -375,6 +377,7 @@ impl RelaySetup {
             mysql_checkpoint_url: None,
             metrics_listen: None,
             extra_outbox_tables: Vec::new(),
+            route_extra: Vec::new(),
         }
     }
 }
@@ -427,6 +430,7 @@ preset = "seeds"
 {extra_outbox}
 [route]
 topic = "outbox.event.${{aggregate_type}}"
+{route_extra}
 
 [kafka]
 brokers = "{brokers}"
@@ -451,6 +455,7 @@ commit_interval_ms = {commit_interval_ms}
                     format!("\n[[outbox]]\ntable = \"{table}\"\npreset = \"{preset}\"\n")
                 })
                 .collect::<String>(),
+            route_extra = setup.route_extra.join("\n"),
             metrics_section = setup
                 .metrics_listen
                 .as_ref()
@@ -488,6 +493,11 @@ commit_interval_ms = {commit_interval_ms}
 
     /// Starts `outbox-relay run --config FILE` (stdout/stderr appended to the log).
     pub fn start(&mut self) {
+        self.start_with_env(&[]);
+    }
+
+    /// [`Relay::start`] with extra environment variables (e.g. a crash point).
+    pub fn start_with_env(&mut self, vars: &[(&str, &str)]) {
         assert!(self.child.is_none(), "relay already running");
         self.starts += 1;
         let mut log = OpenOptions::new()
@@ -509,6 +519,7 @@ commit_interval_ms = {commit_interval_ms}
             .arg(&self.config_path)
             .env("RUST_LOG", &self.log_filter)
             .env("NO_COLOR", "1")
+            .envs(vars.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(stderr))
@@ -584,6 +595,39 @@ commit_interval_ms = {commit_interval_ms}
             self.log_path.display(),
             all[all.len().saturating_sub(lines)..].join("\n")
         )
+    }
+
+    /// Rewrites the config file: each `(from, to)` replaces the first `from` (which must be
+    /// there), for tests of settings the harness does not model.
+    pub fn edit_config(&self, edits: &[(&str, &str)]) {
+        let mut text = std::fs::read_to_string(&self.config_path).expect("read config");
+        for (from, to) in edits {
+            assert!(text.contains(from), "config has no `{from}`:\n{text}");
+            text = text.replacen(from, to, 1);
+        }
+        std::fs::write(&self.config_path, text).expect("write config");
+    }
+
+    /// Waits up to `limit` for the relay to exit on its own; panics (killing it) if it is
+    /// still running then.
+    pub async fn wait_for_exit(&mut self, limit: Duration) -> ExitStatus {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.exited() {
+                return status;
+            }
+            if started.elapsed() > limit {
+                let tail = self.log_tail(30);
+                self.kill9();
+                panic!("the relay still ran after {limit:?}; log tail:\n{tail}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The whole relay log (all runs).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
 
     /// `outbox-relay checkpoint show --config FILE`.
