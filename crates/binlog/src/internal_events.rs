@@ -116,19 +116,36 @@ fn metrics() -> Option<&'static BinlogMetrics> {
 /// Registers this crate's collectors into `registry` (the relay owns the registry). Fails if
 /// they are already registered there.
 pub fn register_metrics(registry: &Registry) -> Result<(), prometheus::Error> {
-    let metrics = match METRICS.as_ref() {
+    register_lazy_collectors(registry, &METRICS, |metrics| {
+        vec![
+            Box::new(metrics.events_received.clone()),
+            Box::new(metrics.event_bytes_received.clone()),
+            Box::new(metrics.event_batches.clone()),
+            Box::new(metrics.rows_decoded.clone()),
+            Box::new(metrics.transactions_committed.clone()),
+            Box::new(metrics.heartbeats.clone()),
+            Box::new(metrics.column_name_lookups.clone()),
+            Box::new(metrics.stream_errors.clone()),
+            Box::new(metrics.reader_connects.clone()),
+        ]
+    })
+}
+
+/// The shared body of the workspace crates' `register_metrics`: each crate keeps its
+/// counters in a lazily built struct (an `Err` there, which constant valid names never
+/// produce, disables counting) and hands `pick` the collectors to register.
+pub fn register_lazy_collectors<T>(
+    registry: &Registry,
+    metrics: &Result<T, prometheus::Error>,
+    pick: impl FnOnce(&T) -> Vec<Box<dyn prometheus::core::Collector>>,
+) -> Result<(), prometheus::Error> {
+    let metrics = match metrics {
         Ok(metrics) => metrics,
         Err(error) => return Err(prometheus::Error::Msg(error.to_string())),
     };
-    registry.register(Box::new(metrics.events_received.clone()))?;
-    registry.register(Box::new(metrics.event_bytes_received.clone()))?;
-    registry.register(Box::new(metrics.event_batches.clone()))?;
-    registry.register(Box::new(metrics.rows_decoded.clone()))?;
-    registry.register(Box::new(metrics.transactions_committed.clone()))?;
-    registry.register(Box::new(metrics.heartbeats.clone()))?;
-    registry.register(Box::new(metrics.column_name_lookups.clone()))?;
-    registry.register(Box::new(metrics.stream_errors.clone()))?;
-    registry.register(Box::new(metrics.reader_connects.clone()))?;
+    for collector in pick(metrics) {
+        registry.register(collector)?;
+    }
     Ok(())
 }
 

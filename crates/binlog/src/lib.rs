@@ -35,8 +35,9 @@ pub use error::BinlogError;
 pub use file::BinlogFileReader;
 pub use gtid::{Gtid, GtidSet, GtidSetParseError, MysqlGtidSource};
 pub use internal_events::{
-    register_metrics, BinlogEventsReceived, ColumnNamesLookedUp, HeartbeatReceived, InternalEvent,
-    ReaderConnected, RowsDecoded, StreamError, TransactionCommitted,
+    register_lazy_collectors, register_metrics, BinlogEventsReceived, ColumnNamesLookedUp,
+    HeartbeatReceived, InternalEvent, ReaderConnected, RowsDecoded, StreamError,
+    TransactionCommitted,
 };
 pub use live::{BinlogReader, ReaderConfig, StartPosition, DEFAULT_READ_AHEAD_EVENTS};
 pub use types::{

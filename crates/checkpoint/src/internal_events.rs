@@ -91,17 +91,16 @@ fn metrics() -> Option<&'static CheckpointMetrics> {
 /// Registers this crate's collectors into `registry` (the relay owns the registry). Fails if
 /// they are already registered there.
 pub fn register_metrics(registry: &Registry) -> Result<(), prometheus::Error> {
-    let metrics = match METRICS.as_ref() {
-        Ok(metrics) => metrics,
-        Err(error) => return Err(prometheus::Error::Msg(error.to_string())),
-    };
-    registry.register(Box::new(metrics.commits.clone()))?;
-    registry.register(Box::new(metrics.commit_failures.clone()))?;
-    registry.register(Box::new(metrics.commit_duration.clone()))?;
-    registry.register(Box::new(metrics.committed_event_timestamp.clone()))?;
-    registry.register(Box::new(metrics.regressions_ignored.clone()))?;
-    registry.register(Box::new(metrics.ack_errors.clone()))?;
-    Ok(())
+    outbox_binlog::register_lazy_collectors(registry, &METRICS, |metrics| {
+        vec![
+            Box::new(metrics.commits.clone()),
+            Box::new(metrics.commit_failures.clone()),
+            Box::new(metrics.commit_duration.clone()),
+            Box::new(metrics.committed_event_timestamp.clone()),
+            Box::new(metrics.regressions_ignored.clone()),
+            Box::new(metrics.ack_errors.clone()),
+        ]
+    })
 }
 
 /// A checkpoint was stored.

@@ -629,12 +629,7 @@ impl RelayConfig {
             ));
         }
         StartSetting::parse(&source.start).map_err(|m| invalid("source.start", m))?;
-        if source.heartbeat_interval_ms == 0 {
-            return Err(invalid(
-                "source.heartbeat_interval_ms",
-                "must be at least 1 (milliseconds); 1000 is a good value",
-            ));
-        }
+        self.check_lower_bounds()?;
         if source.idle_timeout_ms <= source.heartbeat_interval_ms {
             return Err(invalid(
                 "source.idle_timeout_ms",
@@ -644,9 +639,6 @@ impl RelayConfig {
                     source.heartbeat_interval_ms.saturating_mul(5)
                 ),
             ));
-        }
-        if source.connect_timeout_ms == 0 {
-            return Err(invalid("source.connect_timeout_ms", "must be at least 1"));
         }
         if source.reconnect_initial_backoff_ms == 0
             || source.reconnect_max_backoff_ms < source.reconnect_initial_backoff_ms
@@ -673,15 +665,6 @@ impl RelayConfig {
                 "is empty: list at least one `host:port`",
             ));
         }
-        if kafka.topic_partitions < 1 {
-            return Err(invalid("kafka.topic_partitions", "must be at least 1"));
-        }
-        if kafka.topic_replication_factor < 1 {
-            return Err(invalid(
-                "kafka.topic_replication_factor",
-                "must be at least 1",
-            ));
-        }
         if !["none", "gzip", "snappy", "lz4", "zstd"].contains(&kafka.compression.as_str()) {
             return Err(invalid(
                 "kafka.compression",
@@ -690,9 +673,6 @@ impl RelayConfig {
                     kafka.compression
                 ),
             ));
-        }
-        if kafka.message_timeout_ms == 0 {
-            return Err(invalid("kafka.message_timeout_ms", "must be at least 1"));
         }
         if kafka.retry_initial_backoff_ms == 0
             || kafka.retry_max_backoff_ms < kafka.retry_initial_backoff_ms
@@ -778,42 +758,11 @@ impl RelayConfig {
             })?;
         }
 
-        let pipeline = &self.pipeline;
-        if pipeline.max_in_flight == 0 {
-            return Err(invalid(
-                "pipeline.max_in_flight",
-                "must be at least 1 (10000 is the default)",
-            ));
-        }
-        if pipeline.max_in_flight_bytes < 1024 * 1024 {
-            return Err(invalid(
-                "pipeline.max_in_flight_bytes",
-                "must be at least 1048576 (1 MiB; 268435456 = 256 MiB is the default)",
-            ));
-        }
-        if pipeline.commit_interval_ms == 0 {
-            return Err(invalid("pipeline.commit_interval_ms", "must be at least 1"));
-        }
-        if pipeline.commit_max_transactions == 0 {
-            return Err(invalid(
-                "pipeline.commit_max_transactions",
-                "must be at least 1",
-            ));
-        }
-        if pipeline.channel_capacity == 0 {
-            return Err(invalid("pipeline.channel_capacity", "must be at least 1"));
-        }
         let dead_letter = &self.dead_letter;
         if dead_letter.topic.trim().is_empty() {
             return Err(invalid(
                 "dead_letter.topic",
                 "must not be empty (default `outbox.dlq`)",
-            ));
-        }
-        if dead_letter.max_attempts == 0 {
-            return Err(invalid(
-                "dead_letter.max_attempts",
-                "must be at least 1 (default 3)",
             ));
         }
         if let Some(unknown) = dead_letter
@@ -830,6 +779,93 @@ impl RelayConfig {
             ));
         }
         Ok(())
+    }
+
+    /// Settings that only need a lower bound, checked from one table: the key, its value,
+    /// the minimum, and the default the fix suggests.
+    fn check_lower_bounds(&self) -> Result<(), ConfigError> {
+        let wide = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
+        let (source, kafka, pipeline) = (&self.source, &self.kafka, &self.pipeline);
+        let bounds: [(&str, i64, i64, i64); 11] = [
+            (
+                "source.heartbeat_interval_ms",
+                wide(source.heartbeat_interval_ms),
+                1,
+                wide(default_heartbeat_interval_ms()),
+            ),
+            (
+                "source.connect_timeout_ms",
+                wide(source.connect_timeout_ms),
+                1,
+                wide(default_connect_timeout_ms()),
+            ),
+            (
+                "kafka.topic_partitions",
+                i64::from(kafka.topic_partitions),
+                1,
+                i64::from(default_topic_partitions()),
+            ),
+            (
+                "kafka.topic_replication_factor",
+                i64::from(kafka.topic_replication_factor),
+                1,
+                i64::from(default_topic_replication_factor()),
+            ),
+            (
+                "kafka.message_timeout_ms",
+                wide(kafka.message_timeout_ms),
+                1,
+                wide(default_message_timeout_ms()),
+            ),
+            (
+                "pipeline.max_in_flight",
+                wide(pipeline.max_in_flight as u64),
+                1,
+                wide(default_max_in_flight() as u64),
+            ),
+            (
+                "pipeline.max_in_flight_bytes",
+                wide(pipeline.max_in_flight_bytes),
+                1024 * 1024,
+                wide(default_max_in_flight_bytes()),
+            ),
+            (
+                "pipeline.commit_interval_ms",
+                wide(pipeline.commit_interval_ms),
+                1,
+                wide(default_commit_interval_ms()),
+            ),
+            (
+                "pipeline.commit_max_transactions",
+                wide(pipeline.commit_max_transactions),
+                1,
+                wide(default_commit_max_transactions()),
+            ),
+            (
+                "pipeline.channel_capacity",
+                wide(pipeline.channel_capacity as u64),
+                1,
+                wide(default_channel_capacity() as u64),
+            ),
+            (
+                "dead_letter.max_attempts",
+                i64::from(self.dead_letter.max_attempts),
+                1,
+                i64::from(default_dead_letter_max_attempts()),
+            ),
+        ];
+        match bounds
+            .into_iter()
+            .find(|(_, value, minimum, _)| value < minimum)
+        {
+            Some((key, value, minimum, default)) => Err(invalid(
+                key,
+                format!(
+                    "{value} is too small: must be at least {minimum} ({default} is the default)"
+                ),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// The tables the reader must decode: the configured outbox tables.
@@ -1103,6 +1139,14 @@ commit_max_transactions = 1000
             (
                 "[pipeline]\nchannel_capacity = 0\n",
                 "pipeline.channel_capacity",
+            ),
+            (
+                "[pipeline]\nmax_in_flight_bytes = 1000\n",
+                "pipeline.max_in_flight_bytes",
+            ),
+            (
+                "[dead_letter]\nmax_attempts = 0\n",
+                "dead_letter.max_attempts",
             ),
         ];
         for (extra, key) in appended {

@@ -33,6 +33,16 @@ pub struct ConsumedRecord {
     pub headers: Vec<(String, String)>,
 }
 
+impl ConsumedRecord {
+    /// The value of the first header called `name`.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
 /// What a demo run produced.
 #[derive(Debug, Clone)]
 pub struct DemoOutcome {

@@ -92,6 +92,18 @@ impl Fixture {
         (handles, task)
     }
 
+    /// Reads `count` records of `topic` from the mock cluster (30 s at most).
+    async fn consume(&self, topic: &str, count: usize) -> Vec<crate::demo::ConsumedRecord> {
+        consume_records(
+            &self.cluster.bootstrap_servers(),
+            topic,
+            count,
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap()
+    }
+
     /// Waits until the stored checkpoint's GTID set is `expected`.
     async fn wait_for_checkpoint(&self, expected: &str, timeout: Duration) {
         let started = Instant::now();
@@ -171,14 +183,7 @@ async fn broker_outage_holds_the_checkpoint_back_until_delivery() {
     fixture
         .wait_for_checkpoint("0-1-6", Duration::from_secs(30))
         .await;
-    let records = consume_records(
-        &fixture.cluster.bootstrap_servers(),
-        DEMO_TOPIC,
-        3,
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
+    let records = fixture.consume(DEMO_TOPIC, 3).await;
     let mut ids: Vec<String> = records
         .iter()
         .map(|r| r.key.clone().unwrap_or_default())
@@ -212,14 +217,7 @@ async fn a_restart_resumes_from_the_checkpoint_without_replaying_acked_events() 
         .await;
     let second = stop(handles, task).await.unwrap();
     assert_eq!(second.delivered, 2, "only the orders after the checkpoint");
-    let records = consume_records(
-        &fixture.cluster.bootstrap_servers(),
-        DEMO_TOPIC,
-        4,
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
+    let records = fixture.consume(DEMO_TOPIC, 4).await;
     let keys: Vec<_> = records.iter().filter_map(|r| r.key.clone()).collect();
     assert_eq!(keys, vec!["1", "2", "3", "4"]);
 }
@@ -262,21 +260,8 @@ async fn a_row_that_cannot_be_routed_is_dead_lettered_and_later_events_flow() {
             .get(),
         1
     );
-    let letters = consume_records(
-        &fixture.cluster.bootstrap_servers(),
-        "outbox.dlq",
-        1,
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
-    let header = |name: &str| {
-        letters[0]
-            .headers
-            .iter()
-            .find(|(key, _)| key == name)
-            .map(|(_, value)| value.clone())
-    };
+    let letters = fixture.consume("outbox.dlq", 1).await;
+    let header = |name: &str| letters[0].header(name).map(str::to_owned);
     assert_eq!(header("id").as_deref(), Some("bad-event-7"));
     assert_eq!(header("dlq.error_class").as_deref(), Some("routing"));
     assert_eq!(header("dlq.original_topic_known").as_deref(), Some("false"));
@@ -294,14 +279,7 @@ async fn a_row_that_cannot_be_routed_is_dead_lettered_and_later_events_flow() {
         "the row's payload"
     );
     assert!(header("dlq.row").is_some_and(|row| row.contains("bad-event-7")));
-    let records = consume_records(
-        &fixture.cluster.bootstrap_servers(),
-        DEMO_TOPIC,
-        2,
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
+    let records = fixture.consume(DEMO_TOPIC, 2).await;
     let keys: Vec<_> = records.iter().filter_map(|r| r.key.clone()).collect();
     assert_eq!(keys, vec!["1", "2"]);
 }
@@ -424,14 +402,9 @@ async fn a_source_restart_reconnects_and_resumes_without_loss() {
     assert!(handles.metrics.source_reconnects.get() >= 1);
     let summary = stop(handles, task).await.unwrap();
     assert!(summary.delivered >= 4, "{summary:?}");
-    let records = consume_records(
-        &fixture.cluster.bootstrap_servers(),
-        DEMO_TOPIC,
-        summary.delivered as usize,
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
+    let records = fixture
+        .consume(DEMO_TOPIC, summary.delivered as usize)
+        .await;
     let mut keys: Vec<String> = records.iter().filter_map(|r| r.key.clone()).collect();
     keys.dedup();
     assert_eq!(keys, vec!["1", "2", "3", "4"]);
@@ -713,14 +686,7 @@ async fn alter_table_mid_stream_never_mis_maps_a_column() {
     assert_eq!(summary.delivered, 5, "four orders and one dead letter");
     conn.disconnect().await.unwrap();
 
-    let records = consume_records(
-        &fixture.cluster.bootstrap_servers(),
-        DEMO_TOPIC,
-        4,
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
+    let records = fixture.consume(DEMO_TOPIC, 4).await;
     let seen: Vec<(Option<String>, Option<String>)> = records
         .iter()
         .map(|record| (record.key.clone(), record.value.clone()))
@@ -740,22 +706,9 @@ async fn alter_table_mid_stream_never_mis_maps_a_column() {
         seen, expected,
         "keys and payloads across the schema changes"
     );
-    let letters = consume_records(
-        &fixture.cluster.bootstrap_servers(),
-        "outbox.dlq",
-        1,
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap();
+    let letters = fixture.consume("outbox.dlq", 1).await;
     assert_eq!(letters.len(), 1);
-    let header = |name: &str| {
-        letters[0]
-            .headers
-            .iter()
-            .find(|(key, _)| key == name)
-            .map(|(_, value)| value.clone())
-    };
+    let header = |name: &str| letters[0].header(name).map(str::to_owned);
     assert_eq!(header("id").as_deref(), Some("renamed-10"));
     assert_eq!(header("dlq.error_class").as_deref(), Some("routing"));
     let message = header("dlq.error_message").unwrap_or_default();

@@ -1126,26 +1126,19 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_record_kafka_rejects_for_good_stops_the_sink() {
-        let cluster = MockCluster::new(1).unwrap();
-        cluster.create_topic("sink.reject", 1, 1).unwrap();
-        cluster.request_errors(
-            RDKafkaApiKey::Produce,
-            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 5],
-        );
-        let (result, tickets) = run_with(
-            settings(&cluster.bootstrap_servers()),
+        let run = run_with_errors(
             "sink.reject",
-            1,
-            async {},
-            Metrics::new(),
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE,
+            5,
+            false,
         )
         .await;
-        let error = result.unwrap_err();
+        let error = run.result.unwrap_err();
         assert!(
             matches!(error, SinkError::Permanent { ref topic, .. } if topic == "sink.reject"),
             "{error:?}"
         );
-        assert!(tickets.is_empty());
+        assert!(run.tickets.is_empty());
     }
 
     fn dead_letter_settings(brokers: &str) -> KafkaSinkSettings {
@@ -1166,37 +1159,75 @@ mod tests {
             .unwrap_or_default()
     }
 
+    /// A sink run of one record to `topic` with dead letters on, against a mock cluster
+    /// (with `topic` and `outbox.dlq`) whose next `rejections` produce requests fail with
+    /// MSG_SIZE_TOO_LARGE.
+    struct RejectionRun {
+        /// Kept alive for reading the topics back.
+        _cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+        /// The cluster's bootstrap servers.
+        brokers: String,
+        /// What the sink returned.
+        result: Result<SinkSummary, SinkError>,
+        /// Tickets reported, in order.
+        tickets: Vec<u32>,
+        /// The run's counters.
+        metrics: Arc<Metrics>,
+    }
+
+    async fn run_with_rejections(topic: &str, rejections: usize) -> RejectionRun {
+        run_with_errors(
+            topic,
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE,
+            rejections,
+            true,
+        )
+        .await
+    }
+
+    /// [`run_with_rejections`] with any produce error, with dead letters on or off.
+    async fn run_with_errors(
+        topic: &str,
+        error: RDKafkaRespErr,
+        count: usize,
+        dead_letters: bool,
+    ) -> RejectionRun {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic(topic, 1, 1).unwrap();
+        cluster.create_topic("outbox.dlq", 1, 1).unwrap();
+        cluster.request_errors(RDKafkaApiKey::Produce, &vec![error; count]);
+        let metrics = Metrics::new();
+        let brokers = cluster.bootstrap_servers();
+        let settings = if dead_letters {
+            dead_letter_settings(&brokers)
+        } else {
+            settings(&brokers)
+        };
+        let (result, tickets) = run_with(settings, topic, 1, async {}, metrics.clone()).await;
+        RejectionRun {
+            _cluster: cluster,
+            brokers,
+            result,
+            tickets,
+            metrics,
+        }
+    }
+
     /// Permanent rejections for fewer sends than the budget: resent and delivered to the
     /// original topic, no dead letter.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn permanent_rejections_within_the_budget_are_resent_not_dead_lettered() {
-        let cluster = MockCluster::new(1).unwrap();
-        cluster.create_topic("sink.budget", 1, 1).unwrap();
-        cluster.create_topic("outbox.dlq", 1, 1).unwrap();
-        cluster.request_errors(
-            RDKafkaApiKey::Produce,
-            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 2],
-        );
-        let metrics = Metrics::new();
-        let brokers = cluster.bootstrap_servers();
-        let (result, tickets) = run_with(
-            dead_letter_settings(&brokers),
-            "sink.budget",
-            1,
-            async {},
-            metrics.clone(),
-        )
-        .await;
-        assert_eq!(result.unwrap().delivered, 1);
-        assert_eq!(tickets, vec![0]);
+        let run = run_with_rejections("sink.budget", 2).await;
+        assert_eq!(run.result.unwrap().delivered, 1);
+        assert_eq!(run.tickets, vec![0]);
         assert_eq!(
-            metrics
+            run.metrics
                 .dead_lettered
                 .with_label_values(&["message_too_large"])
                 .get(),
             0
         );
-        let delivered = read_topic(&brokers, "sink.budget", 1).await;
+        let delivered = read_topic(&run.brokers, "sink.budget", 1).await;
         assert_eq!(delivered.len(), 1);
         assert_eq!(delivered[0].value.as_deref(), Some("payload-0"));
     }
@@ -1266,27 +1297,12 @@ mod tests {
     /// is reported only then.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_record_rejected_for_the_whole_budget_is_dead_lettered_then_acked() {
-        let cluster = MockCluster::new(1).unwrap();
-        cluster.create_topic("sink.dead", 1, 1).unwrap();
-        cluster.create_topic("outbox.dlq", 1, 1).unwrap();
-        cluster.request_errors(
-            RDKafkaApiKey::Produce,
-            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 3],
-        );
-        let metrics = Metrics::new();
-        let brokers = cluster.bootstrap_servers();
-        let (result, tickets) = run_with(
-            dead_letter_settings(&brokers),
-            "sink.dead",
-            1,
-            async {},
-            metrics.clone(),
-        )
-        .await;
-        assert_eq!(result.unwrap().delivered, 1);
-        assert_eq!(tickets, vec![0]);
+        let run = run_with_rejections("sink.dead", 3).await;
+        let brokers = run.brokers;
+        assert_eq!(run.result.unwrap().delivered, 1);
+        assert_eq!(run.tickets, vec![0]);
         assert_eq!(
-            metrics
+            run.metrics
                 .dead_lettered
                 .with_label_values(&["message_too_large"])
                 .get(),
@@ -1294,13 +1310,7 @@ mod tests {
         );
         let letters = read_topic(&brokers, "outbox.dlq", 1).await;
         assert_eq!(letters.len(), 1, "one dead letter");
-        let header = |name: &str| {
-            letters[0]
-                .headers
-                .iter()
-                .find(|(key, _)| key == name)
-                .map(|(_, value)| value.clone())
-        };
+        let header = |name: &str| letters[0].header(name).map(str::to_owned);
         assert_eq!(letters[0].key.as_deref(), Some("key-0"));
         assert_eq!(header("id").as_deref(), Some("event-0"));
         assert_eq!(header("dlq.original_topic").as_deref(), Some("sink.dead"));
@@ -1317,23 +1327,9 @@ mod tests {
     /// (it fits the prefix) goes back with the same key, payload and `id`.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_dead_letter_is_replayed_to_its_original_topic_with_the_same_id() {
-        let cluster = MockCluster::new(1).unwrap();
-        cluster.create_topic("sink.auth", 1, 1).unwrap();
-        cluster.create_topic("outbox.dlq", 1, 1).unwrap();
-        cluster.request_errors(
-            RDKafkaApiKey::Produce,
-            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 3],
-        );
-        let brokers = cluster.bootstrap_servers();
-        let (result, _) = run_with(
-            dead_letter_settings(&brokers),
-            "sink.auth",
-            1,
-            async {},
-            Metrics::new(),
-        )
-        .await;
-        assert_eq!(result.unwrap().delivered, 1);
+        let run = run_with_rejections("sink.auth", 3).await;
+        let brokers = run.brokers;
+        assert_eq!(run.result.unwrap().delivered, 1);
         let kafka: KafkaConfig = toml::from_str(&format!("brokers = \"{brokers}\"")).unwrap();
         let letters =
             crate::dead_letter::read_dead_letters(&kafka, "outbox.dlq", Duration::from_secs(20))
@@ -1365,27 +1361,19 @@ mod tests {
     /// reports nothing (never a drop).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_rejected_dead_letter_stops_the_sink() {
-        let cluster = MockCluster::new(1).unwrap();
-        cluster.create_topic("sink.dead2", 1, 1).unwrap();
-        cluster.create_topic("outbox.dlq", 1, 1).unwrap();
-        cluster.request_errors(
-            RDKafkaApiKey::Produce,
-            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED; 10],
-        );
-        let (result, tickets) = run_with(
-            dead_letter_settings(&cluster.bootstrap_servers()),
+        let run = run_with_errors(
             "sink.dead2",
-            1,
-            async {},
-            Metrics::new(),
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+            10,
+            true,
         )
         .await;
-        let error = result.unwrap_err();
+        let error = run.result.unwrap_err();
         assert!(
             matches!(error, SinkError::Permanent { ref topic, .. } if topic == "outbox.dlq"),
             "{error:?}"
         );
-        assert!(tickets.is_empty());
+        assert!(run.tickets.is_empty());
     }
 
     /// A record above the producer's `message.max.bytes` is refused before it is sent; it

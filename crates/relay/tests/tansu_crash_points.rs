@@ -96,14 +96,22 @@ fn assert_checkpoint_not_past(view: &CheckpointView, before: &BinlogPoint, conte
     );
 }
 
-/// Failure test 1: the relay crashes after routing the event, before handing it to the
-/// producer. Nothing was published and the checkpoint stayed behind the event, so the next
-/// run delivers it exactly once and then moves the checkpoint past it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_before_publishing_delivers_the_event_after_the_restart() {
+/// What a run that crashed at a crash point and was restarted delivered.
+struct CrashOutcome {
+    /// Deliveries of the event before the restart (`None`: not read).
+    first_run: Option<usize>,
+    /// Deliveries of the event in all (each checked to be the event exactly).
+    total: usize,
+}
+
+/// Writes one event, runs the relay with `point` armed until it aborts there (the
+/// checkpoint must stay behind the event), optionally reads what the broker got so far,
+/// restarts the relay normally until the checkpoint passes the event, stops it, and counts
+/// the deliveries; prints the evidence.
+async fn crash_at_then_restart(point: &str, read_first_run: bool) -> CrashOutcome {
     let (db, broker) = start_shop_database_and_broker().await;
     let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
-    let mut writer = ShopWriter::connect(&db.url(), "crash-publish").await;
+    let mut writer = ShopWriter::connect(&db.url(), point).await;
     let before = writer.master_position().await;
     let event = writer
         .transaction("order", "order-7", 1, true, false)
@@ -111,13 +119,26 @@ async fn a_crash_before_publishing_delivers_the_event_after_the_restart() {
         .remove(0);
     let end = writer.master_position().await;
 
-    relay.start_with_env(&[(CRASH_AT_VARIABLE, "before-publish")]);
-    wait_for_abort(&mut relay, "before-publish").await;
+    relay.start_with_env(&[(CRASH_AT_VARIABLE, point)]);
+    wait_for_abort(&mut relay, point).await;
     let after_crash = relay.checkpoint();
-    assert_checkpoint_not_past(&after_crash, &before, "after the crash before publishing");
+    assert_checkpoint_not_past(&after_crash, &before, point);
+    let first_run = if read_first_run {
+        let records = read_until_ids_then_settled(
+            &broker.bootstrap(),
+            &[event.topic()],
+            std::slice::from_ref(&event),
+            Duration::from_secs(30),
+        )
+        .await;
+        Some(deliveries_of(&records, &event).len())
+    } else {
+        None
+    };
 
     relay.start();
     let after_restart = wait_for_checkpoint(&relay, &end, Duration::from_secs(30)).await;
+    relay.stop_gracefully("stop after the restart").await;
     let records = read_until_ids_then_settled(
         &broker.bootstrap(),
         &[event.topic()],
@@ -125,21 +146,28 @@ async fn a_crash_before_publishing_delivers_the_event_after_the_restart() {
         Duration::from_secs(30),
     )
     .await;
-    let delivered = deliveries_of(&records, &event);
+    let total = deliveries_of(&records, &event).len();
     eprintln!(
-        "evidence: outbox row {}; deliveries {}; checkpoint after crash {}; after restart {}",
+        "evidence ({point}): outbox row {}; deliveries {total} (before the restart: \
+         {first_run:?}); checkpoint after the crash {}; after the restart {}",
         outbox_row(&db, &event).await,
-        delivered.len(),
         compact(&after_crash.raw),
         compact(&after_restart.raw)
     );
+    writer.close().await;
+    CrashOutcome { first_run, total }
+}
+
+/// Failure test 1: the relay crashes after routing the event, before handing it to the
+/// producer. Nothing was published and the checkpoint stayed behind the event, so the next
+/// run delivers it exactly once and then moves the checkpoint past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_before_publishing_delivers_the_event_after_the_restart() {
+    let outcome = crash_at_then_restart("before-publish", false).await;
     assert_eq!(
-        delivered.len(),
-        1,
+        outcome.total, 1,
         "the event never reached the producer before the crash, so exactly one delivery"
     );
-    relay.stop_gracefully("stop after the restart").await;
-    writer.close().await;
 }
 
 /// Failure test 2: Kafka acknowledged the event, then the relay crashes before storing the
@@ -148,57 +176,14 @@ async fn a_crash_before_publishing_delivers_the_event_after_the_restart() {
 /// moves past it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_before_the_checkpoint_commit_delivers_twice_with_the_same_id() {
-    let (db, broker) = start_shop_database_and_broker().await;
-    let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
-    let mut writer = ShopWriter::connect(&db.url(), "crash-commit").await;
-    let before = writer.master_position().await;
-    let event = writer
-        .transaction("order", "order-8", 1, true, false)
-        .await
-        .remove(0);
-    let end = writer.master_position().await;
-
-    relay.start_with_env(&[(CRASH_AT_VARIABLE, "before-checkpoint-commit")]);
-    wait_for_abort(&mut relay, "before-checkpoint-commit").await;
-    let after_crash = relay.checkpoint();
-    assert_checkpoint_not_past(&after_crash, &before, "after the crash before the commit");
-    let records = read_until_ids_then_settled(
-        &broker.bootstrap(),
-        &[event.topic()],
-        std::slice::from_ref(&event),
-        Duration::from_secs(30),
-    )
-    .await;
-    let first_run = deliveries_of(&records, &event).len();
+    let outcome = crash_at_then_restart("before-checkpoint-commit", true).await;
     assert_eq!(
-        first_run, 1,
+        outcome.first_run,
+        Some(1),
         "the broker acknowledged the event before the crash"
     );
-
-    relay.start();
-    let after_restart = wait_for_checkpoint(&relay, &end, Duration::from_secs(30)).await;
-    relay.stop_gracefully("stop after the restart").await;
-    let records = read_until_quiet(
-        &broker.bootstrap(),
-        &[event.topic()],
-        Duration::from_millis(800),
-        Duration::from_secs(20),
-    )
-    .await;
-    let delivered = deliveries_of(&records, &event);
-    eprintln!(
-        "evidence: outbox row {}; deliveries {} (first run {first_run}); checkpoint after \
-         crash {}; after restart {}",
-        outbox_row(&db, &event).await,
-        delivered.len(),
-        compact(&after_crash.raw),
-        compact(&after_restart.raw)
-    );
     assert_eq!(
-        delivered.len(),
-        2,
+        outcome.total, 2,
         "delivered before the crash and again after the restart, with the same id"
     );
-    assert!(delivered[0].offset < delivered[1].offset);
-    writer.close().await;
 }
