@@ -24,6 +24,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use outbox_binlog::BinlogPosition;
+
 use crate::checkpoint::{compare_binlog_positions, Checkpoint, CheckpointPosition, SourceIdentity};
 use crate::internal_events::{
     CheckpointCommitFailed, CheckpointCommitted, CheckpointRegressionIgnored, InternalEvent,
@@ -70,6 +72,10 @@ pub struct CheckpointCommitter {
     last_committed: Option<CheckpointPosition>,
     /// When the last commit happened (or the committer was created): the interval's start.
     last_commit_at: Instant,
+    /// Set after a failover ([`CheckpointCommitter::move_to_source`]): every position is
+    /// stored with this binlog position (the relay's "resume by GTID set" marker) instead of
+    /// its own, since file offsets are only meaningful on the server that wrote them.
+    gtid_only_binlog: Option<BinlogPosition>,
 }
 
 impl CheckpointCommitter {
@@ -91,7 +97,20 @@ impl CheckpointCommitter {
             pending_transactions: 0,
             last_committed: already_committed,
             last_commit_at: Instant::now(),
+            gtid_only_binlog: None,
         }
+    }
+
+    /// After a failover to `source`: later checkpoints name it, and every position (the
+    /// pending one included, which may come from the old server) is stored with
+    /// `gtid_only_binlog` as its binlog position, so a restart resumes by GTID set on
+    /// whichever server it finds.
+    pub fn move_to_source(&mut self, source: SourceIdentity, gtid_only_binlog: BinlogPosition) {
+        self.source = source;
+        if let Some(pending) = &mut self.pending {
+            pending.binlog = gtid_only_binlog.clone();
+        }
+        self.gtid_only_binlog = Some(gtid_only_binlog);
     }
 
     /// Offers the newest acked position as one completed transaction; commits if due.
@@ -111,6 +130,10 @@ impl CheckpointCommitter {
         position: CheckpointPosition,
         transactions: u64,
     ) -> Result<bool, CheckpointStoreError> {
+        let mut position = position;
+        if let Some(binlog) = &self.gtid_only_binlog {
+            position.binlog = binlog.clone();
+        }
         let newest = self.pending.as_ref().or(self.last_committed.as_ref());
         if let Some(newest) = newest {
             match compare_binlog_positions(&position.binlog, &newest.binlog) {
@@ -122,7 +145,9 @@ impl CheckpointCommitter {
                     .emit();
                     return Ok(false);
                 }
-                Some(std::cmp::Ordering::Equal) if self.pending.is_none() => {
+                Some(std::cmp::Ordering::Equal)
+                    if self.pending.is_none() && position.gtid_set == newest.gtid_set =>
+                {
                     // Already stored (e.g. a heartbeat at the resume position).
                     return Ok(false);
                 }

@@ -100,6 +100,17 @@ pub enum RelayError {
         /// The last attempt's error (boxed: large, and this path is cold).
         source: Box<BinlogError>,
     },
+    /// A reconnect reached another server than the one the stream started on (failover
+    /// behind the same address) and no GTID set is known to move over with.
+    #[error("the source server changed while streaming: was {before}, now {after}; the stream was at {position}, a file+position that means nothing on another server, and no GTID set is known. Point source.url at the original server, or enable GTIDs and `outbox-relay checkpoint set --gtid ...` at the new one")]
+    SourceChanged {
+        /// The server the stream started on.
+        before: String,
+        /// The server the reconnect reached.
+        after: String,
+        /// The resume position that was requested.
+        position: String,
+    },
     /// The start position in `source.start` does not fit the server.
     #[error("config key `source.start`: {0}")]
     StartPosition(String),
@@ -340,6 +351,8 @@ pub async fn run_relay(
         Some(checkpoint) => checkpoint.position.clone(),
         None => initial_position(&reader.resume_point()),
     };
+    let start_gtids = tracker_start.gtid_set.clone();
+    let failover: FailoverCell = Arc::new(Mutex::new(None));
     let tracker: SharedTracker = Arc::new(Mutex::new(AckTracker::new(tracker_start)));
     let acked = Arc::new(Notify::new());
     let record_transactions: RecordTransactions = Arc::new(Mutex::new(VecDeque::new()));
@@ -372,6 +385,9 @@ pub async fn run_relay(
                 reconnect_max: Duration::from_millis(config.source.reconnect_max_backoff_ms),
                 redacted_url: redacted.clone(),
                 budget: budget.clone(),
+                identity: identity.clone(),
+                start_gtids,
+                failover: failover.clone(),
             },
             reader_config(first_start),
             items_tx,
@@ -438,6 +454,7 @@ pub async fn run_relay(
                     .filter(|c| c.source == identity)
                     .map(|c| c.position.clone()),
                 record_transactions: record_transactions.clone(),
+                failover: failover.clone(),
             },
             store.clone(),
             tracker.clone(),
@@ -698,7 +715,19 @@ struct SourceSettings {
     redacted_url: String,
     /// Each row reserves its size here before it is handed on.
     budget: InFlightBudget,
+    /// Who the source was at startup: a reconnect that reaches another server (failover
+    /// behind the same address) must not resume by file+position there.
+    identity: SourceIdentity,
+    /// The GTID set the stream started from (the checkpoint's, or empty); the source adds
+    /// every commit's GTID it hands on, so it can move to another server by GTID.
+    start_gtids: GtidSet,
+    /// Where the source reports that it moved to another server, for the committer.
+    failover: FailoverCell,
 }
+
+/// Set by the source when it moved to another server by GTID set (failover); the committer
+/// takes it, names the new server in later checkpoints and stores them GTID-only.
+type FailoverCell = Arc<Mutex<Option<SourceIdentity>>>;
 
 /// What the source hands the router: a stream item and, for a row, its share of the
 /// in-flight byte budget (released when its record is acked, or when it is dropped).
@@ -725,6 +754,7 @@ async fn run_source(
 ) -> Result<(), RelayError> {
     let mut backoff = Backoff::new(settings.reconnect_initial, settings.reconnect_max);
     let mut reconnects: u64 = 0;
+    let mut handed_out_gtids = settings.start_gtids.clone();
     loop {
         let next = tokio::select! {
             _ = shutdown.recv() => return Ok(()),
@@ -734,9 +764,12 @@ async fn run_source(
             Ok(item) => {
                 match &item {
                     StreamItem::Row(_) => RowRead.emit(&metrics),
-                    StreamItem::Commit(_) => {
+                    StreamItem::Commit(commit) => {
                         TransactionRead.emit(&metrics);
                         backoff.reset();
+                        if let Some(gtid) = &commit.gtid {
+                            handed_out_gtids.add(gtid);
+                        }
                     }
                     StreamItem::Heartbeat(_) => backoff.reset(),
                 }
@@ -780,6 +813,39 @@ async fn run_source(
                     let connected = tokio::select! {
                         _ = shutdown.recv() => return Ok(()),
                         connected = BinlogReader::connect(reader_config.clone()) => connected,
+                    };
+                    // Another server behind the address (failover): a file+position means
+                    // nothing there; move over by GTID set, or refuse.
+                    let connected = match connected {
+                        Ok(new_reader)
+                            if source_identity(&new_reader) != settings.identity
+                                && !matches!(resume, StartPosition::Gtid(_)) =>
+                        {
+                            let connected_to = describe_identity(&source_identity(&new_reader));
+                            drop(new_reader);
+                            if handed_out_gtids.is_empty() {
+                                return Err(RelayError::SourceChanged {
+                                    before: describe_identity(&settings.identity),
+                                    after: connected_to,
+                                    position: describe_start(&resume),
+                                });
+                            }
+                            tracing::warn!(before = %describe_identity(&settings.identity), after = %connected_to, gtid_set = %handed_out_gtids, "another server answers at the source address (failover?); resuming by GTID set");
+                            reader_config.start = StartPosition::Gtid(handed_out_gtids.clone());
+                            let connected = tokio::select! {
+                                _ = shutdown.recv() => return Ok(()),
+                                connected = BinlogReader::connect(reader_config.clone()) => connected,
+                            };
+                            if let Ok(new_reader) = &connected {
+                                *settings
+                                    .failover
+                                    .lock()
+                                    .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                                    Some(source_identity(new_reader));
+                            }
+                            connected
+                        }
+                        other => other,
                     };
                     match connected {
                         Ok(new_reader) => {
@@ -950,6 +1016,8 @@ struct CommitterSettings {
     /// Ordinals of ended transactions that carried records; tells record progress from
     /// idle progress.
     record_transactions: RecordTransactions,
+    /// Reports a failover from the source (see [`FailoverCell`]).
+    failover: FailoverCell,
 }
 
 /// Limits commits that cover only transactions without outbox records (other tables'
@@ -1037,7 +1105,7 @@ async fn run_committer(
     metrics: Arc<Metrics>,
     mut stop: Shutdown,
 ) -> Result<Option<Checkpoint>, RelayError> {
-    let identity = settings.identity.clone();
+    let mut identity = settings.identity.clone();
     let mut committer = CheckpointCommitter::new(
         store,
         settings.identity,
@@ -1063,6 +1131,16 @@ async fn run_committer(
             _ = due_sleep => false,
             _ = lag_ticker.tick() => false,
         };
+        let moved_to = settings
+            .failover
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(new_source) = moved_to {
+            tracing::warn!(server = %describe_identity(&new_source), "the source moved to another server: checkpoints now name it and resume by GTID set");
+            committer.move_to_source(new_source.clone(), gtid_only_binlog_position());
+            identity = new_source;
+        }
         let (moved, completed, caught_up) = {
             let mut tracker = lock_tracker(&tracker);
             (

@@ -714,3 +714,143 @@ async fn alter_table_mid_stream_never_mis_maps_a_column() {
     let message = header("dlq.error_message").unwrap_or_default();
     assert!(message.contains("payload"), "{message}");
 }
+
+/// A TCP proxy whose upstream can be switched: stands in for a DNS name or virtual IP that
+/// moves to another server at failover. Switching drops the open connections.
+struct SwitchableProxy {
+    /// Where clients connect.
+    port: u16,
+    /// The upstream port new connections go to.
+    target: std::sync::Arc<std::sync::atomic::AtomicU16>,
+    /// Open connections, aborted (closed) on a switch.
+    connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    /// The accept loop.
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl SwitchableProxy {
+    async fn start(target: u16) -> SwitchableProxy {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let target = std::sync::Arc::new(std::sync::atomic::AtomicU16::new(target));
+        let connections = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let accept = {
+            let target = target.clone();
+            let connections = connections.clone();
+            tokio::spawn(async move {
+                while let Ok((mut client, _)) = listener.accept().await {
+                    let upstream_port = target.load(Ordering::SeqCst);
+                    let connection = tokio::spawn(async move {
+                        if let Ok(mut upstream) =
+                            tokio::net::TcpStream::connect(("127.0.0.1", upstream_port)).await
+                        {
+                            let _ =
+                                tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                        }
+                    });
+                    connections.lock().unwrap().push(connection);
+                }
+            })
+        };
+        SwitchableProxy {
+            port,
+            target,
+            connections,
+            accept,
+        }
+    }
+
+    /// New connections go to `target`; the open ones are closed.
+    fn switch(&self, target: u16) {
+        self.target
+            .store(target, std::sync::atomic::Ordering::SeqCst);
+        for connection in self.connections.lock().unwrap().drain(..) {
+            connection.abort();
+        }
+    }
+}
+
+impl Drop for SwitchableProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.switch(0);
+    }
+}
+
+/// Failover while streaming: the address the relay reads from moves from the primary to its
+/// replica (which has the same GTIDs, and a binlog of its own with other file offsets). The
+/// relay notices the other server on reconnect and resumes by GTID set instead of by the
+/// old server's file+position, so the events written on the new primary arrive and nothing
+/// is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_behind_the_same_address_resumes_by_gtid_without_loss() {
+    let mut fixture = fixture("").await;
+    let replica = ScratchMariadb::start_with(outbox_testkit::ScratchOptions {
+        server_id: 2,
+        extra_args: vec!["--log-slave-updates=ON".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    replica
+        .exec(&[
+            &format!(
+                "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={}, \
+                 MASTER_USER='root', MASTER_PASSWORD='', MASTER_USE_GTID=slave_pos",
+                fixture.server.port()
+            ),
+            "START SLAVE",
+        ])
+        .await
+        .unwrap();
+    let proxy = SwitchableProxy::start(fixture.server.port()).await;
+    fixture.config.source.url = format!("mysql://root@127.0.0.1:{}", proxy.port);
+    fixture.config.source.reconnect_initial_backoff_ms = 50;
+    fixture.write_orders(1..=2).await;
+    let (handles, task) = fixture.start_relay();
+    fixture
+        .wait_for_checkpoint("0-1-5", Duration::from_secs(30))
+        .await;
+
+    // The replica caught up; it becomes the primary, and the address moves to it.
+    let mut replica_conn = replica.conn().await.unwrap();
+    let started = Instant::now();
+    loop {
+        let position: Option<String> = replica_conn
+            .query_first("SELECT @@gtid_current_pos")
+            .await
+            .unwrap();
+        if position.as_deref() == Some("0-1-5") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "replica at {position:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    replica_conn.query_drop("STOP SLAVE").await.unwrap();
+    proxy.switch(replica.port());
+    for n in 3..=4 {
+        write_sample_order(&mut replica_conn, n).await.unwrap();
+    }
+    // Written by server 2 in the same domain: 0-2-6 and 0-2-7.
+    fixture
+        .wait_for_checkpoint("0-2-7", Duration::from_secs(30))
+        .await;
+    let summary = stop(handles.clone(), task).await.unwrap();
+    assert!(handles.metrics.source_reconnects.get() >= 1);
+    let stored = fixture.stored().await.unwrap();
+    assert_eq!(stored.source.server_id, 2, "the checkpoint names the new server");
+    let records = fixture.consume(DEMO_TOPIC, 4).await;
+    let keys: std::collections::BTreeSet<String> =
+        records.iter().filter_map(|r| r.key.clone()).collect();
+    assert_eq!(
+        keys,
+        ["1", "2", "3", "4"].map(String::from).into(),
+        "every order, before and after the failover ({} delivered)",
+        summary.delivered
+    );
+    replica_conn.disconnect().await.unwrap();
+}
