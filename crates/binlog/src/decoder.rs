@@ -873,72 +873,89 @@ impl Decoder {
         let timestamp = event.header().timestamp();
         let table_id = rows::read_table_id(data, self.table_id_bytes)
             .map_err(|reason| self.malformed(event_type, start, reason))?;
+        // Rows of an unwatched table: nothing but the group bookkeeping below.
         if let Some((plan, names)) = self.watched_plan(table_id, event_type, start)? {
-            let plan = Arc::clone(plan);
-            let names = names.clone();
-            let mismatch = |reason: String| BinlogError::RowImageMismatch {
-                table: TableName::clone(&plan.table),
-                position: BinlogPosition::new(self.current_file.clone(), start),
-                reason,
-            };
-            let head = rows::read_head(data, self.table_id_bytes, kind, version2)
-                .map_err(|reason| self.malformed(event_type, start, reason))?;
-            if head.column_count != plan.columns.len() {
-                return Err(mismatch(format!(
-                    "the rows event has {} columns, its TABLE_MAP {}",
-                    head.column_count,
-                    plan.columns.len()
-                )));
-            }
-            let before_names = head
-                .before_present
-                .map(|bitmap| rows::image_names(bitmap, &names));
-            let after_names = head
-                .after_present
-                .map(|bitmap| rows::image_names(bitmap, &names));
-            let operation = match kind {
-                RowsKind::Write => RowOperation::Insert,
-                RowsKind::Update => RowOperation::Update,
-                RowsKind::Delete => RowOperation::Delete,
-            };
-            // Moved into the event's last row, cloned for the others (one file-name
-            // allocation per row, none wasted).
-            let mut event_position = Some(self.position(start));
-            let mut reader = ByteReader::new(head.rows);
-            let mut decoded = 0u64;
-            while !reader.rest().is_empty() {
-                let before = match (head.before_present, &before_names) {
-                    (Some(bitmap), Some(image_names)) => Some(
-                        rows::decode_image(&mut reader, &plan, bitmap, image_names)
-                            .map_err(mismatch)?,
-                    ),
-                    _ => None,
-                };
-                let after = match (head.after_present, &after_names) {
-                    (Some(bitmap), Some(image_names)) => Some(
-                        rows::decode_image(&mut reader, &plan, bitmap, image_names)
-                            .map_err(mismatch)?,
-                    ),
-                    _ => None,
-                };
-                let row_position = if reader.rest().is_empty() {
-                    event_position.take()
-                } else {
-                    event_position.clone()
-                };
-                out.push_back(StreamItem::Row(RowChange {
-                    table: Arc::clone(&plan.table),
-                    operation,
-                    before,
-                    after,
-                    event_timestamp: timestamp,
-                    event_position: row_position.unwrap_or_else(|| self.position(start)),
-                }));
-                decoded += 1;
-            }
+            let decoded = self.decode_rows(
+                data, event_type, plan, names, kind, version2, start, timestamp, out,
+            )?;
             self.rows_in_group += decoded;
         }
         self.note_rows_without_begin(data, start, end, timestamp, out)
+    }
+
+    /// Decodes every row of a rows event of a watched table into `out`; returns how many.
+    #[allow(clippy::too_many_arguments)]
+    fn decode_rows(
+        &self,
+        data: &[u8],
+        event_type: u8,
+        plan: &TablePlan,
+        names: &ColumnNames,
+        kind: RowsKind,
+        version2: bool,
+        start: u64,
+        timestamp: u32,
+        out: &mut VecDeque<StreamItem>,
+    ) -> Result<u64, BinlogError> {
+        let mismatch = |reason: String| BinlogError::RowImageMismatch {
+            table: TableName::clone(&plan.table),
+            position: self.position(start),
+            reason,
+        };
+        let head = rows::read_head(data, self.table_id_bytes, kind, version2)
+            .map_err(|reason| self.malformed(event_type, start, reason))?;
+        if head.column_count != plan.columns.len() {
+            return Err(mismatch(format!(
+                "the rows event has {} columns, its TABLE_MAP {}",
+                head.column_count,
+                plan.columns.len()
+            )));
+        }
+        let before_image = head
+            .before_present
+            .map(|bitmap| (bitmap, rows::image_columns(bitmap, names)));
+        let after_image = head
+            .after_present
+            .map(|bitmap| (bitmap, rows::image_columns(bitmap, names)));
+        let operation = match kind {
+            RowsKind::Write => RowOperation::Insert,
+            RowsKind::Update => RowOperation::Update,
+            RowsKind::Delete => RowOperation::Delete,
+        };
+        // Moved into the event's last row, cloned for the others (one file-name
+        // allocation per row, none wasted).
+        let mut event_position = Some(self.position(start));
+        let mut reader = ByteReader::new(head.rows);
+        let mut decoded = 0u64;
+        while !reader.rest().is_empty() {
+            let before = match &before_image {
+                Some((bitmap, image)) => {
+                    Some(rows::decode_image(&mut reader, plan, bitmap, image).map_err(mismatch)?)
+                }
+                None => None,
+            };
+            let after = match &after_image {
+                Some((bitmap, image)) => {
+                    Some(rows::decode_image(&mut reader, plan, bitmap, image).map_err(mismatch)?)
+                }
+                None => None,
+            };
+            let row_position = if reader.rest().is_empty() {
+                event_position.take()
+            } else {
+                event_position.clone()
+            };
+            out.push_back(StreamItem::Row(RowChange {
+                table: Arc::clone(&plan.table),
+                operation,
+                before,
+                after,
+                event_timestamp: timestamp,
+                event_position: row_position.unwrap_or_else(|| self.position(start)),
+            }));
+            decoded += 1;
+        }
+        Ok(decoded)
     }
 }
 

@@ -5,7 +5,7 @@
 //! bitmap (two for UPDATE: before and after), then the rows. Each row image is a NULL
 //! bitmap over the present columns followed by the values of the present, non-NULL columns.
 
-use super::charset::decode_text;
+use super::charset::{decode_text, undecodable_utf8, TextEncoding};
 use super::reader::{be_uint, le_uint, ByteReader};
 use super::table_map::{ColumnKind, TablePlan};
 use crate::types::{ColumnNames, DateTime, Row, Value};
@@ -76,62 +76,150 @@ pub(crate) fn read_head(
     })
 }
 
-/// The column names of an image with the given "columns present" bitmap: the table's names
-/// when every column is present (binlog_row_image=FULL, shared without copying), else the
-/// names of the present columns only (binlog_row_image=MINIMAL/NOBLOB).
-pub(crate) fn image_names(bitmap: &[u8], names: &ColumnNames) -> ColumnNames {
+/// The columns one row image of a rows event holds: their names and whether that is every
+/// column of the table (then the null bitmap's bit `i` belongs to column `i`).
+pub(crate) struct ImageColumns {
+    /// Names of the present columns, in table order (shared by every row of the event).
+    pub(crate) names: ColumnNames,
+    /// True when the "columns present" bitmap has every column (binlog_row_image=FULL):
+    /// rows are then decoded without looking at the bitmap per column.
+    pub(crate) all_present: bool,
+}
+
+/// True when the first `column_count` bits of `bitmap` are all set (checked a byte at a
+/// time, not per column). `bitmap` holds `column_count.div_ceil(8)` bytes.
+pub(crate) fn every_column_present(bitmap: &[u8], column_count: usize) -> bool {
+    let whole_bytes = column_count / 8;
+    let rest_bits = column_count % 8;
+    let (Some(whole), rest) = (bitmap.get(..whole_bytes), bitmap.get(whole_bytes)) else {
+        return false;
+    };
+    if !whole.iter().all(|&byte| byte == 0xff) {
+        return false;
+    }
+    if rest_bits == 0 {
+        return true;
+    }
+    let mask = (1u8 << rest_bits) - 1;
+    rest.is_some_and(|byte| byte & mask == mask)
+}
+
+/// The columns of an image with the given "columns present" bitmap: the table's names when
+/// every column is present (binlog_row_image=FULL, shared without copying), else the names
+/// of the present columns only (binlog_row_image=MINIMAL/NOBLOB).
+pub(crate) fn image_columns(bitmap: &[u8], names: &ColumnNames) -> ImageColumns {
+    if every_column_present(bitmap, names.len()) {
+        return ImageColumns {
+            names: names.clone(),
+            all_present: true,
+        };
+    }
     let present = |index: usize| bitmap[index / 8] & (1 << (index % 8)) != 0;
-    if (0..names.len()).all(present) {
-        names.clone()
-    } else {
-        names
+    ImageColumns {
+        names: names
             .iter()
             .enumerate()
             .filter(|(index, _)| present(*index))
             .map(|(_, name)| name.clone())
-            .collect()
+            .collect(),
+        all_present: false,
     }
 }
 
 /// Decodes one row image (NULL bitmap over the present columns, then their values) at the
-/// reader's position. `image_names` must come from [`image_names`] for the same bitmap.
+/// reader's position. `image` must come from [`image_columns`] for the same `present` bitmap.
 pub(crate) fn decode_image(
     reader: &mut ByteReader<'_>,
     plan: &TablePlan,
     present: &[u8],
-    image_names: &ColumnNames,
+    image: &ImageColumns,
 ) -> Result<Row, String> {
-    let present_count = image_names.len();
+    let present_count = image.names.len();
     let null_bitmap = reader.bytes(present_count.div_ceil(8))?;
     let mut values = Vec::with_capacity(present_count);
-    let mut image_index = 0usize;
-    for (index, kind) in plan.columns.iter().enumerate() {
-        if present[index / 8] & (1 << (index % 8)) == 0 {
-            continue;
+    if image.all_present {
+        // Every column is in the image: column `index` is image column `index`.
+        for (index, kind) in plan.columns.iter().enumerate() {
+            if null_bitmap[index / 8] & (1 << (index % 8)) != 0 {
+                values.push(Value::Null);
+                continue;
+            }
+            if let Err(reason) = push_value(reader, kind, &mut values) {
+                return Err(column_error(plan, image, index, index, reason));
+            }
         }
-        let is_null = null_bitmap[image_index / 8] & (1 << (image_index % 8)) != 0;
-        image_index += 1;
-        if is_null {
-            values.push(Value::Null);
-            continue;
+    } else {
+        let mut image_index = 0usize;
+        for (index, kind) in plan.columns.iter().enumerate() {
+            if present[index / 8] & (1 << (index % 8)) == 0 {
+                continue;
+            }
+            let is_null = null_bitmap[image_index / 8] & (1 << (image_index % 8)) != 0;
+            image_index += 1;
+            if is_null {
+                values.push(Value::Null);
+                continue;
+            }
+            if let Err(reason) = push_value(reader, kind, &mut values) {
+                return Err(column_error(plan, image, index, image_index - 1, reason));
+            }
         }
-        let value = decode_value(reader, kind).map_err(|reason| {
-            let name = image_names
-                .get(image_index - 1)
-                .map(String::as_str)
-                .unwrap_or("?");
-            format!(
-                "column {} (`{name}`, type {}): {reason}",
-                index + 1,
-                plan.type_codes.get(index).copied().unwrap_or_default()
-            )
-        })?;
-        values.push(value);
     }
     Ok(Row {
-        columns: image_names.clone(),
+        columns: image.names.clone(),
         values,
     })
+}
+
+/// Decodes a single non-NULL value onto `values`. UTF-8 text (the usual outbox column) is
+/// decoded here directly; every other kind goes through [`decode_value`].
+#[inline(always)]
+fn push_value(
+    reader: &mut ByteReader<'_>,
+    kind: &ColumnKind,
+    values: &mut Vec<Value>,
+) -> Result<(), String> {
+    match kind {
+        ColumnKind::ShortString {
+            length_bytes,
+            encoding: TextEncoding::Utf8,
+        }
+        | ColumnKind::Blob {
+            length_bytes,
+            encoding: TextEncoding::Utf8,
+        } => {
+            let len = read_length(reader, *length_bytes)?;
+            let bytes = reader.bytes(len)?;
+            values.push(match std::str::from_utf8(bytes) {
+                Ok(text) => Value::Text(text.to_owned()),
+                Err(_) => undecodable_utf8(bytes),
+            });
+        }
+        other => values.push(decode_value(reader, other)?),
+    }
+    Ok(())
+}
+
+/// The message for a value of column `index` (image column `image_index`) that does not
+/// decode.
+#[cold]
+fn column_error(
+    plan: &TablePlan,
+    image: &ImageColumns,
+    index: usize,
+    image_index: usize,
+    reason: String,
+) -> String {
+    let name = image
+        .names
+        .get(image_index)
+        .map(String::as_str)
+        .unwrap_or("?");
+    format!(
+        "column {} (`{name}`, type {}): {reason}",
+        index + 1,
+        plan.type_codes.get(index).copied().unwrap_or_default()
+    )
 }
 
 fn sign_extend(value: u64, bytes: u8) -> i64 {
