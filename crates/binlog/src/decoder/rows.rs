@@ -37,8 +37,15 @@ pub(crate) struct RowsHead<'a> {
 pub(crate) const STMT_END_F: u16 = 1;
 
 /// Reads the table id only (cheap: used to skip unwatched tables early).
+#[inline]
 pub(crate) fn read_table_id(data: &[u8], table_id_bytes: usize) -> Result<u64, String> {
-    ByteReader::new(data).uint_le(table_id_bytes)
+    match (table_id_bytes, data) {
+        // The usual 6-byte id, read as one fixed-size value.
+        (6, [b0, b1, b2, b3, b4, b5, ..]) => {
+            Ok(u64::from_le_bytes([*b0, *b1, *b2, *b3, *b4, *b5, 0, 0]))
+        }
+        _ => ByteReader::new(data).uint_le(table_id_bytes),
+    }
 }
 
 /// Parses the header of a rows event body.
