@@ -838,20 +838,32 @@ impl Decoder {
                 names: Some(names),
                 ..
             }) => Ok(Some((plan, names))),
-            Some(MappedTable {
-                plan: Some(plan),
-                names: None,
-                ..
-            }) => Err(BinlogError::RowImageMismatch {
+            mapped => Err(self.no_plan_error(mapped, table_id, event_type, start)),
+        }
+    }
+
+    /// The error for a rows event whose table id has no usable TABLE_MAP (out of line: the
+    /// lookup above runs for every rows event).
+    #[cold]
+    #[inline(never)]
+    fn no_plan_error(
+        &self,
+        mapped: Option<&MappedTable>,
+        table_id: u64,
+        event_type: u8,
+        start: u64,
+    ) -> BinlogError {
+        match mapped.and_then(|mapped| mapped.plan.as_ref()) {
+            Some(plan) => BinlogError::RowImageMismatch {
                 table: TableName::clone(&plan.table),
                 position: self.position(start),
                 reason: "rows arrived before the column names of their TABLE_MAP were set".into(),
-            }),
-            None => Err(self.malformed(
+            },
+            None => self.malformed(
                 event_type,
                 start,
                 format!("table id {table_id} has no preceding TABLE_MAP event"),
-            )),
+            ),
         }
     }
 

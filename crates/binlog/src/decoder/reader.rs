@@ -71,6 +71,7 @@ impl<'a> ByteReader<'a> {
     }
 
     /// A MySQL length-encoded integer.
+    #[inline]
     pub(crate) fn lenenc(&mut self) -> Result<u64, String> {
         match self.u8()? {
             0xfc => self.uint_le(2),
