@@ -264,8 +264,24 @@ fn check_micros(micros: u32) -> Result<u32, String> {
 /// `decode_value`'s large stack frame.
 #[inline(never)]
 fn decode_datetime2(reader: &mut ByteReader<'_>, fsp: u8) -> Result<Value, String> {
-    let int_part = be_uint(reader.bytes(5)?) as i64 - 0x80_0000_0000;
-    let micros = check_micros(read_fraction(reader, fsp)?)?;
+    // The 5 integer bytes and the 0-3 fraction bytes (as `read_fraction`) in one read.
+    let fraction_bytes = match fsp {
+        0 => 0,
+        1 | 2 => 1,
+        3 | 4 => 2,
+        _ => 3,
+    };
+    let raw = reader.bytes(5 + fraction_bytes)?;
+    let int_part = ((u64::from(raw[0]) << 32)
+        | u64::from(u32::from_be_bytes([raw[1], raw[2], raw[3], raw[4]])))
+        as i64
+        - 0x80_0000_0000;
+    let micros = check_micros(match fraction_bytes {
+        0 => 0,
+        1 => u32::from(raw[5]) * 10_000,
+        2 => u32::from(u16::from_be_bytes([raw[5], raw[6]])) * 100,
+        _ => (u32::from(raw[5]) << 16) | (u32::from(raw[6]) << 8) | u32::from(raw[7]),
+    })?;
     if int_part < 0 {
         return Err(format!("negative DATETIME value {int_part}"));
     }
@@ -638,6 +654,72 @@ mod tests {
                 theirs.clone()
             };
             proptest::prop_assert_eq!(ours, theirs);
+        }
+    }
+
+    #[test]
+    fn every_column_present_checks_exactly_the_column_bits() {
+        assert!(every_column_present(&[0b0000_0111], 3));
+        assert!(
+            every_column_present(&[0b1111_0111], 3),
+            "bits past the columns are ignored"
+        );
+        assert!(!every_column_present(&[0b0000_0101], 3));
+        assert!(every_column_present(&[0xff], 8));
+        assert!(!every_column_present(&[0x7f], 8));
+        assert!(every_column_present(&[0xff, 0x01], 9));
+        assert!(!every_column_present(&[0xff, 0x00], 9));
+        assert!(!every_column_present(&[0xfe, 0x01], 9));
+        assert!(every_column_present(&[0xff, 0xff], 16));
+        assert!(
+            !every_column_present(&[0xff], 9),
+            "a short bitmap is not all present"
+        );
+        assert!(every_column_present(&[], 0));
+    }
+
+    #[test]
+    fn datetime2_decodes_every_fraction_width() {
+        // 2024-02-29 13:45:59.123456 at each fsp, encoded as MySQL's DATETIME2.
+        let ymd = ((2024u64 * 13 + 2) << 5) | 29;
+        let hms = (13u64 << 12) | (45 << 6) | 59;
+        let int_part = ((ymd << 17) | hms) + 0x80_0000_0000;
+        for fsp in 0u8..=6 {
+            let mut bytes = int_part.to_be_bytes()[3..].to_vec();
+            let micros = match fsp {
+                0 => 0,
+                1 | 2 => {
+                    bytes.push(12);
+                    120_000
+                }
+                3 | 4 => {
+                    bytes.extend_from_slice(&1234u16.to_be_bytes());
+                    123_400
+                }
+                _ => {
+                    bytes.extend_from_slice(&123_456u32.to_be_bytes()[1..]);
+                    123_456
+                }
+            };
+            let mut reader = ByteReader::new(&bytes);
+            let value = decode_value(&mut reader, &ColumnKind::DateTime2 { fsp }).unwrap();
+            assert_eq!(
+                value,
+                Value::DateTime(DateTime {
+                    year: 2024,
+                    month: 2,
+                    day: 29,
+                    hour: 13,
+                    minute: 45,
+                    second: 59,
+                    micros
+                }),
+                "fsp {fsp}"
+            );
+            assert!(reader.rest().is_empty(), "fsp {fsp} reads its whole width");
+            // One byte short is an error, never a panic.
+            let mut short = ByteReader::new(&bytes[..bytes.len() - 1]);
+            assert!(decode_value(&mut short, &ColumnKind::DateTime2 { fsp }).is_err());
         }
     }
 
