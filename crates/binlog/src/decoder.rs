@@ -167,7 +167,18 @@ pub(crate) struct Decoder {
     /// A fresh CRC32 hasher, cloned per event: `Hasher::new` detects CPU features on every
     /// call, a clone does not.
     crc32_start: crc32fast::Hasher,
+    /// An event's header bytes followed by its body when the body is small, checksummed in
+    /// one call (see `SMALL_EVENT_BODY`); reused for every event.
+    crc32_buffer: Vec<u8>,
 }
+
+/// Length of the common event header (timestamp, type, server id, size, log_pos, flags).
+const HEADER_LEN: usize = 19;
+
+/// Event bodies up to this size are checksummed from `crc32_buffer` together with their
+/// header (`verify_checksum`); larger ones in two calls, header then body, so the buffer
+/// never grows beyond `HEADER_LEN + SMALL_EVENT_BODY` bytes.
+const SMALL_EVENT_BODY: usize = 4096 - HEADER_LEN;
 
 /// How many table ids are remembered before the map is cleared (at a commit or rotate).
 const MAX_REMEMBERED_TABLE_IDS: usize = 1024;
@@ -190,6 +201,7 @@ impl Decoder {
             rows_in_group: 0,
             payload: None,
             crc32_start: crc32fast::Hasher::new(),
+            crc32_buffer: Vec::with_capacity(HEADER_LEN + SMALL_EVENT_BODY),
         }
     }
 
@@ -477,7 +489,7 @@ impl Decoder {
         }
     }
 
-    fn verify_checksum(&self, event: &Event, start: u64) -> Result<(), BinlogError> {
+    fn verify_checksum(&mut self, event: &Event, start: u64) -> Result<(), BinlogError> {
         match event.footer().get_checksum_alg() {
             Ok(Some(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32)) => {}
             Ok(Some(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_OFF)) | Ok(None) => return Ok(()),
@@ -498,9 +510,12 @@ impl Decoder {
             // "binlog in use" flag: mysql_common knows those rules.
             event.calc_checksum(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32)
         } else {
-            // Same computation without allocating: the 19 header bytes, then the body.
+            // Same computation without allocating: the 19 header bytes, then the body. A small
+            // event is copied behind its header into a reused buffer and hashed in one call
+            // (crc32fast's fixed cost per call is larger than the copy of a small body).
             let header = event.header();
-            let mut header_bytes = [0u8; 19];
+            let body = event.data();
+            let mut header_bytes = [0u8; HEADER_LEN];
             header_bytes[0..4].copy_from_slice(&header.timestamp().to_le_bytes());
             header_bytes[4] = header.event_type_raw();
             header_bytes[5..9].copy_from_slice(&header.server_id().to_le_bytes());
@@ -508,8 +523,16 @@ impl Decoder {
             header_bytes[13..17].copy_from_slice(&header.log_pos().to_le_bytes());
             header_bytes[17..19].copy_from_slice(&header.flags_raw().to_le_bytes());
             let mut hasher = self.crc32_start.clone();
-            hasher.update(&header_bytes);
-            hasher.update(event.data());
+            if body.len() <= SMALL_EVENT_BODY {
+                let buffer = &mut self.crc32_buffer;
+                buffer.clear();
+                buffer.extend_from_slice(&header_bytes);
+                buffer.extend_from_slice(body);
+                hasher.update(buffer);
+            } else {
+                hasher.update(&header_bytes);
+                hasher.update(body);
+            }
             hasher.finalize()
         };
         if stored != computed {
@@ -815,20 +838,32 @@ impl Decoder {
                 names: Some(names),
                 ..
             }) => Ok(Some((plan, names))),
-            Some(MappedTable {
-                plan: Some(plan),
-                names: None,
-                ..
-            }) => Err(BinlogError::RowImageMismatch {
+            mapped => Err(self.no_plan_error(mapped, table_id, event_type, start)),
+        }
+    }
+
+    /// The error for a rows event whose table id has no usable TABLE_MAP (out of line: the
+    /// lookup above runs for every rows event).
+    #[cold]
+    #[inline(never)]
+    fn no_plan_error(
+        &self,
+        mapped: Option<&MappedTable>,
+        table_id: u64,
+        event_type: u8,
+        start: u64,
+    ) -> BinlogError {
+        match mapped.and_then(|mapped| mapped.plan.as_ref()) {
+            Some(plan) => BinlogError::RowImageMismatch {
                 table: TableName::clone(&plan.table),
                 position: self.position(start),
                 reason: "rows arrived before the column names of their TABLE_MAP were set".into(),
-            }),
-            None => Err(self.malformed(
+            },
+            None => self.malformed(
                 event_type,
                 start,
                 format!("table id {table_id} has no preceding TABLE_MAP event"),
-            )),
+            ),
         }
     }
 
@@ -873,72 +908,89 @@ impl Decoder {
         let timestamp = event.header().timestamp();
         let table_id = rows::read_table_id(data, self.table_id_bytes)
             .map_err(|reason| self.malformed(event_type, start, reason))?;
+        // Rows of an unwatched table: nothing but the group bookkeeping below.
         if let Some((plan, names)) = self.watched_plan(table_id, event_type, start)? {
-            let plan = Arc::clone(plan);
-            let names = names.clone();
-            let mismatch = |reason: String| BinlogError::RowImageMismatch {
-                table: TableName::clone(&plan.table),
-                position: BinlogPosition::new(self.current_file.clone(), start),
-                reason,
-            };
-            let head = rows::read_head(data, self.table_id_bytes, kind, version2)
-                .map_err(|reason| self.malformed(event_type, start, reason))?;
-            if head.column_count != plan.columns.len() {
-                return Err(mismatch(format!(
-                    "the rows event has {} columns, its TABLE_MAP {}",
-                    head.column_count,
-                    plan.columns.len()
-                )));
-            }
-            let before_names = head
-                .before_present
-                .map(|bitmap| rows::image_names(bitmap, &names));
-            let after_names = head
-                .after_present
-                .map(|bitmap| rows::image_names(bitmap, &names));
-            let operation = match kind {
-                RowsKind::Write => RowOperation::Insert,
-                RowsKind::Update => RowOperation::Update,
-                RowsKind::Delete => RowOperation::Delete,
-            };
-            // Moved into the event's last row, cloned for the others (one file-name
-            // allocation per row, none wasted).
-            let mut event_position = Some(self.position(start));
-            let mut reader = ByteReader::new(head.rows);
-            let mut decoded = 0u64;
-            while !reader.rest().is_empty() {
-                let before = match (head.before_present, &before_names) {
-                    (Some(bitmap), Some(image_names)) => Some(
-                        rows::decode_image(&mut reader, &plan, bitmap, image_names)
-                            .map_err(mismatch)?,
-                    ),
-                    _ => None,
-                };
-                let after = match (head.after_present, &after_names) {
-                    (Some(bitmap), Some(image_names)) => Some(
-                        rows::decode_image(&mut reader, &plan, bitmap, image_names)
-                            .map_err(mismatch)?,
-                    ),
-                    _ => None,
-                };
-                let row_position = if reader.rest().is_empty() {
-                    event_position.take()
-                } else {
-                    event_position.clone()
-                };
-                out.push_back(StreamItem::Row(RowChange {
-                    table: Arc::clone(&plan.table),
-                    operation,
-                    before,
-                    after,
-                    event_timestamp: timestamp,
-                    event_position: row_position.unwrap_or_else(|| self.position(start)),
-                }));
-                decoded += 1;
-            }
+            let decoded = self.decode_rows(
+                data, event_type, plan, names, kind, version2, start, timestamp, out,
+            )?;
             self.rows_in_group += decoded;
         }
         self.note_rows_without_begin(data, start, end, timestamp, out)
+    }
+
+    /// Decodes every row of a rows event of a watched table into `out`; returns how many.
+    #[allow(clippy::too_many_arguments)]
+    fn decode_rows(
+        &self,
+        data: &[u8],
+        event_type: u8,
+        plan: &TablePlan,
+        names: &ColumnNames,
+        kind: RowsKind,
+        version2: bool,
+        start: u64,
+        timestamp: u32,
+        out: &mut VecDeque<StreamItem>,
+    ) -> Result<u64, BinlogError> {
+        let mismatch = |reason: String| BinlogError::RowImageMismatch {
+            table: TableName::clone(&plan.table),
+            position: self.position(start),
+            reason,
+        };
+        let head = rows::read_head(data, self.table_id_bytes, kind, version2)
+            .map_err(|reason| self.malformed(event_type, start, reason))?;
+        if head.column_count != plan.columns.len() {
+            return Err(mismatch(format!(
+                "the rows event has {} columns, its TABLE_MAP {}",
+                head.column_count,
+                plan.columns.len()
+            )));
+        }
+        let before_image = head
+            .before_present
+            .map(|bitmap| (bitmap, rows::image_columns(bitmap, names)));
+        let after_image = head
+            .after_present
+            .map(|bitmap| (bitmap, rows::image_columns(bitmap, names)));
+        let operation = match kind {
+            RowsKind::Write => RowOperation::Insert,
+            RowsKind::Update => RowOperation::Update,
+            RowsKind::Delete => RowOperation::Delete,
+        };
+        // Moved into the event's last row, cloned for the others (one file-name
+        // allocation per row, none wasted).
+        let mut event_position = Some(self.position(start));
+        let mut reader = ByteReader::new(head.rows);
+        let mut decoded = 0u64;
+        while !reader.rest().is_empty() {
+            let before = match &before_image {
+                Some((bitmap, image)) => {
+                    Some(rows::decode_image(&mut reader, plan, bitmap, image).map_err(mismatch)?)
+                }
+                None => None,
+            };
+            let after = match &after_image {
+                Some((bitmap, image)) => {
+                    Some(rows::decode_image(&mut reader, plan, bitmap, image).map_err(mismatch)?)
+                }
+                None => None,
+            };
+            let row_position = if reader.rest().is_empty() {
+                event_position.take()
+            } else {
+                event_position.clone()
+            };
+            out.push_back(StreamItem::Row(RowChange {
+                table: Arc::clone(&plan.table),
+                operation,
+                before,
+                after,
+                event_timestamp: timestamp,
+                event_position: row_position.unwrap_or_else(|| self.position(start)),
+            }));
+            decoded += 1;
+        }
+        Ok(decoded)
     }
 }
 

@@ -109,15 +109,21 @@ pub(crate) fn decode_latin1(bytes: &[u8]) -> String {
     text
 }
 
+/// The value of utf8mb3/utf8mb4/ascii column bytes that are not valid UTF-8.
+#[cold]
+pub(crate) fn undecodable_utf8(bytes: &[u8]) -> Value {
+    Value::UndecodableText {
+        bytes: bytes.to_vec(),
+        charset: "utf8".to_owned(),
+    }
+}
+
 /// Turns the bytes of a text column into a value according to its encoding.
 pub(crate) fn decode_text(bytes: &[u8], encoding: &TextEncoding) -> Value {
     match encoding {
         TextEncoding::Utf8 => match std::str::from_utf8(bytes) {
             Ok(text) => Value::Text(text.to_owned()),
-            Err(_) => Value::UndecodableText {
-                bytes: bytes.to_vec(),
-                charset: "utf8".to_owned(),
-            },
+            Err(_) => undecodable_utf8(bytes),
         },
         TextEncoding::Latin1 => {
             if bytes.is_ascii() {

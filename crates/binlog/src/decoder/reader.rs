@@ -26,21 +26,31 @@ impl<'a> ByteReader<'a> {
     }
 
     /// Consumes `len` bytes and returns them.
+    #[inline]
     pub(crate) fn bytes(&mut self, len: usize) -> Result<&'a [u8], String> {
-        let end = self
-            .offset
-            .checked_add(len)
-            .filter(|end| *end <= self.data.len())
-            .ok_or_else(|| {
-                format!(
-                    "needs {len} bytes at offset {}, only {} left",
-                    self.offset,
-                    self.data.len() - self.offset
-                )
-            })?;
-        let slice = &self.data[self.offset..end];
-        self.offset = end;
-        Ok(slice)
+        match self
+            .data
+            .get(self.offset..)
+            .and_then(|rest| rest.get(..len))
+        {
+            Some(slice) => {
+                self.offset += len;
+                Ok(slice)
+            }
+            None => Err(self.too_short(len)),
+        }
+    }
+
+    /// The error for a read of `len` bytes past the end (out of line: the hot path only
+    /// compares lengths).
+    #[cold]
+    #[inline(never)]
+    fn too_short(&self, len: usize) -> String {
+        format!(
+            "needs {len} bytes at offset {}, only {} left",
+            self.offset,
+            self.data.len().saturating_sub(self.offset)
+        )
     }
 
     /// Skips `len` bytes.
@@ -54,12 +64,14 @@ impl<'a> ByteReader<'a> {
     }
 
     /// A little-endian unsigned integer of 1 to 8 bytes.
+    #[inline]
     pub(crate) fn uint_le(&mut self, len: usize) -> Result<u64, String> {
         let bytes = self.bytes(len)?;
         Ok(le_uint(bytes))
     }
 
     /// A MySQL length-encoded integer.
+    #[inline]
     pub(crate) fn lenenc(&mut self) -> Result<u64, String> {
         match self.u8()? {
             0xfc => self.uint_le(2),
@@ -74,12 +86,22 @@ impl<'a> ByteReader<'a> {
     }
 }
 
-/// Little-endian unsigned value of up to 8 bytes.
+/// Little-endian unsigned value of up to 8 bytes (longer input: its first 8 bytes).
+#[inline]
 pub(crate) fn le_uint(bytes: &[u8]) -> u64 {
-    bytes
-        .iter()
-        .rev()
-        .fold(0u64, |acc, &byte| (acc << 8) | u64::from(byte))
+    // Fixed-size reads for the widths row images use; the loop for the others.
+    match *bytes {
+        [b0] => u64::from(b0),
+        [b0, b1] => u64::from(u16::from_le_bytes([b0, b1])),
+        [b0, b1, b2] => u64::from(b0) | u64::from(b1) << 8 | u64::from(b2) << 16,
+        [b0, b1, b2, b3] => u64::from(u32::from_le_bytes([b0, b1, b2, b3])),
+        [b0, b1, b2, b3, b4, b5, b6, b7] => u64::from_le_bytes([b0, b1, b2, b3, b4, b5, b6, b7]),
+        _ => bytes
+            .iter()
+            .take(8)
+            .rev()
+            .fold(0u64, |acc, &byte| (acc << 8) | u64::from(byte)),
+    }
 }
 
 /// Big-endian unsigned value of up to 8 bytes.

@@ -5,7 +5,7 @@
 //! bitmap (two for UPDATE: before and after), then the rows. Each row image is a NULL
 //! bitmap over the present columns followed by the values of the present, non-NULL columns.
 
-use super::charset::decode_text;
+use super::charset::{decode_text, undecodable_utf8, TextEncoding};
 use super::reader::{be_uint, le_uint, ByteReader};
 use super::table_map::{ColumnKind, TablePlan};
 use crate::types::{ColumnNames, DateTime, Row, Value};
@@ -37,11 +37,19 @@ pub(crate) struct RowsHead<'a> {
 pub(crate) const STMT_END_F: u16 = 1;
 
 /// Reads the table id only (cheap: used to skip unwatched tables early).
+#[inline]
 pub(crate) fn read_table_id(data: &[u8], table_id_bytes: usize) -> Result<u64, String> {
-    ByteReader::new(data).uint_le(table_id_bytes)
+    match (table_id_bytes, data) {
+        // The usual 6-byte id, read as one fixed-size value.
+        (6, [b0, b1, b2, b3, b4, b5, ..]) => {
+            Ok(u64::from_le_bytes([*b0, *b1, *b2, *b3, *b4, *b5, 0, 0]))
+        }
+        _ => ByteReader::new(data).uint_le(table_id_bytes),
+    }
 }
 
 /// Parses the header of a rows event body.
+#[inline]
 pub(crate) fn read_head(
     data: &[u8],
     table_id_bytes: usize,
@@ -76,62 +84,151 @@ pub(crate) fn read_head(
     })
 }
 
-/// The column names of an image with the given "columns present" bitmap: the table's names
-/// when every column is present (binlog_row_image=FULL, shared without copying), else the
-/// names of the present columns only (binlog_row_image=MINIMAL/NOBLOB).
-pub(crate) fn image_names(bitmap: &[u8], names: &ColumnNames) -> ColumnNames {
+/// The columns one row image of a rows event holds: their names and whether that is every
+/// column of the table (then the null bitmap's bit `i` belongs to column `i`).
+pub(crate) struct ImageColumns {
+    /// Names of the present columns, in table order (shared by every row of the event).
+    pub(crate) names: ColumnNames,
+    /// True when the "columns present" bitmap has every column (binlog_row_image=FULL):
+    /// rows are then decoded without looking at the bitmap per column.
+    pub(crate) all_present: bool,
+}
+
+/// True when the first `column_count` bits of `bitmap` are all set (checked a byte at a
+/// time, not per column). `bitmap` holds `column_count.div_ceil(8)` bytes.
+pub(crate) fn every_column_present(bitmap: &[u8], column_count: usize) -> bool {
+    let whole_bytes = column_count / 8;
+    let rest_bits = column_count % 8;
+    let (Some(whole), rest) = (bitmap.get(..whole_bytes), bitmap.get(whole_bytes)) else {
+        return false;
+    };
+    if !whole.iter().all(|&byte| byte == 0xff) {
+        return false;
+    }
+    if rest_bits == 0 {
+        return true;
+    }
+    let mask = (1u8 << rest_bits) - 1;
+    rest.is_some_and(|byte| byte & mask == mask)
+}
+
+/// The columns of an image with the given "columns present" bitmap: the table's names when
+/// every column is present (binlog_row_image=FULL, shared without copying), else the names
+/// of the present columns only (binlog_row_image=MINIMAL/NOBLOB).
+pub(crate) fn image_columns(bitmap: &[u8], names: &ColumnNames) -> ImageColumns {
+    if every_column_present(bitmap, names.len()) {
+        return ImageColumns {
+            names: names.clone(),
+            all_present: true,
+        };
+    }
     let present = |index: usize| bitmap[index / 8] & (1 << (index % 8)) != 0;
-    if (0..names.len()).all(present) {
-        names.clone()
-    } else {
-        names
+    ImageColumns {
+        names: names
             .iter()
             .enumerate()
             .filter(|(index, _)| present(*index))
             .map(|(_, name)| name.clone())
-            .collect()
+            .collect(),
+        all_present: false,
     }
 }
 
 /// Decodes one row image (NULL bitmap over the present columns, then their values) at the
-/// reader's position. `image_names` must come from [`image_names`] for the same bitmap.
+/// reader's position. `image` must come from [`image_columns`] for the same `present` bitmap.
 pub(crate) fn decode_image(
     reader: &mut ByteReader<'_>,
     plan: &TablePlan,
     present: &[u8],
-    image_names: &ColumnNames,
+    image: &ImageColumns,
 ) -> Result<Row, String> {
-    let present_count = image_names.len();
+    let present_count = image.names.len();
     let null_bitmap = reader.bytes(present_count.div_ceil(8))?;
     let mut values = Vec::with_capacity(present_count);
-    let mut image_index = 0usize;
-    for (index, kind) in plan.columns.iter().enumerate() {
-        if present[index / 8] & (1 << (index % 8)) == 0 {
-            continue;
+    if image.all_present {
+        // Every column is in the image: column `index` is image column `index`.
+        for (index, kind) in plan.columns.iter().enumerate() {
+            if null_bitmap[index / 8] & (1 << (index % 8)) != 0 {
+                values.push(Value::Null);
+                continue;
+            }
+            if let Err(reason) = push_value(reader, kind, &mut values) {
+                return Err(column_error(plan, image, index, index, reason));
+            }
         }
-        let is_null = null_bitmap[image_index / 8] & (1 << (image_index % 8)) != 0;
-        image_index += 1;
-        if is_null {
-            values.push(Value::Null);
-            continue;
+    } else {
+        let mut image_index = 0usize;
+        for (index, kind) in plan.columns.iter().enumerate() {
+            if present[index / 8] & (1 << (index % 8)) == 0 {
+                continue;
+            }
+            let is_null = null_bitmap[image_index / 8] & (1 << (image_index % 8)) != 0;
+            image_index += 1;
+            if is_null {
+                values.push(Value::Null);
+                continue;
+            }
+            if let Err(reason) = push_value(reader, kind, &mut values) {
+                return Err(column_error(plan, image, index, image_index - 1, reason));
+            }
         }
-        let value = decode_value(reader, kind).map_err(|reason| {
-            let name = image_names
-                .get(image_index - 1)
-                .map(String::as_str)
-                .unwrap_or("?");
-            format!(
-                "column {} (`{name}`, type {}): {reason}",
-                index + 1,
-                plan.type_codes.get(index).copied().unwrap_or_default()
-            )
-        })?;
-        values.push(value);
     }
     Ok(Row {
-        columns: image_names.clone(),
+        columns: image.names.clone(),
         values,
     })
+}
+
+/// Decodes a single non-NULL value onto `values`. UTF-8 text and DATETIME (the usual outbox
+/// columns) are decoded here directly; every other kind goes through [`decode_value`].
+#[inline(always)]
+fn push_value(
+    reader: &mut ByteReader<'_>,
+    kind: &ColumnKind,
+    values: &mut Vec<Value>,
+) -> Result<(), String> {
+    match kind {
+        ColumnKind::ShortString {
+            length_bytes,
+            encoding: TextEncoding::Utf8,
+        }
+        | ColumnKind::Blob {
+            length_bytes,
+            encoding: TextEncoding::Utf8,
+        } => {
+            let len = read_length(reader, *length_bytes)?;
+            let bytes = reader.bytes(len)?;
+            values.push(match std::str::from_utf8(bytes) {
+                Ok(text) => Value::Text(text.to_owned()),
+                Err(_) => undecodable_utf8(bytes),
+            });
+        }
+        ColumnKind::DateTime2 { fsp } => values.push(decode_datetime2(reader, *fsp)?),
+        other => values.push(decode_value(reader, other)?),
+    }
+    Ok(())
+}
+
+/// The message for a value of column `index` (image column `image_index`) that does not
+/// decode.
+#[cold]
+fn column_error(
+    plan: &TablePlan,
+    image: &ImageColumns,
+    index: usize,
+    image_index: usize,
+    reason: String,
+) -> String {
+    let name = image
+        .names
+        .get(image_index)
+        .map(String::as_str)
+        .unwrap_or("?");
+    format!(
+        "column {} (`{name}`, type {}): {reason}",
+        index + 1,
+        plan.type_codes.get(index).copied().unwrap_or_default()
+    )
 }
 
 fn sign_extend(value: u64, bytes: u8) -> i64 {
@@ -160,6 +257,47 @@ fn check_micros(micros: u32) -> Result<u32, String> {
     } else {
         Ok(micros)
     }
+}
+
+/// DATETIME(fsp) in the MySQL 5.6 format: 5 bytes big-endian, then the fraction. Its own
+/// small function: called from the row loop directly (see `push_value`), it avoids
+/// `decode_value`'s large stack frame.
+#[inline(never)]
+fn decode_datetime2(reader: &mut ByteReader<'_>, fsp: u8) -> Result<Value, String> {
+    // The 5 integer bytes and the 0-3 fraction bytes (as `read_fraction`) in one read.
+    let fraction_bytes = match fsp {
+        0 => 0,
+        1 | 2 => 1,
+        3 | 4 => 2,
+        _ => 3,
+    };
+    let raw = reader.bytes(5 + fraction_bytes)?;
+    let int_part = ((u64::from(raw[0]) << 32)
+        | u64::from(u32::from_be_bytes([raw[1], raw[2], raw[3], raw[4]])))
+        as i64
+        - 0x80_0000_0000;
+    let micros = check_micros(match fraction_bytes {
+        0 => 0,
+        1 => u32::from(raw[5]) * 10_000,
+        2 => u32::from(u16::from_be_bytes([raw[5], raw[6]])) * 100,
+        _ => (u32::from(raw[5]) << 16) | (u32::from(raw[6]) << 8) | u32::from(raw[7]),
+    })?;
+    if int_part < 0 {
+        return Err(format!("negative DATETIME value {int_part}"));
+    }
+    let int_part = int_part as u64;
+    let ymd = int_part >> 17;
+    let ym = ymd >> 5;
+    let hms = int_part % (1 << 17);
+    Ok(Value::DateTime(DateTime {
+        year: (ym / 13) as u16,
+        month: (ym % 13) as u8,
+        day: (ymd % (1 << 5)) as u8,
+        hour: (hms >> 12) as u8,
+        minute: ((hms >> 6) % (1 << 6)) as u8,
+        second: (hms % (1 << 6)) as u8,
+        micros,
+    }))
 }
 
 /// Decodes a single non-NULL value.
@@ -232,26 +370,7 @@ pub(crate) fn decode_value(
                 micros: 0,
             })
         }
-        ColumnKind::DateTime2 { fsp } => {
-            let int_part = be_uint(reader.bytes(5)?) as i64 - 0x80_0000_0000;
-            let micros = check_micros(read_fraction(reader, *fsp)?)?;
-            if int_part < 0 {
-                return Err(format!("negative DATETIME value {int_part}"));
-            }
-            let int_part = int_part as u64;
-            let ymd = int_part >> 17;
-            let ym = ymd >> 5;
-            let hms = int_part % (1 << 17);
-            Value::DateTime(DateTime {
-                year: (ym / 13) as u16,
-                month: (ym % 13) as u8,
-                day: (ymd % (1 << 5)) as u8,
-                hour: (hms >> 12) as u8,
-                minute: ((hms >> 6) % (1 << 6)) as u8,
-                second: (hms % (1 << 6)) as u8,
-                micros,
-            })
-        }
+        ColumnKind::DateTime2 { fsp } => decode_datetime2(reader, *fsp)?,
         ColumnKind::TimestampOld => Value::Timestamp {
             unix_seconds: le_uint(reader.bytes(4)?) as i64,
             micros: 0,
@@ -535,6 +654,72 @@ mod tests {
                 theirs.clone()
             };
             proptest::prop_assert_eq!(ours, theirs);
+        }
+    }
+
+    #[test]
+    fn every_column_present_checks_exactly_the_column_bits() {
+        assert!(every_column_present(&[0b0000_0111], 3));
+        assert!(
+            every_column_present(&[0b1111_0111], 3),
+            "bits past the columns are ignored"
+        );
+        assert!(!every_column_present(&[0b0000_0101], 3));
+        assert!(every_column_present(&[0xff], 8));
+        assert!(!every_column_present(&[0x7f], 8));
+        assert!(every_column_present(&[0xff, 0x01], 9));
+        assert!(!every_column_present(&[0xff, 0x00], 9));
+        assert!(!every_column_present(&[0xfe, 0x01], 9));
+        assert!(every_column_present(&[0xff, 0xff], 16));
+        assert!(
+            !every_column_present(&[0xff], 9),
+            "a short bitmap is not all present"
+        );
+        assert!(every_column_present(&[], 0));
+    }
+
+    #[test]
+    fn datetime2_decodes_every_fraction_width() {
+        // 2024-02-29 13:45:59.123456 at each fsp, encoded as MySQL's DATETIME2.
+        let ymd = ((2024u64 * 13 + 2) << 5) | 29;
+        let hms = (13u64 << 12) | (45 << 6) | 59;
+        let int_part = ((ymd << 17) | hms) + 0x80_0000_0000;
+        for fsp in 0u8..=6 {
+            let mut bytes = int_part.to_be_bytes()[3..].to_vec();
+            let micros = match fsp {
+                0 => 0,
+                1 | 2 => {
+                    bytes.push(12);
+                    120_000
+                }
+                3 | 4 => {
+                    bytes.extend_from_slice(&1234u16.to_be_bytes());
+                    123_400
+                }
+                _ => {
+                    bytes.extend_from_slice(&123_456u32.to_be_bytes()[1..]);
+                    123_456
+                }
+            };
+            let mut reader = ByteReader::new(&bytes);
+            let value = decode_value(&mut reader, &ColumnKind::DateTime2 { fsp }).unwrap();
+            assert_eq!(
+                value,
+                Value::DateTime(DateTime {
+                    year: 2024,
+                    month: 2,
+                    day: 29,
+                    hour: 13,
+                    minute: 45,
+                    second: 59,
+                    micros
+                }),
+                "fsp {fsp}"
+            );
+            assert!(reader.rest().is_empty(), "fsp {fsp} reads its whole width");
+            // One byte short is an error, never a panic.
+            let mut short = ByteReader::new(&bytes[..bytes.len() - 1]);
+            assert!(decode_value(&mut short, &ColumnKind::DateTime2 { fsp }).is_err());
         }
     }
 
