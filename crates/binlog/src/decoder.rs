@@ -158,6 +158,10 @@ pub(crate) struct Decoder {
     group: Group,
     /// GTID of the open group.
     gtid: Option<Gtid>,
+    /// The same GTID, shared by the group's rows: made at the group's first watched row
+    /// (so transactions without one pay nothing), then one `Arc` clone per row. A cell
+    /// because rows are decoded through `&self`.
+    row_gtid: std::cell::OnceCell<Option<Arc<Gtid>>>,
     /// Watched rows yielded in the open group.
     rows_in_group: u64,
     /// Set between a TRANSACTION_PAYLOAD event and the end of its inner transaction.
@@ -198,6 +202,7 @@ impl Decoder {
             positional_names: false,
             group: Group::Idle,
             gtid: None,
+            row_gtid: std::cell::OnceCell::new(),
             rows_in_group: 0,
             payload: None,
             crc32_start: crc32fast::Hasher::new(),
@@ -605,6 +610,7 @@ impl Decoder {
         }
         self.group = group;
         self.gtid = gtid;
+        self.row_gtid = std::cell::OnceCell::new();
         self.rows_in_group = 0;
         Ok(())
     }
@@ -636,6 +642,7 @@ impl Decoder {
             row_count: self.rows_in_group,
         }));
         self.group = Group::Idle;
+        self.row_gtid = std::cell::OnceCell::new();
         self.rows_in_group = 0;
         self.payload = None;
         // Every transaction sends its TABLE_MAPs again, so between transactions remembered
@@ -987,6 +994,10 @@ impl Decoder {
                 after,
                 event_timestamp: timestamp,
                 event_position: row_position.unwrap_or_else(|| self.position(start)),
+                transaction_gtid: self
+                    .row_gtid
+                    .get_or_init(|| self.gtid.clone().map(Arc::new))
+                    .clone(),
             }));
             decoded += 1;
         }

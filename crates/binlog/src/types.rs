@@ -228,6 +228,10 @@ pub struct RowChange {
     pub event_timestamp: u32,
     /// Where the rows event that carried this row starts (for diagnostics, not for resuming).
     pub event_position: BinlogPosition,
+    /// The GTID of the transaction this row belongs to, when the server assigned one (the
+    /// GTID event opens the transaction, so it is known before the commit; shared by the
+    /// transaction's rows). For diagnostics such as dead letters; resume by [`Commit`]s.
+    pub transaction_gtid: Option<Arc<Gtid>>,
 }
 
 /// The end of a committed transaction. All [`RowChange`]s yielded since the previous

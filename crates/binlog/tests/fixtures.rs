@@ -155,7 +155,7 @@ fn mariadb_outbox_file_decodes_every_value_gtid_and_position() {
             sequence,
         })
     };
-    let expected_row = |id: i64, created: i64, position: u64| {
+    let expected_row = |id: i64, created: i64, position: u64, sequence: u64| {
         StreamItem::Row(RowChange {
             table: outbox.clone().into(),
             operation: RowOperation::Insert,
@@ -178,19 +178,20 @@ fn mariadb_outbox_file_decodes_every_value_gtid_and_position() {
             }),
             event_timestamp: created as u32,
             event_position: BinlogPosition::new("mariadb-bin.000001", position),
+            transaction_gtid: gtid(sequence).map(std::sync::Arc::new),
         })
     };
     assert_eq!(
         items,
         vec![
-            expected_row(62, 1_650_493_084, 612),
+            expected_row(62, 1_650_493_084, 612, 1),
             StreamItem::Commit(Commit {
                 position: BinlogPosition::new("mariadb-bin.000001", 702),
                 gtid: gtid(1),
                 timestamp: 1_650_493_084,
                 row_count: 1,
             }),
-            expected_row(63, 1_650_493_195, 984),
+            expected_row(63, 1_650_493_195, 984, 2),
             StreamItem::Commit(Commit {
                 position: BinlogPosition::new("mariadb-bin.000001", 1074),
                 gtid: gtid(2),
@@ -275,6 +276,7 @@ fn compressed_transaction_is_decompressed_and_commits_at_the_payload_end() {
                 }),
                 event_timestamp: 1_695_159_109,
                 event_position: BinlogPosition::new("transaction_compression.000001", 274),
+                transaction_gtid: None,
             }),
             StreamItem::Commit(Commit {
                 position: BinlogPosition::new("transaction_compression.000001", 431),

@@ -155,6 +155,7 @@ mod tests {
             after: Some(row),
             event_timestamp: 0,
             event_position: BinlogPosition::new("binlog.000001", 4),
+            transaction_gtid: None,
         };
         let bytes = row_change_bytes(&change);
         assert!((1600..1800).contains(&bytes), "{bytes}");

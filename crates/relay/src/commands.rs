@@ -54,6 +54,9 @@ fn load_config(path: &Path) -> anyhow::Result<RelayConfig> {
 }
 
 async fn run_command(path: &Path) -> anyhow::Result<i32> {
+    // First: from here on SIGTERM means "stop gracefully", never the default kill.
+    let handles = RelayHandles::default();
+    install_signal_handlers(handles.shutdown.clone());
     let config = load_config(path)?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -62,8 +65,6 @@ async fn run_command(path: &Path) -> anyhow::Result<i32> {
         brokers = %config.kafka.brokers,
         "outbox-relay starting"
     );
-    let handles = RelayHandles::default();
-    install_signal_handlers(handles.shutdown.clone());
     let summary = run_relay(config, handles).await?;
     tracing::info!(delivered = summary.delivered, "outbox-relay stopped");
     Ok(0)

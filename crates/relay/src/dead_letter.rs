@@ -15,8 +15,8 @@
 //!   row's `aggregate_id` text when readable, and `dlq.original_topic_known = false`.
 //!   (Column names `payload`/`aggregate_id` are the seeds/Debezium defaults; with other
 //!   column names the key is absent and the payload is the row JSON.)
-//! * The binlog GTID of the event's transaction is not known when a row fails (it comes
-//!   with the commit): headers carry the rows event's file and position instead.
+//! * Headers name where the event is in the binlog: the rows event's file and position,
+//!   and the transaction's GTID when the server assigns GTIDs.
 //! * Routing errors are deterministic (the same row fails the same way every time): they
 //!   are dead-lettered after one attempt. Kafka rejections are resent up to
 //!   `dead_letter.max_attempts` times with the sink's backoff first.
@@ -65,6 +65,8 @@ pub mod headers {
     pub const BINLOG_FILE: &str = "dlq.binlog_file";
     /// Position of that rows event in the file.
     pub const BINLOG_POSITION: &str = "dlq.binlog_position";
+    /// GTID of the event's transaction (when the server assigns GTIDs).
+    pub const BINLOG_GTID: &str = "dlq.binlog_gtid";
     /// The outbox table.
     pub const TABLE: &str = "dlq.table";
     /// With a rejected payload: `true` when the dead letter keeps a prefix only.
@@ -102,6 +104,9 @@ pub struct RecordOrigin {
     pub binlog_file: Option<String>,
     /// The rows event's position in that file.
     pub binlog_position: Option<u64>,
+    /// The GTID of the event's transaction, when the server assigned one (shared with the
+    /// row: formatted only if a dead letter is written).
+    pub transaction_gtid: Option<std::sync::Arc<outbox_binlog::Gtid>>,
 }
 
 impl RecordOrigin {
@@ -111,6 +116,7 @@ impl RecordOrigin {
             table: Some(row.table.to_string()),
             binlog_file: Some(row.event_position.file.clone()),
             binlog_position: Some(row.event_position.position),
+            transaction_gtid: row.transaction_gtid.clone(),
         }
     }
 }
@@ -185,6 +191,9 @@ fn push_origin_and_failure(
     }
     if let Some(position) = origin.binlog_position {
         push(headers, headers::BINLOG_POSITION, position);
+    }
+    if let Some(gtid) = &origin.transaction_gtid {
+        push(headers, headers::BINLOG_GTID, gtid.to_string());
     }
 }
 
@@ -739,6 +748,11 @@ mod tests {
             table: Some("shop.outbox".into()),
             binlog_file: Some("mysql-bin.000001".into()),
             binlog_position: Some(1234),
+            transaction_gtid: Some(std::sync::Arc::new(outbox_binlog::Gtid::Mariadb {
+                domain_id: 0,
+                server_id: 1,
+                sequence: 42,
+            })),
         };
         let original = record();
         let letter =
@@ -759,6 +773,7 @@ mod tests {
         );
         assert_eq!(header(&letter, headers::ATTEMPTS), Some("3"));
         assert_eq!(header(&letter, headers::BINLOG_POSITION), Some("1234"));
+        assert_eq!(header(&letter, headers::BINLOG_GTID), Some("0-1-42"));
         assert_eq!(header(&letter, headers::TABLE), Some("shop.outbox"));
     }
 

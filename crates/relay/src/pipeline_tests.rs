@@ -268,6 +268,7 @@ async fn a_row_that_cannot_be_routed_is_dead_lettered_and_later_events_flow() {
     assert_eq!(header("dlq.table").as_deref(), Some("shop.outbox"));
     assert_eq!(header("dlq.attempts").as_deref(), Some("1"));
     assert!(header("dlq.binlog_file").is_some() && header("dlq.binlog_position").is_some());
+    assert_eq!(header("dlq.binlog_gtid").as_deref(), Some("0-1-6"));
     assert!(
         header("dlq.error_message").is_some_and(|m| m.contains("aggregate_id")),
         "{:?}",
@@ -710,6 +711,7 @@ async fn alter_table_mid_stream_never_mis_maps_a_column() {
     assert_eq!(letters.len(), 1);
     let header = |name: &str| letters[0].header(name).map(str::to_owned);
     assert_eq!(header("id").as_deref(), Some("renamed-10"));
+    assert_eq!(header("dlq.binlog_gtid").as_deref(), Some("0-1-10"));
     assert_eq!(header("dlq.error_class").as_deref(), Some("routing"));
     let message = header("dlq.error_message").unwrap_or_default();
     assert!(message.contains("payload"), "{message}");
@@ -745,8 +747,7 @@ impl SwitchableProxy {
                         if let Ok(mut upstream) =
                             tokio::net::TcpStream::connect(("127.0.0.1", upstream_port)).await
                         {
-                            let _ =
-                                tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                            let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
                         }
                     });
                     connections.lock().unwrap().push(connection);
@@ -842,7 +843,10 @@ async fn a_failover_behind_the_same_address_resumes_by_gtid_without_loss() {
     let summary = stop(handles.clone(), task).await.unwrap();
     assert!(handles.metrics.source_reconnects.get() >= 1);
     let stored = fixture.stored().await.unwrap();
-    assert_eq!(stored.source.server_id, 2, "the checkpoint names the new server");
+    assert_eq!(
+        stored.source.server_id, 2,
+        "the checkpoint names the new server"
+    );
     let records = fixture.consume(DEMO_TOPIC, 4).await;
     let keys: std::collections::BTreeSet<String> =
         records.iter().filter_map(|r| r.key.clone()).collect();

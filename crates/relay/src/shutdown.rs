@@ -72,11 +72,16 @@ impl Shutdown {
 
 /// Installs the SIGINT/SIGTERM handler: the first signal triggers `controller`, a second
 /// one exits the process at once (status 130).
+///
+/// The signals are registered before this returns (not in the spawned task), so a signal
+/// that arrives right after the call already means "shut down gracefully" instead of the
+/// default action (killing the process). Call it first thing in a command that needs it.
 pub fn install_signal_handlers(controller: ShutdownController) {
+    let mut signals = ShutdownSignals::register();
     crate::tasks::spawn_named("signal-handler", async move {
         let mut seen = 0u32;
         loop {
-            let which = wait_for_signal().await;
+            let which = signals.next().await;
             seen += 1;
             if seen == 1 {
                 tracing::info!(signal = which, "shutdown requested; finishing in-flight records (send the signal again to exit at once)");
@@ -89,27 +94,62 @@ pub fn install_signal_handlers(controller: ShutdownController) {
     });
 }
 
-#[cfg(unix)]
-async fn wait_for_signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut terminate = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(error) => {
-            tracing::error!(%error, "cannot listen for SIGTERM; only SIGINT stops the relay");
-            let _ = tokio::signal::ctrl_c().await;
-            return "SIGINT";
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => "SIGINT",
-        _ = terminate.recv() => "SIGTERM",
-    }
+/// SIGINT and SIGTERM listeners, registered when created.
+struct ShutdownSignals {
+    /// SIGINT (Ctrl-C); `None` if it could not be registered.
+    #[cfg(unix)]
+    interrupt: Option<tokio::signal::unix::Signal>,
+    /// SIGTERM (what service managers send); `None` if it could not be registered.
+    #[cfg(unix)]
+    terminate: Option<tokio::signal::unix::Signal>,
 }
 
-#[cfg(not(unix))]
-async fn wait_for_signal() -> &'static str {
-    let _ = tokio::signal::ctrl_c().await;
-    "SIGINT"
+impl ShutdownSignals {
+    #[cfg(unix)]
+    fn register() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        let listen = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(listener) => Some(listener),
+            Err(error) => {
+                tracing::error!(%error, signal = name, "cannot listen for this signal; it will not stop the relay gracefully");
+                None
+            }
+        };
+        Self {
+            interrupt: listen(SignalKind::interrupt(), "SIGINT"),
+            terminate: listen(SignalKind::terminate(), "SIGTERM"),
+        }
+    }
+
+    #[cfg(not(unix))]
+    fn register() -> Self {
+        Self {}
+    }
+
+    /// The next signal's name.
+    #[cfg(unix)]
+    async fn next(&mut self) -> &'static str {
+        async fn receive(listener: &mut Option<tokio::signal::unix::Signal>) {
+            match listener {
+                Some(listener) => {
+                    if listener.recv().await.is_none() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            _ = receive(&mut self.interrupt) => "SIGINT",
+            _ = receive(&mut self.terminate) => "SIGTERM",
+        }
+    }
+
+    #[cfg(not(unix))]
+    async fn next(&mut self) -> &'static str {
+        let _ = tokio::signal::ctrl_c().await;
+        "SIGINT"
+    }
 }
 
 #[cfg(test)]

@@ -218,3 +218,44 @@ async fn sigterm_while_a_topic_is_being_created_on_a_frozen_broker_exits_in_time
     );
     writer.close().await;
 }
+
+/// A second SIGTERM while the first one is still draining records to a frozen broker exits
+/// at once with status 130, and the checkpoint stays at what Kafka acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_exits_at_once_without_passing_unacked_events() {
+    let (db, mut broker) = start_shop_database_and_broker().await;
+    let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
+    setup.shutdown_timeout_ms = Some(60_000);
+    let mut relay = Relay::prepare(&setup);
+    let mut writer = ShopWriter::connect(&db.url(), "twosignals").await;
+    relay.start();
+    writer.transaction("order", "order-1", 1, true, false).await;
+    let end_before = writer.master_position().await;
+    let acked = wait_for_checkpoint(&relay, &end_before, Duration::from_secs(30)).await;
+
+    broker.freeze().unwrap();
+    writer.transaction("order", "order-1", 2, true, false).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    relay.send_signal("TERM");
+    // The first signal drains (up to 60 s against a frozen broker)...
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    relay.assert_running("draining after the first SIGTERM");
+    // ...the second one ends it now.
+    let second = Instant::now();
+    let status = relay.terminate(Duration::from_secs(10)).await;
+    let took = second.elapsed();
+    broker.thaw().unwrap();
+    assert_eq!(status.code(), Some(130), "log:\n{}", relay.log_tail(12));
+    assert!(
+        took < Duration::from_secs(5),
+        "the second SIGTERM took {took:?}"
+    );
+    assert_eq!(log_count(&relay, "second signal: exiting at once"), 1);
+    let after = relay.checkpoint();
+    assert_eq!(
+        after.position, acked.position,
+        "the checkpoint moved past unacknowledged events: {} -> {}",
+        acked.raw, after.raw
+    );
+    writer.close().await;
+}

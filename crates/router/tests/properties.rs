@@ -262,6 +262,7 @@ fn change_strategy() -> impl Strategy<Value = RowChange> {
                 after,
                 event_timestamp,
                 event_position: BinlogPosition::new("bin.000001", 4),
+                transaction_gtid: None,
             },
         )
 }

@@ -578,6 +578,11 @@ commit_interval_ms = {commit_interval_ms}
         assert!(status.success(), "{context}: {status}");
     }
 
+    /// Sends `kill -NAME` to the running relay without waiting for it.
+    pub fn send_signal(&self, name: &str) {
+        signal(self.pid().expect("relay running"), name);
+    }
+
     /// `kill -9`: a crash, no final checkpoint.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -39,6 +39,7 @@ pub fn change(
         after,
         event_timestamp: EVENT_TIME_SECONDS,
         event_position: BinlogPosition::new("mysql-bin.000001", 4),
+        transaction_gtid: None,
     }
 }
 
