@@ -1056,34 +1056,17 @@ mod tests {
     /// while the errors last, and everything once they clear.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn retriable_errors_hold_tickets_back_until_they_clear() {
-        let cluster = MockCluster::new(1).unwrap();
-        cluster.create_topic("sink.flaky", 1, 1).unwrap();
-        cluster.request_errors(
-            RDKafkaApiKey::Produce,
-            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 100_000],
-        );
-        let metrics = Metrics::new();
-        let delivered_during_outage = Arc::new(Mutex::new(None));
-        let observer = metrics.clone();
-        let seen = delivered_during_outage.clone();
-        let cluster_ref = &cluster;
-        let during = async move {
-            tokio::time::sleep(Duration::from_millis(2500)).await;
-            *seen.lock().unwrap() = Some(observer.records_delivered.get());
-            cluster_ref.clear_request_errors(RDKafkaApiKey::Produce);
-        };
-        let (result, mut tickets) = run_with(
-            settings(&cluster.bootstrap_servers()),
+        let run = run_through_outage(
             "sink.flaky",
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
             20,
-            during,
-            metrics.clone(),
+            false,
         )
         .await;
-        assert_eq!(*delivered_during_outage.lock().unwrap(), Some(0));
-        assert_eq!(result.unwrap().delivered, 20);
-        tickets.sort_unstable();
-        assert_eq!(tickets, (0..20).collect::<Vec<_>>());
+        let metrics = run.metrics;
+        assert_eq!(run.delivered_during_outage, Some(0));
+        assert_eq!(run.result.unwrap().delivered, 20);
+        assert_eq!(run.tickets, (0..20).collect::<Vec<_>>());
         assert!(
             metrics
                 .delivery_errors
@@ -1173,6 +1156,8 @@ mod tests {
         tickets: Vec<u32>,
         /// The run's counters.
         metrics: Arc<Metrics>,
+        /// Records delivered while the errors lasted (with an outage that clears).
+        delivered_during_outage: Option<u64>,
     }
 
     async fn run_with_rejections(topic: &str, rejections: usize) -> RejectionRun {
@@ -1185,12 +1170,37 @@ mod tests {
         .await
     }
 
+    /// `records` records to `topic` while every produce request fails with `error` for
+    /// 2.5 s (then the errors are cleared); counts what was delivered meanwhile.
+    async fn run_through_outage(
+        topic: &str,
+        error: RDKafkaRespErr,
+        records: u32,
+        dead_letters: bool,
+    ) -> RejectionRun {
+        run_with_error_setup(topic, error, 100_000, dead_letters, records, true).await
+    }
+
     /// [`run_with_rejections`] with any produce error, with dead letters on or off.
     async fn run_with_errors(
         topic: &str,
         error: RDKafkaRespErr,
         count: usize,
         dead_letters: bool,
+    ) -> RejectionRun {
+        run_with_error_setup(topic, error, count, dead_letters, 1, false).await
+    }
+
+    /// The common body: a mock cluster with `topic` and `outbox.dlq` whose next `count`
+    /// produce requests fail with `error` (cleared after 2.5 s when `clear` is set), and
+    /// `records` records sent through the sink.
+    async fn run_with_error_setup(
+        topic: &str,
+        error: RDKafkaRespErr,
+        count: usize,
+        dead_letters: bool,
+        records: u32,
+        clear: bool,
     ) -> RejectionRun {
         let cluster = MockCluster::new(1).unwrap();
         cluster.create_topic(topic, 1, 1).unwrap();
@@ -1203,13 +1213,28 @@ mod tests {
         } else {
             settings(&brokers)
         };
-        let (result, tickets) = run_with(settings, topic, 1, async {}, metrics.clone()).await;
+        let seen = Arc::new(Mutex::new(None));
+        let during = {
+            let (observer, seen, cluster) = (metrics.clone(), seen.clone(), &cluster);
+            async move {
+                if clear {
+                    tokio::time::sleep(Duration::from_millis(2500)).await;
+                    *seen.lock().unwrap() = Some(observer.records_delivered.get());
+                    cluster.clear_request_errors(RDKafkaApiKey::Produce);
+                }
+            }
+        };
+        let (result, mut tickets) =
+            run_with(settings, topic, records, during, metrics.clone()).await;
+        tickets.sort_unstable();
+        let delivered_during_outage = *seen.lock().unwrap();
         RejectionRun {
             _cluster: cluster,
             brokers,
             result,
             tickets,
             metrics,
+            delivered_during_outage,
         }
     }
 
@@ -1237,40 +1262,21 @@ mod tests {
     /// last, everything is delivered to its own topic once they clear, no dead letter.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn retriable_errors_are_never_dead_lettered() {
-        let cluster = MockCluster::new(1).unwrap();
-        cluster.create_topic("sink.retry", 1, 1).unwrap();
-        cluster.create_topic("outbox.dlq", 1, 1).unwrap();
-        cluster.request_errors(
-            RDKafkaApiKey::Produce,
-            &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT; 100_000],
-        );
-        let metrics = Metrics::new();
-        let brokers = cluster.bootstrap_servers();
-        let seen = Arc::new(Mutex::new(None));
-        let observer = metrics.clone();
-        let seen_in_outage = seen.clone();
-        let cluster_ref = &cluster;
-        let during = async move {
-            tokio::time::sleep(Duration::from_millis(2500)).await;
-            *seen_in_outage.lock().unwrap() = Some(observer.records_delivered.get());
-            cluster_ref.clear_request_errors(RDKafkaApiKey::Produce);
-        };
-        let (result, mut tickets) = run_with(
-            dead_letter_settings(&brokers),
+        let run = run_through_outage(
             "sink.retry",
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT,
             5,
-            during,
-            metrics.clone(),
+            true,
         )
         .await;
+        let (metrics, brokers) = (run.metrics, run.brokers);
         assert_eq!(
-            *seen.lock().unwrap(),
+            run.delivered_during_outage,
             Some(0),
             "held back during the errors"
         );
-        assert_eq!(result.unwrap().delivered, 5);
-        tickets.sort_unstable();
-        assert_eq!(tickets, vec![0, 1, 2, 3, 4]);
+        assert_eq!(run.result.unwrap().delivered, 5);
+        assert_eq!(run.tickets, vec![0, 1, 2, 3, 4]);
         assert!(
             metrics
                 .delivery_errors
@@ -1463,26 +1469,18 @@ mod tests {
     #[test]
     fn error_classes() {
         use RDKafkaErrorCode as C;
-        let produce = |code| KafkaError::MessageProduction(code);
-        assert_eq!(
-            classify_delivery_error(&produce(C::MessageTimedOut)),
-            FailureKind::Transient
-        );
-        assert_eq!(
-            classify_delivery_error(&produce(C::NotLeaderForPartition)),
-            FailureKind::Transient
-        );
-        assert_eq!(
-            classify_delivery_error(&produce(C::Fatal)),
-            FailureKind::Fatal
-        );
-        assert_eq!(
-            classify_delivery_error(&produce(C::MessageSizeTooLarge)),
-            FailureKind::Permanent
-        );
-        assert_eq!(
-            classify_delivery_error(&produce(C::TopicAuthorizationFailed)),
-            FailureKind::Permanent
-        );
+        for (code, expected) in [
+            (C::MessageTimedOut, FailureKind::Transient),
+            (C::NotLeaderForPartition, FailureKind::Transient),
+            (C::Fatal, FailureKind::Fatal),
+            (C::MessageSizeTooLarge, FailureKind::Permanent),
+            (C::TopicAuthorizationFailed, FailureKind::Permanent),
+        ] {
+            assert_eq!(
+                classify_delivery_error(&KafkaError::MessageProduction(code)),
+                expected,
+                "{code:?}"
+            );
+        }
     }
 }
