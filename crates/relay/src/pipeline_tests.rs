@@ -92,6 +92,21 @@ impl Fixture {
         (handles, task)
     }
 
+    /// Writes order 1 (transaction 0-1-4), starts the relay and waits until the checkpoint
+    /// covers it.
+    async fn start_after_first_order(
+        &self,
+    ) -> (
+        RelayHandles,
+        tokio::task::JoinHandle<Result<RelaySummary, RelayError>>,
+    ) {
+        self.write_orders(1..=1).await;
+        let (handles, task) = self.start_relay();
+        self.wait_for_checkpoint("0-1-4", Duration::from_secs(30))
+            .await;
+        (handles, task)
+    }
+
     /// Reads `count` records of `topic` from the mock cluster (30 s at most).
     async fn consume(&self, topic: &str, count: usize) -> Vec<crate::demo::ConsumedRecord> {
         consume_records(
@@ -566,11 +581,7 @@ async fn a_checkpoint_of_another_server_resumes_by_gtid_or_refuses_without_one()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_outbox_still_advances_the_checkpoint_so_old_binlogs_can_be_purged() {
     let fixture = fixture("").await;
-    fixture.write_orders(1..=1).await;
-    let (handles, task) = fixture.start_relay();
-    fixture
-        .wait_for_checkpoint("0-1-4", Duration::from_secs(30))
-        .await;
+    let (handles, task) = fixture.start_after_first_order().await;
 
     // Ten transactions on a table the relay does not watch: 0-1-5..0-1-14.
     let mut conn = fixture.server.conn().await.unwrap();
@@ -645,11 +656,7 @@ async fn an_idle_outbox_still_advances_the_checkpoint_so_old_binlogs_can_be_purg
 async fn alter_table_mid_stream_never_mis_maps_a_column() {
     let fixture = fixture("").await;
     fixture.cluster.create_topic("outbox.dlq", 1, 1).unwrap();
-    fixture.write_orders(1..=1).await;
-    let (handles, task) = fixture.start_relay();
-    fixture
-        .wait_for_checkpoint("0-1-4", Duration::from_secs(30))
-        .await;
+    let (handles, task) = fixture.start_after_first_order().await;
     let mut conn = fixture.server.conn().await.unwrap();
     // 0-1-5: a column in front shifts every other column's index; order 2 is 0-1-6.
     conn.query_drop(
