@@ -406,7 +406,8 @@ pub struct KafkaConfig {
     pub batch_num_messages: u64,
     /// `message.timeout.ms`: how long librdkafka retries one send internally before it
     /// reports a failure, which the relay then retries itself. Shorter means outages show
-    /// up in logs and metrics sooner.
+    /// up in logs and metrics sooner. At least 1000: a rebuilt producer needs that long to
+    /// get its producer id before its first delivery can succeed.
     #[serde(default = "default_message_timeout_ms")]
     pub message_timeout_ms: u64,
     /// First delay before the relay resends a record whose delivery failed; doubles each try.
@@ -814,7 +815,9 @@ impl RelayConfig {
             (
                 "kafka.message_timeout_ms",
                 wide(kafka.message_timeout_ms),
-                1,
+                // Below about a second a rebuilt producer can time out before it even gets
+                // its producer id, and the sink would rebuild it forever.
+                1000,
                 wide(default_message_timeout_ms()),
             ),
             (
@@ -1089,6 +1092,11 @@ commit_max_transactions = 1000
                 "brokers = \"127.0.0.1:9092\"",
                 "brokers = \"b:9092\"\n[kafka.properties]\n\"acks\" = \"1\"",
                 "kafka.properties.\"acks\"",
+            ),
+            (
+                "brokers = \"127.0.0.1:9092\"",
+                "brokers = \"b:9092\"\nmessage_timeout_ms = 500",
+                "kafka.message_timeout_ms",
             ),
             (
                 "brokers = \"127.0.0.1:9092\"",
