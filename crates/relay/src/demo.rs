@@ -265,6 +265,9 @@ pub async fn run_demo(orders: u32) -> anyhow::Result<DemoOutcome> {
     let records = consumed?;
     let store = open_checkpoint_store(&checkpoint_config).await?;
     let checkpoint = store.load().await?;
+    // librdkafka closes the relay's clients on its own threads after they are dropped; give
+    // them a moment while the mock brokers still answer, or they log "brokers down".
+    tokio::time::sleep(Duration::from_millis(500)).await;
     drop(cluster);
     Ok(DemoOutcome {
         records,
