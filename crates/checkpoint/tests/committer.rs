@@ -191,3 +191,41 @@ async fn works_with_the_file_store() {
     assert_eq!(stored.source, source());
     assert_eq!(stored.writer_version, outbox_checkpoint::WRITER_VERSION);
 }
+
+/// After a failover the pending position and every later one are stored with the GTID-only
+/// marker and name the new server; positions that differ only by their GTID set still
+/// commit (they are all "equal" by binlog position).
+#[tokio::test(start_paused = true)]
+async fn after_a_failover_checkpoints_name_the_new_server_and_are_gtid_only() {
+    use outbox_binlog::{Gtid, GtidSet};
+    let (store, mut committer) = recording_committer(policy(Duration::from_secs(3600), 2), None);
+    let with_gtid = |offset: u64, sequence: u64| {
+        let mut position = at(offset);
+        let mut set = GtidSet::Empty;
+        set.add(&Gtid::Mariadb {
+            domain_id: 0,
+            server_id: 1,
+            sequence,
+        });
+        position.gtid_set = set;
+        position
+    };
+    // Pending (not yet committed: the policy waits for two transactions).
+    assert!(!committer.offer(with_gtid(100, 5)).await.unwrap());
+    let new_server = SourceIdentity {
+        server_id: 2,
+        ..source()
+    };
+    let marker = BinlogPosition::new("", 4);
+    committer.move_to_source(new_server.clone(), marker.clone());
+    assert!(committer.offer(with_gtid(700, 6)).await.unwrap());
+    assert!(!committer.offer(with_gtid(900, 7)).await.unwrap());
+    assert!(committer.offer(with_gtid(950, 8)).await.unwrap());
+    let commits = store.commits.lock().unwrap().clone();
+    assert_eq!(commits.len(), 2);
+    for (commit, sequence) in commits.iter().zip(["0-1-6", "0-1-8"]) {
+        assert_eq!(commit.source, new_server);
+        assert_eq!(commit.position.binlog, marker);
+        assert_eq!(commit.position.gtid_set.to_string(), sequence);
+    }
+}
