@@ -60,6 +60,21 @@ pub enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+    /// Publish the outbox events of archived binlog files with the same ids (after the server
+    /// purged files the checkpoint still needed); prints one JSON summary line, exit 0 once
+    /// Kafka acknowledged them all. Does not touch the checkpoint.
+    Recover {
+        /// The TOML config file ([[outbox]], [route], [kafka], [dead_letter] are used).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Publish only what comes after this transaction boundary, `FILE:POS` (usually the
+        /// stored checkpoint's position).
+        #[arg(long)]
+        after: Option<String>,
+        /// Binlog files, in order.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
     /// List or replay dead letters (events that failed permanently; see `[dead_letter]`).
     Dlq {
         /// list or replay.

@@ -45,6 +45,19 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
             &mut std::io::stderr().lock(),
         ),
         Command::Dlq { action } => dlq_command(action, &mut std::io::stdout().lock()).await,
+        Command::Recover {
+            config,
+            after,
+            files,
+        } => {
+            crate::recover::recover_command(
+                &config,
+                after.as_deref(),
+                &files,
+                &mut std::io::stdout().lock(),
+            )
+            .await
+        }
         Command::Demo { orders } => crate::demo::demo_command(orders).await,
     }
 }
@@ -516,7 +529,7 @@ pub fn inspect_command(
     Ok(0)
 }
 
-fn describe_files(files: &[PathBuf]) -> String {
+pub(crate) fn describe_files(files: &[PathBuf]) -> String {
     files
         .iter()
         .map(|f| f.display().to_string())

@@ -9,6 +9,7 @@
 //! * [`sink`]: the Kafka producer side (idempotent, retrying, topic creation);
 //! * [`dead_letter`]: dead letters (what a permanent per-event failure becomes) and replay;
 //! * [`commands`]: the CLI subcommands (`run`, `check`, `checkpoint`, `inspect`, `demo`);
+//! * [`recover`]: `recover`, publishing the events of archived binlog files;
 //! * [`metrics`] and [`internal_events`]: Prometheus counters and the log lines that go
 //!   with them;
 //! * [`shutdown`]: the shutdown signal every task listens to;
@@ -37,6 +38,7 @@ pub mod metrics;
 pub mod pipeline;
 #[cfg(test)]
 mod pipeline_tests;
+pub mod recover;
 pub mod shutdown;
 pub mod sink;
 mod stores;

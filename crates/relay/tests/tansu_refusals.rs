@@ -27,36 +27,8 @@ async fn purged_binlog_after_the_checkpoint_is_refused_not_skipped() {
 
     // Events the relay never saw, then their binlog file is purged.
     writer.transaction("order", "order-1", 3, true, false).await;
-    db.exec(&["FLUSH BINARY LOGS", "FLUSH BINARY LOGS"])
-        .await
-        .unwrap();
-    let current = writer.master_position().await;
-    // The server keeps a file a (not yet noticed as closed) dump thread still reads: retry
-    // until the checkpoint's file is really gone.
     let stored_file = stored.position.clone().expect("a stored checkpoint").file;
-    let purge_started = Instant::now();
-    loop {
-        db.exec(&[&format!("PURGE BINARY LOGS TO '{}'", current.file)])
-            .await
-            .unwrap();
-        let mut conn = db.conn().await.unwrap();
-        let files: Vec<String> = conn
-            .query_map("SHOW BINARY LOGS", |row: mysql_async::Row| {
-                row.get::<String, _>(0).unwrap_or_default()
-            })
-            .await
-            .unwrap();
-        drop(conn);
-        if !files.contains(&stored_file) {
-            break;
-        }
-        assert!(
-            purge_started.elapsed() < Duration::from_secs(20),
-            "could not purge {stored_file}: binary logs {files:?}"
-        );
-        db.exec(&["FLUSH BINARY LOGS"]).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let current = purge_binlogs_until_gone(&db, &stored_file).await;
     writer.transaction("order", "order-1", 2, true, false).await;
 
     relay.start();

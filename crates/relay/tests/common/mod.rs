@@ -1003,3 +1003,38 @@ pub fn assert_delivery(
     );
     summary
 }
+
+/// Rotates the binlog and purges every file before the new current one, retrying until
+/// `gone` (a file the server may still hold open for a dump thread that has not noticed its
+/// client left) is really gone; returns the position the purge kept from (its file is the
+/// oldest one left).
+pub async fn purge_binlogs_until_gone(db: &ScratchMariadb, gone: &str) -> BinlogPoint {
+    db.exec(&["FLUSH BINARY LOGS", "FLUSH BINARY LOGS"])
+        .await
+        .expect("flush binary logs");
+    let mut conn = db.conn().await.expect("connect");
+    let current = master_position(&mut conn).await;
+    let started = Instant::now();
+    loop {
+        conn.query_drop(format!("PURGE BINARY LOGS TO '{}'", current.file))
+            .await
+            .expect("purge binary logs");
+        let files: Vec<String> = conn
+            .query_map("SHOW BINARY LOGS", |row: mysql_async::Row| {
+                row.get::<String, _>(0).unwrap_or_default()
+            })
+            .await
+            .expect("show binary logs");
+        if !files.iter().any(|file| file == gone) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "could not purge {gone}: binary logs {files:?}"
+        );
+        conn.query_drop("FLUSH BINARY LOGS").await.expect("flush");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let _ = conn.disconnect().await;
+    current
+}

@@ -1,0 +1,179 @@
+//! `outbox-relay recover`: publishes the outbox events of archived binlog files, for the
+//! case the relay cannot serve itself: the server purged binlog files the checkpoint still
+//! needed (see [`crate::RelayError::ResumePointPurged`]).
+//!
+//! The files are read with [`BinlogFileReader`] (committed transactions only, CRC checked,
+//! a truncated or corrupt file is an error naming file and offset), rows are routed exactly
+//! as the relay routes them (same topic, key, payload and `id`), and published through the
+//! relay's Kafka sink (idempotent producer, retries, dead letters per `[dead_letter]`).
+//! With `--after FILE:POS` (the stored checkpoint) only rows after that transaction
+//! boundary are published. The command returns once Kafka acknowledged every record, so a
+//! successful run means the gap is delivered; running it twice delivers twice with the same
+//! ids (at-least-once). It never touches the checkpoint: afterwards,
+//! `outbox-relay checkpoint set` moves it to the oldest position the server still has.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context;
+use outbox_binlog::{BinlogFileReader, BinlogPosition, StreamItem};
+use outbox_router::{RouteOutcome, Router};
+use tokio::sync::mpsc;
+
+use crate::commands::describe_files;
+use crate::config::{parse_file_position, RelayConfig};
+use crate::dead_letter::RecordOrigin;
+use crate::metrics::Metrics;
+use crate::shutdown::ShutdownController;
+use crate::sink::{run_kafka_sink, KafkaSinkSettings, OutboundRecord, SinkItem};
+
+/// What the file-reading side of a recovery saw.
+#[derive(Debug, Default)]
+struct RecoveryScan {
+    /// Committed transactions after `--after` (with or without outbox rows).
+    transactions: u64,
+    /// Records handed to the sink.
+    records: u64,
+    /// Outbox rows at or before `--after`, not published.
+    rows_before_start: u64,
+    /// Rows the router skips by design (updates, deletes).
+    rows_skipped: u64,
+    /// Rows that could not be routed (printed, not published).
+    routing_errors: Vec<serde_json::Value>,
+    /// The last commit read, `FILE:POS`.
+    last_position: Option<String>,
+}
+
+/// `outbox-relay recover --config FILE [--after FILE:POS] FILES...`: prints one JSON summary
+/// line; exit 0 when every routable event was acknowledged and none failed to route.
+pub async fn recover_command(
+    config_path: &Path,
+    after: Option<&str>,
+    files: &[PathBuf],
+    out: &mut dyn Write,
+) -> anyhow::Result<i32> {
+    let config = RelayConfig::load(config_path)?;
+    let router = Router::new(&config.outbox, &config.route)
+        .map_err(|e| anyhow::anyhow!("invalid [[outbox]]/[route]: {e}"))?;
+    let after = after
+        .map(parse_file_position)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--after: {e}"))?;
+    let reader = BinlogFileReader::open(files.to_vec(), router.table_filter())
+        .with_context(|| format!("opening {}", describe_files(files)))?;
+
+    let (records_tx, records_rx) = mpsc::channel(config.pipeline.channel_capacity);
+    let delivered = Arc::new(AtomicU64::new(0));
+    let stop = ShutdownController::new();
+    let sink = {
+        let delivered = delivered.clone();
+        tokio::spawn(run_kafka_sink(
+            KafkaSinkSettings::from_relay_config(&config),
+            records_rx,
+            move |_ticket: u64| {
+                delivered.fetch_add(1, Ordering::Relaxed);
+            },
+            Metrics::new(),
+            stop.subscribe(),
+        ))
+    };
+    // The file reader is blocking I/O: its own thread, handing records to the sink.
+    let scan = tokio::task::spawn_blocking(move || scan_files(reader, router, after, records_tx))
+        .await
+        .context("the binlog file reader panicked")??;
+    let sink_summary = sink
+        .await
+        .context("the Kafka sink panicked")?
+        .context("publishing the recovered records")?;
+    let summary = serde_json::json!({
+        "transactions": scan.transactions,
+        "records": scan.records,
+        "acknowledged": delivered.load(Ordering::Relaxed),
+        "rows_before_after": scan.rows_before_start,
+        "rows_skipped": scan.rows_skipped,
+        "routing_errors": scan.routing_errors,
+        "last_position": scan.last_position,
+    });
+    writeln!(out, "{summary}")?;
+    let complete = sink_summary.delivered == scan.records && scan.routing_errors.is_empty();
+    Ok(if complete { 0 } else { 1 })
+}
+
+/// Reads every file, routes the rows after `after` and sends their records to the sink.
+fn scan_files(
+    mut reader: BinlogFileReader,
+    router: Router,
+    after: Option<BinlogPosition>,
+    records: mpsc::Sender<SinkItem<u64>>,
+) -> anyhow::Result<RecoveryScan> {
+    let mut scan = RecoveryScan::default();
+    let is_after = |position: &BinlogPosition| {
+        after
+            .as_ref()
+            .is_none_or(|start| binlog_order(position, start).is_gt())
+    };
+    while let Some(item) = reader.next_item()? {
+        match item {
+            StreamItem::Row(row) if !is_after(&row.event_position) => scan.rows_before_start += 1,
+            StreamItem::Row(row) => match router.route(&row) {
+                Ok(RouteOutcome::Record(record)) => {
+                    let item = SinkItem {
+                        record: OutboundRecord::from(record),
+                        ticket: scan.records,
+                        origin: RecordOrigin::of_row(&row),
+                    };
+                    scan.records += 1;
+                    if records.blocking_send(item).is_err() {
+                        anyhow::bail!("the Kafka sink stopped while records were still being read");
+                    }
+                }
+                Ok(RouteOutcome::Skipped { .. }) => scan.rows_skipped += 1,
+                Err(error) => scan.routing_errors.push(serde_json::json!({
+                    "event_id": error.event_id,
+                    "table": error.table.to_string(),
+                    "column": error.column,
+                    "error": error.to_string(),
+                    "binlog_position": row.event_position.to_string(),
+                })),
+            },
+            StreamItem::Commit(commit) => {
+                if is_after(&commit.position) {
+                    scan.transactions += 1;
+                    scan.last_position = Some(commit.position.to_string());
+                }
+            }
+            StreamItem::Heartbeat(_) => {}
+        }
+    }
+    Ok(scan)
+}
+
+/// Binlog order of two positions: by the file's numeric extension (`binlog.000009` <
+/// `binlog.000010`), then by offset.
+fn binlog_order(a: &BinlogPosition, b: &BinlogPosition) -> std::cmp::Ordering {
+    let number = |file: &str| {
+        file.rsplit_once('.')
+            .and_then(|(_, n)| n.parse::<u64>().ok())
+    };
+    match (number(&a.file), number(&b.file)) {
+        (Some(x), Some(y)) => x.cmp(&y),
+        _ => a.file.cmp(&b.file),
+    }
+    .then(a.position.cmp(&b.position))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binlog_order_compares_file_numbers_then_offsets() {
+        let at = |file: &str, position| BinlogPosition::new(file, position);
+        assert!(binlog_order(&at("binlog.000010", 4), &at("binlog.000009", 900)).is_gt());
+        assert!(binlog_order(&at("binlog.1000000", 4), &at("binlog.999999", 4)).is_gt());
+        assert!(binlog_order(&at("binlog.000002", 100), &at("binlog.000002", 200)).is_lt());
+        assert!(binlog_order(&at("binlog.000002", 200), &at("binlog.000002", 200)).is_eq());
+    }
+}
