@@ -7,7 +7,6 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use mysql_async::prelude::Queryable;
 
 /// The events after the checkpoint were purged from the server while the relay was stopped:
 /// the relay must not jump over the gap (no later event delivered, checkpoint unchanged) and
