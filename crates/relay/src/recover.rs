@@ -79,14 +79,24 @@ pub async fn recover_command(
             stop.subscribe(),
         ))
     };
-    // The file reader is blocking I/O: its own thread, handing records to the sink.
+    // The file reader is blocking I/O: its own thread, handing records to the sink. Whatever
+    // it ends with, the sink is awaited: what was handed over is delivered (or its failure
+    // reported) before the command returns.
     let scan = tokio::task::spawn_blocking(move || scan_files(reader, router, after, records_tx))
         .await
-        .context("the binlog file reader panicked")??;
-    let sink_summary = sink
-        .await
-        .context("the Kafka sink panicked")?
-        .context("publishing the recovered records")?;
+        .context("the binlog file reader panicked")?;
+    if scan.is_err() {
+        // Deliver what was handed over (up to `pipeline.shutdown_timeout_ms`), no longer.
+        stop.trigger();
+    }
+    let sink_result = sink.await.context("the Kafka sink panicked")?;
+    let sink_summary = sink_result.context("publishing the recovered records")?;
+    let scan = scan.with_context(|| {
+        format!(
+            "reading the binlog files ({} records before the error were acknowledged)",
+            delivered.load(Ordering::Relaxed)
+        )
+    })?;
     let summary = serde_json::json!({
         "transactions": scan.transactions,
         "records": scan.records,

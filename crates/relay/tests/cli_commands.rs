@@ -157,3 +157,33 @@ async fn inspect_with_config_routes_exactly_the_committed_events() {
     }
     writer.close().await;
 }
+
+/// `recover` over a damaged binlog file stops with exit 1 naming the file and the offset,
+/// and does not wait for a Kafka cluster it can no longer use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recover_of_a_truncated_file_names_the_file_and_offset() {
+    let relay = Relay::prepare(&RelaySetup::new("mysql://root@127.0.0.1:1", "127.0.0.1:1"));
+    relay.edit_config(&[(
+        "create_topics = true",
+        "create_topics = true\nstartup_attempts = 1\nadmin_timeout_ms = 1000",
+    )]);
+    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/fixtures/binlogs/binlog_truncated_event.000001");
+    let started = std::time::Instant::now();
+    let (code, stdout, stderr) = run(&[
+        "recover",
+        "--config",
+        relay.config_path.to_str().unwrap(),
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "stdout {stdout}\nstderr {stderr}");
+    assert!(
+        stderr.contains("binlog_truncated_event.000001") && stderr.contains("offset 4"),
+        "{stderr}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "took {:?}",
+        started.elapsed()
+    );
+}
