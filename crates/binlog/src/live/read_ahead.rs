@@ -23,8 +23,8 @@
 //!   (so memory is freed on the thread that allocated it) and refills the empty vectors.
 //! * **Stopping.** Dropping [`ReadAhead`] aborts the task, which drops the replication
 //!   connection; the task also ends when the receiving side is gone.
-//! * **Cancellation.** [`ReadAhead::recv`] is cancel-safe (`tokio::sync::mpsc`): a dropped
-//!   call loses no message.
+//! * **Cancellation.** [`ReadAhead::next_message`] is cancel-safe (`tokio::sync::mpsc`): a
+//!   dropped call loses no message.
 
 use std::time::Duration;
 
