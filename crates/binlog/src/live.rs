@@ -20,7 +20,8 @@
 //!
 //! # Streaming and memory
 //! Events are read in batches (`live/read_ahead.rs`): a batch is what the connection can
-//! deliver without waiting, at most 256 events or 1 MiB (plus one event). Two modes, chosen
+//! deliver without waiting, at most 2048 events (read-ahead task) or 8 (inline) or 1 MiB (plus
+//! one event). Two modes, chosen
 //! with [`BinlogReader::connect_with_read_ahead`]:
 //! * **inline** (`read_ahead_events` 0, the default of [`BinlogReader::connect`], see
 //!   [`DEFAULT_READ_AHEAD_EVENTS`]): `next_item` reads the next batch itself when the last
