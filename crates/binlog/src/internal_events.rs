@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | `outbox_binlog_events_received_total` | counter | binlog events received from servers |
 //! | `outbox_binlog_event_bytes_received_total` | counter | bytes of those events |
-//! | `outbox_binlog_event_batches_total` | counter | read-ahead batches (events / batches = how far the reader is behind: 1 when it keeps up, up to 256 when it does not) |
+//! | `outbox_binlog_event_batches_total` | counter | read-ahead batches (events / batches = how far the reader is behind: 1 when it keeps up, up to 8 inline and 2048 with the read-ahead task when it does not) |
 //! | `outbox_binlog_rows_decoded_total` | counter | row changes of watched tables handed out |
 //! | `outbox_binlog_transactions_committed_total` | counter | commits handed out |
 //! | `outbox_binlog_heartbeats_total` | counter | heartbeats handed out |
@@ -20,9 +20,10 @@
 //!
 //! # Cost
 //! The hot path emits in batches: [`BinlogEventsReceived`] once per read-ahead batch (up to
-//! 256 events), and the live reader counts handed-out items in plain local counters that it
-//! flushes as one [`ItemsHandedOut`] per batch, so a counter is touched a few times per
-//! batch, never per event or row. Their logs are `trace` level.
+//! 8 events inline, 2048 with the read-ahead task), and the live reader counts handed-out
+//! items in plain local counters that it flushes as one [`ItemsHandedOut`] per batch, so a
+//! counter is touched a few times per batch, never per event or row. Their logs are `trace`
+//! level.
 
 use std::sync::LazyLock;
 
