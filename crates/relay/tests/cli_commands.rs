@@ -5,23 +5,13 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use common::*;
 use outbox_testkit::tansu::TansuBroker;
 use outbox_testkit::ScratchMariadb;
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    let output = Command::new(RELAY_BIN)
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run outbox-relay");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    run_relay_command(args)
 }
 
 /// `check` fails (exit 1) naming the missing outbox table, passes once it exists, and fails

@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,16 +10,9 @@ use std::time::Duration;
 use common::*;
 
 fn checkpoint_command(args: &[&str]) -> (i32, String, String) {
-    let output = Command::new(RELAY_BIN)
-        .arg("checkpoint")
-        .args(args)
-        .output()
-        .expect("run outbox-relay checkpoint");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    let mut all = vec!["checkpoint"];
+    all.extend_from_slice(args);
+    run_relay_command(&all)
 }
 
 async fn write_batch(writer: &mut ShopWriter, kind: &str, transactions: u32) -> BinlogPoint {

@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -19,21 +18,12 @@ fn header(record: &ConsumedRecord, name: &str) -> Option<String> {
 }
 
 fn dlq(config: &std::path::Path, args: &[&str]) -> (bool, String) {
-    let output = Command::new(RELAY_BIN)
-        .arg("dlq")
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .output()
-        .expect("run outbox-relay dlq");
-    (
-        output.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        ),
-    )
+    let config = config.to_str().expect("utf-8 config path");
+    let mut all = vec!["dlq"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--config", config]);
+    let (code, stdout, stderr) = run_relay_command(&all);
+    (code == 0, format!("{stdout}{stderr}"))
 }
 
 /// Failure tests 4 and 5: a row with a NULL `aggregate_id` (routing error) and a payload

@@ -6,24 +6,10 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
 use mysql_async::prelude::Queryable;
-
-/// Runs the relay binary with `args`; (exit code, stdout, stderr).
-fn relay_command(args: &[&str]) -> (i32, String, String) {
-    let output = Command::new(RELAY_BIN)
-        .args(args)
-        .output()
-        .expect("run outbox-relay");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purged_gap_is_recovered_from_archived_binlogs_and_the_relay_carries_on() {
@@ -92,7 +78,7 @@ async fn a_purged_gap_is_recovered_from_archived_binlogs_and_the_relay_carries_o
         after.as_str(),
     ];
     args.extend(archived.iter().map(String::as_str));
-    let (code, stdout, stderr) = relay_command(&args);
+    let (code, stdout, stderr) = run_relay_command(&args);
     assert_eq!(code, 0, "recover failed: {stdout}{stderr}");
     let summary: serde_json::Value =
         serde_json::from_str(stdout.trim()).expect("one JSON summary line");
@@ -107,7 +93,7 @@ async fn a_purged_gap_is_recovered_from_archived_binlogs_and_the_relay_carries_o
         summary["rows_before_after"].as_u64() >= Some(2),
         "{summary}"
     );
-    let (code, stdout, stderr) = relay_command(&[
+    let (code, stdout, stderr) = run_relay_command(&[
         "checkpoint",
         "set",
         "--config",

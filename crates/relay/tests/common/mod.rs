@@ -323,6 +323,20 @@ pub async fn master_position(conn: &mut mysql_async::Conn) -> BinlogPoint {
     }
 }
 
+/// Runs `outbox-relay ARGS...` to completion: (exit code, stdout, stderr).
+pub fn run_relay_command(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(RELAY_BIN)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run outbox-relay");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
 /// The relay's config file, written in the fixed shape the relay documents.
 #[derive(Debug, Clone)]
 pub struct RelaySetup {
