@@ -86,12 +86,25 @@ async fn run_command(path: &Path) -> anyhow::Result<i32> {
 /// How long `dlq list`/`dlq replay` may take to read the dead-letter topic to its end.
 const DEAD_LETTER_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The config at `path` and every dead letter on its `dead_letter.topic`.
+async fn load_dead_letters(
+    path: &Path,
+) -> anyhow::Result<(RelayConfig, Vec<crate::dead_letter::DeadLetter>)> {
+    let config = load_config(path)?;
+    let letters = crate::dead_letter::read_dead_letters(
+        &config.kafka,
+        &config.dead_letter.topic,
+        DEAD_LETTER_READ_TIMEOUT,
+    )
+    .await
+    .with_context(|| format!("reading dead-letter topic `{}`", config.dead_letter.topic))?;
+    Ok((config, letters))
+}
+
 /// `dlq list` and `dlq replay`: one JSON line per dead letter; exit code 1 when a selected
 /// dead letter could not be replayed (or `--id` matched none).
 pub async fn dlq_command(action: DlqAction, out: &mut dyn Write) -> anyhow::Result<i32> {
-    use crate::dead_letter::{
-        read_dead_letters, replay_dead_letters, ReplayOutcome, ReplaySelection,
-    };
+    use crate::dead_letter::{replay_dead_letters, ReplayOutcome, ReplaySelection};
     let lossy = |bytes: &Option<Vec<u8>>| {
         bytes
             .as_deref()
@@ -99,14 +112,7 @@ pub async fn dlq_command(action: DlqAction, out: &mut dyn Write) -> anyhow::Resu
     };
     match action {
         DlqAction::List { config } => {
-            let config = load_config(&config)?;
-            let letters = read_dead_letters(
-                &config.kafka,
-                &config.dead_letter.topic,
-                DEAD_LETTER_READ_TIMEOUT,
-            )
-            .await
-            .with_context(|| format!("reading dead-letter topic `{}`", config.dead_letter.topic))?;
+            let (_, letters) = load_dead_letters(&config).await?;
             for letter in &letters {
                 let line = serde_json::json!({
                     "id": letter.id,
@@ -137,14 +143,7 @@ pub async fn dlq_command(action: DlqAction, out: &mut dyn Write) -> anyhow::Resu
                     bail!("say which dead letters to replay: --id ID, --all or --since MS")
                 }
             };
-            let config = load_config(&config)?;
-            let letters = read_dead_letters(
-                &config.kafka,
-                &config.dead_letter.topic,
-                DEAD_LETTER_READ_TIMEOUT,
-            )
-            .await
-            .with_context(|| format!("reading dead-letter topic `{}`", config.dead_letter.topic))?;
+            let (config, letters) = load_dead_letters(&config).await?;
             let report = replay_dead_letters(&letters, &selection, topic.as_deref(), &config.kafka)
                 .await
                 .context("replaying dead letters")?;
