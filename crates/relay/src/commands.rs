@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use outbox_binlog::{BinlogFileReader, Commit, GtidSet, Row, RowChange, StreamItem, TableFilter};
-use outbox_checkpoint::{Checkpoint, CheckpointPosition, SourceIdentity};
+use outbox_checkpoint::{Checkpoint, CheckpointPosition};
 use outbox_router::{RouteOutcome, Router};
 
 use crate::cli::{CheckpointAction, Cli, Command, DlqAction, LogFormat};
@@ -393,11 +393,7 @@ pub async fn checkpoint_command(
                         config.source.redacted_url()
                     )
                 })?;
-            let identity = SourceIdentity {
-                flavor: report.identity.flavor,
-                server_id: report.identity.server_id,
-                server_uuid: report.identity.server_uuid.clone(),
-            };
+            let identity = crate::pipeline::identity_of(&report);
             let position = match (position, gtid) {
                 (Some(text), None) => {
                     CheckpointPosition::at(parse_file_position(&text).map_err(anyhow::Error::msg)?)

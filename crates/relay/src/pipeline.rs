@@ -552,6 +552,15 @@ fn flatten_task<T>(
 }
 
 /// The identity a checkpoint records for the connected server.
+/// The identity a checkpoint records, from a server check.
+pub(crate) fn identity_of(report: &outbox_binlog::ServerReport) -> SourceIdentity {
+    SourceIdentity {
+        flavor: report.identity.flavor,
+        server_id: report.identity.server_id,
+        server_uuid: report.identity.server_uuid.clone(),
+    }
+}
+
 fn source_identity(reader: &BinlogReader) -> SourceIdentity {
     let server = reader.server();
     SourceIdentity {
@@ -679,14 +688,7 @@ async fn server_identity_at_startup(
         "the stored checkpoint".into(),
         metrics,
         shutdown,
-        || async {
-            let report = outbox_binlog::check_server(url).await?;
-            Ok(SourceIdentity {
-                flavor: report.identity.flavor,
-                server_id: report.identity.server_id,
-                server_uuid: report.identity.server_uuid,
-            })
-        },
+        || async { Ok(identity_of(&outbox_binlog::check_server(url).await?)) },
     )
     .await
 }
@@ -810,50 +812,54 @@ async fn run_source(
                         _ = tokio::time::sleep(delay) => {}
                     }
                     reader_config.start = resume.clone();
+                    // A file+position only means something on the server that wrote it:
+                    // check who answers before streaming from one. Another server behind the
+                    // address (failover): move over by GTID set, or refuse.
+                    let mut moved_to = false;
+                    if !matches!(resume, StartPosition::Gtid(_)) {
+                        let checked = tokio::select! {
+                            _ = shutdown.recv() => return Ok(()),
+                            checked = outbox_binlog::check_server(&reader_config.url) => checked,
+                        };
+                        let found = match checked {
+                            Ok(report) => identity_of(&report),
+                            Err(error) if error.is_transient() => {
+                                last_error = error;
+                                continue;
+                            }
+                            Err(error) => return Err(RelayError::Source(error)),
+                        };
+                        if found != settings.identity {
+                            if handed_out_gtids.is_empty() {
+                                return Err(RelayError::SourceChanged {
+                                    before: describe_identity(&settings.identity),
+                                    after: describe_identity(&found),
+                                    position: describe_start(&resume),
+                                });
+                            }
+                            tracing::warn!(before = %describe_identity(&settings.identity), after = %describe_identity(&found), gtid_set = %handed_out_gtids, "another server answers at the source address (failover?); resuming by GTID set");
+                            reader_config.start = StartPosition::Gtid(handed_out_gtids.clone());
+                            moved_to = true;
+                        }
+                    }
                     let connected = tokio::select! {
                         _ = shutdown.recv() => return Ok(()),
                         connected = BinlogReader::connect(reader_config.clone()) => connected,
                     };
-                    // Another server behind the address (failover): a file+position means
-                    // nothing there; move over by GTID set, or refuse.
-                    let connected = match connected {
-                        Ok(new_reader)
-                            if source_identity(&new_reader) != settings.identity
-                                && !matches!(resume, StartPosition::Gtid(_)) =>
-                        {
-                            let connected_to = describe_identity(&source_identity(&new_reader));
-                            drop(new_reader);
-                            if handed_out_gtids.is_empty() {
-                                return Err(RelayError::SourceChanged {
-                                    before: describe_identity(&settings.identity),
-                                    after: connected_to,
-                                    position: describe_start(&resume),
-                                });
-                            }
-                            tracing::warn!(before = %describe_identity(&settings.identity), after = %connected_to, gtid_set = %handed_out_gtids, "another server answers at the source address (failover?); resuming by GTID set");
-                            reader_config.start = StartPosition::Gtid(handed_out_gtids.clone());
-                            let connected = tokio::select! {
-                                _ = shutdown.recv() => return Ok(()),
-                                connected = BinlogReader::connect(reader_config.clone()) => connected,
-                            };
-                            if let Ok(new_reader) = &connected {
+                    match connected {
+                        Ok(new_reader) => {
+                            if moved_to {
                                 *settings
                                     .failover
                                     .lock()
                                     .unwrap_or_else(std::sync::PoisonError::into_inner) =
-                                    Some(source_identity(new_reader));
+                                    Some(source_identity(&new_reader));
                             }
-                            connected
-                        }
-                        other => other,
-                    };
-                    match connected {
-                        Ok(new_reader) => {
                             reconnects += 1;
                             reader = new_reader;
                             SourceConnected {
                                 server: &settings.redacted_url,
-                                start: describe_start(&resume),
+                                start: describe_start(&reader_config.start),
                                 reconnect: reconnects,
                             }
                             .emit(&metrics);

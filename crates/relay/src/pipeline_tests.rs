@@ -865,3 +865,50 @@ async fn a_failover_behind_the_same_address_resumes_by_gtid_without_loss() {
     );
     replica_conn.disconnect().await.unwrap();
 }
+
+/// Failover while streaming before any transaction was handed out (started at `latest`, no
+/// GTID known): a file+position of the old server means nothing on the new one, so the
+/// relay stops with a definite error naming both servers and the fix, instead of reading
+/// the new server's binlog from an unrelated offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_without_any_gtid_to_move_over_with_is_refused() {
+    let mut fixture = fixture("").await;
+    let other = ScratchMariadb::start_with(outbox_testkit::ScratchOptions {
+        server_id: 2,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let proxy = SwitchableProxy::start(fixture.server.port()).await;
+    fixture.config.source.url = format!("mysql://root@127.0.0.1:{}", proxy.port);
+    fixture.config.source.start = "latest".into();
+    fixture.config.source.reconnect_initial_backoff_ms = 50;
+    let (handles, task) = fixture.start_relay();
+    // Streaming (heartbeats only) before the address moves.
+    let started = Instant::now();
+    while handles.metrics.transactions_read.get() == 0 && started.elapsed() < Duration::from_secs(2)
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    proxy.switch(other.port());
+    let result = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("the relay stops by itself")
+        .unwrap();
+    let error = result.expect_err("a file+position on another server is refused");
+    assert!(
+        matches!(error, RelayError::SourceChanged { .. }),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    for needle in ["server_id 1", "server_id 2", "checkpoint set --gtid"] {
+        assert!(message.contains(needle), "`{needle}` missing: {message}");
+    }
+    assert!(
+        fixture
+            .stored()
+            .await
+            .is_none_or(|c| c.source.server_id == 1),
+        "no checkpoint names the other server"
+    );
+}
