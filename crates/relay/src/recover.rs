@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use outbox_binlog::{BinlogFileReader, BinlogPosition, StreamItem};
+use outbox_checkpoint::compare_binlog_positions;
 use outbox_router::{RouteOutcome, Router};
 use tokio::sync::mpsc;
 
@@ -119,14 +120,11 @@ fn scan_files(
     records: mpsc::Sender<SinkItem<u64>>,
 ) -> anyhow::Result<RecoveryScan> {
     let mut scan = RecoveryScan::default();
-    let is_after = |position: &BinlogPosition| {
-        after
-            .as_ref()
-            .is_none_or(|start| binlog_order(position, start).is_gt())
-    };
     while let Some(item) = reader.next_item()? {
         match item {
-            StreamItem::Row(row) if !is_after(&row.event_position) => scan.rows_before_start += 1,
+            StreamItem::Row(row) if !is_after(&row.event_position, after.as_ref())? => {
+                scan.rows_before_start += 1
+            }
             StreamItem::Row(row) => match router.route(&row) {
                 Ok(RouteOutcome::Record(record)) => {
                     let item = SinkItem {
@@ -149,7 +147,7 @@ fn scan_files(
                 })),
             },
             StreamItem::Commit(commit) => {
-                if is_after(&commit.position) {
+                if is_after(&commit.position, after.as_ref())? {
                     scan.transactions += 1;
                     scan.last_position = Some(commit.position.to_string());
                 }
@@ -160,18 +158,19 @@ fn scan_files(
     Ok(scan)
 }
 
-/// Binlog order of two positions: by the file's numeric extension (`binlog.000009` <
-/// `binlog.000010`), then by offset.
-fn binlog_order(a: &BinlogPosition, b: &BinlogPosition) -> std::cmp::Ordering {
-    let number = |file: &str| {
-        file.rsplit_once('.')
-            .and_then(|(_, n)| n.parse::<u64>().ok())
+/// Whether `position` comes after `after` (always, without `--after`). Positions that cannot
+/// be ordered (another binlog base name: `--after` belongs to other files) are an error,
+/// not a guess that could skip rows.
+fn is_after(position: &BinlogPosition, after: Option<&BinlogPosition>) -> anyhow::Result<bool> {
+    let Some(after) = after else {
+        return Ok(true);
     };
-    match (number(&a.file), number(&b.file)) {
-        (Some(x), Some(y)) => x.cmp(&y),
-        _ => a.file.cmp(&b.file),
+    match compare_binlog_positions(position, after) {
+        Some(order) => Ok(order.is_gt()),
+        None => anyhow::bail!(
+            "--after {after} cannot be ordered against {position} read from the files: pass a position of these binlog files"
+        ),
     }
-    .then(a.position.cmp(&b.position))
 }
 
 #[cfg(test)]
@@ -179,11 +178,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn binlog_order_compares_file_numbers_then_offsets() {
+    fn after_compares_file_numbers_then_offsets_and_refuses_other_files() {
         let at = |file: &str, position| BinlogPosition::new(file, position);
-        assert!(binlog_order(&at("binlog.000010", 4), &at("binlog.000009", 900)).is_gt());
-        assert!(binlog_order(&at("binlog.1000000", 4), &at("binlog.999999", 4)).is_gt());
-        assert!(binlog_order(&at("binlog.000002", 100), &at("binlog.000002", 200)).is_lt());
-        assert!(binlog_order(&at("binlog.000002", 200), &at("binlog.000002", 200)).is_eq());
+        let after = |position: BinlogPosition, start: BinlogPosition| {
+            is_after(&position, Some(&start)).unwrap()
+        };
+        assert!(after(at("binlog.000010", 4), at("binlog.000009", 900)));
+        assert!(after(at("binlog.1000000", 4), at("binlog.999999", 4)));
+        assert!(!after(at("binlog.000002", 100), at("binlog.000002", 200)));
+        assert!(!after(at("binlog.000002", 200), at("binlog.000002", 200)));
+        assert!(is_after(&at("binlog.000002", 200), None).unwrap());
+        let error = is_after(&at("binlog.000002", 4), Some(&at("mysql-bin.000001", 4)))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("mysql-bin.000001:4"), "{error}");
     }
 }
