@@ -123,7 +123,7 @@ async fn crash_at_then_restart(point: &str, read_first_run: bool) -> CrashOutcom
     wait_for_abort(&mut relay, point).await;
     let after_crash = relay.checkpoint();
     assert_checkpoint_not_past(&after_crash, &before, point);
-    let first_run = if read_first_run {
+    let delivered_so_far = || async {
         let records = read_until_ids_then_settled(
             &broker.bootstrap(),
             &[event.topic()],
@@ -131,7 +131,10 @@ async fn crash_at_then_restart(point: &str, read_first_run: bool) -> CrashOutcom
             Duration::from_secs(30),
         )
         .await;
-        Some(deliveries_of(&records, &event).len())
+        deliveries_of(&records, &event).len()
+    };
+    let first_run = if read_first_run {
+        Some(delivered_so_far().await)
     } else {
         None
     };
@@ -139,14 +142,7 @@ async fn crash_at_then_restart(point: &str, read_first_run: bool) -> CrashOutcom
     relay.start();
     let after_restart = wait_for_checkpoint(&relay, &end, Duration::from_secs(30)).await;
     relay.stop_gracefully("stop after the restart").await;
-    let records = read_until_ids_then_settled(
-        &broker.bootstrap(),
-        &[event.topic()],
-        std::slice::from_ref(&event),
-        Duration::from_secs(30),
-    )
-    .await;
-    let total = deliveries_of(&records, &event).len();
+    let total = delivered_so_far().await;
     eprintln!(
         "evidence ({point}): outbox row {}; deliveries {total} (before the restart: \
          {first_run:?}); checkpoint after the crash {}; after the restart {}",
