@@ -4,7 +4,11 @@
 //! `shop.outbox` row with a ~150-byte JSON payload), then measures in each round (3 by
 //! default), back to back:
 //! * raw pull: `mysql_async` `Conn::get_binlog_stream` from the first binlog file to the end
-//!   position, counting events, decoding nothing;
+//!   position, counting events, decoding nothing (the issue's baseline: a standard client
+//!   library streaming the log);
+//! * raw pull through the reader's own replication connection
+//!   (`outbox_binlog::pull_raw_events`: the reader's session, socket reads and packet
+//!   framing, nothing decoded), so what decoding itself adds is visible too;
 //! * decoded: `BinlogReader` (live source + decoder) from the earliest position, watching
 //!   `shop.outbox`, counting commits and outbox rows until the end position; once reading
 //!   inline (`read_ahead_events` 0, the default) and once with the read-ahead task (4096).
@@ -20,7 +24,7 @@
 //! without network). Run with:
 //! `cargo bench -p outbox-binlog --bench reader` (set `READER_BENCH_TRANSACTIONS` to change
 //! the number of transactions, `READER_BENCH_ROUNDS` the number of rounds, default 3).
-//! `READER_BENCH_ONLY` = `raw`, `inline`, `task` or `none` runs only that pipeline (no
+//! `READER_BENCH_ONLY` = `raw`, `own-raw`, `inline`, `task` or `none` runs only that pipeline (no
 //! ratios, no file reader): for instruction counts with `valgrind --tool=callgrind`, where
 //! the `none` run measures the setup that the other runs share.
 
@@ -160,6 +164,29 @@ async fn raw_pull(
     drop(stream);
     // GTID, TABLE_MAP x2, WRITE_ROWS x2, XID (plus annotations): at least 6 events per
     // transaction, so a pull that stopped early cannot pass as fast.
+    assert!(
+        events >= 6 * transactions as u64,
+        "raw pull read only {events} events for {transactions} transactions"
+    );
+    (elapsed, cpu, events)
+}
+
+/// Raw pull through the reader's own replication connection (`outbox_binlog::pull_raw_events`:
+/// the same session, socket reads and packet framing as `BinlogReader`, nothing decoded): what
+/// decoding adds is the decoded pipeline's time minus this one's.
+async fn own_raw_pull(
+    server: &ScratchMariadb,
+    first: &str,
+    end: &(String, u64),
+    transactions: usize,
+) -> (Duration, f64, u64) {
+    let started = Instant::now();
+    let cpu_started = process_cpu_seconds();
+    let events = outbox_binlog::pull_raw_events(&server.url(), next_server_id(), first, &end.0, end.1)
+        .await
+        .expect("raw pull through the reader's connection");
+    let elapsed = started.elapsed();
+    let cpu = process_cpu_seconds() - cpu_started;
     assert!(
         events >= 6 * transactions as u64,
         "raw pull read only {events} events for {transactions} transactions"
@@ -326,6 +353,8 @@ fn main() {
             ("read-ahead task", 4096_usize),
         ];
         let mut best_raw = Duration::MAX;
+        let mut best_own_raw = Duration::MAX;
+        let mut own_round_ratios: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
         let mut best_decoded = [Duration::MAX; 2];
         let mut round_ratios: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
         if let Some(only) = only.as_deref() {
@@ -335,6 +364,14 @@ fn main() {
                         raw_pull(&server, &first, &end, transactions).await;
                     println!(
                         "raw pull only: {events} events in {:.2}s (client CPU {raw_cpu:.2}s)",
+                        raw.as_secs_f64()
+                    );
+                }
+                "own-raw" => {
+                    let (raw, raw_cpu, events) =
+                        own_raw_pull(&server, &first, &end, transactions).await;
+                    println!(
+                        "own raw pull only: {events} events in {:.2}s (client CPU {raw_cpu:.2}s)",
                         raw.as_secs_f64()
                     );
                 }
@@ -348,7 +385,9 @@ fn main() {
                     );
                 }
                 "none" => println!("setup only"),
-                other => panic!("READER_BENCH_ONLY={other}: expected raw, inline, task or none"),
+                other => panic!(
+                    "READER_BENCH_ONLY={other}: expected raw, own-raw, inline, task or none"
+                ),
             }
             return;
         }
@@ -361,6 +400,16 @@ fn main() {
                 per_second(transactions, raw)
             );
             best_raw = best_raw.min(raw);
+            let (own_raw, own_raw_cpu, own_events) =
+                own_raw_pull(&server, &first, &end, transactions).await;
+            assert_eq!(own_events, events, "both raw pulls received the same events");
+            println!(
+                "round {round}: raw pull (reader's connection) {own_events} events in {:.2}s = \
+                 {:.0} transactions/s (client CPU {own_raw_cpu:.2}s)",
+                own_raw.as_secs_f64(),
+                per_second(transactions, own_raw)
+            );
+            best_own_raw = best_own_raw.min(own_raw);
             for (index, (name, read_ahead_events)) in variants.iter().enumerate() {
                 let (dec, dec_cpu, dec_events) =
                     decoded(&registry, &server, &end, transactions, *read_ahead_events).await;
@@ -369,13 +418,16 @@ fn main() {
                     "the reader received the same events as the raw pull"
                 );
                 let ratio = raw.as_secs_f64() / dec.as_secs_f64();
+                let own_ratio = own_raw.as_secs_f64() / dec.as_secs_f64();
                 println!(
                     "round {round}: decoded ({name}) {transactions} outbox rows in {:.2}s = \
-                     {:.0} transactions/s (client CPU {dec_cpu:.2}s), ratio {ratio:.2}",
+                     {:.0} transactions/s (client CPU {dec_cpu:.2}s), ratio {ratio:.2} \
+                     (to the reader's own raw pull: {own_ratio:.2})",
                     dec.as_secs_f64(),
                     per_second(transactions, dec)
                 );
                 round_ratios[index].push(ratio);
+                own_round_ratios[index].push(own_ratio);
                 best_decoded[index] = best_decoded[index].min(dec);
             }
         }
@@ -410,10 +462,13 @@ fn main() {
             per_second(transactions, started.elapsed())
         );
         let raw_rate = per_second(transactions, best_raw);
+        let own_raw_rate = per_second(transactions, best_own_raw);
         for (index, (name, read_ahead_events)) in variants.iter().enumerate() {
             let decoded_rate = per_second(transactions, best_decoded[index]);
             round_ratios[index].sort_by(f64::total_cmp);
             let median_round_ratio = round_ratios[index][round_ratios[index].len() / 2];
+            own_round_ratios[index].sort_by(f64::total_cmp);
+            let own_median = own_round_ratios[index][own_round_ratios[index].len() / 2];
             let default = if *read_ahead_events == outbox_binlog::DEFAULT_READ_AHEAD_EVENTS {
                 " [default]"
             } else {
@@ -423,6 +478,11 @@ fn main() {
                 "best: raw {raw_rate:.0} tx/s, decoded ({name}){default} {decoded_rate:.0} tx/s, \
                  ratio {:.2} (target >= 0.80); median of the per-round ratios {median_round_ratio:.2}",
                 decoded_rate / raw_rate
+            );
+            println!(
+                "      to the reader's own raw pull ({own_raw_rate:.0} tx/s): ratio {:.2}; \
+                 median of the per-round ratios {own_median:.2}",
+                decoded_rate / own_raw_rate
             );
         }
     });

@@ -40,6 +40,8 @@ pub use internal_events::{
     TransactionCommitted,
 };
 pub use live::{BinlogReader, ReaderConfig, StartPosition, DEFAULT_READ_AHEAD_EVENTS};
+#[doc(hidden)]
+pub use live::pull_raw_events;
 pub use types::{
     BinlogPosition, ColumnNames, Commit, DateTime, Flavor, Heartbeat, Row, RowChange, RowOperation,
     StreamItem, TableFilter, TableName, Value,

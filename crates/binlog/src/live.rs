@@ -12,22 +12,26 @@
 //!   `SET @slave_connect_state` with strict mode and a normal `COM_BINLOG_DUMP` (MariaDB
 //!   answers 1047 to MySQL's GTID dump command);
 //! * MySQL: starting by GTID uses `COM_BINLOG_DUMP_GTID` with the set;
-//! * checksums: the client library declares itself checksum-aware
-//!   (`@master_binlog_checksum`), so events arrive exactly as the server logged them, CRC32
-//!   included, and the decoder verifies them.
+//! * checksums: `SET @master_binlog_checksum='ALL'` declares the connection
+//!   checksum-aware, so events arrive exactly as the server logged them, CRC32 included, and
+//!   the decoder verifies them.
 //!
-//! Connections use a 1 GiB client `max_allowed_packet`, so single rows of tens of MiB pass.
+//! The replication connection is our own small protocol client
+//! (`live/replication_connection.rs`: handshake, authentication, the dump commands, packet
+//! framing); every other connection (startup check, position lookups, column names,
+//! error explanations) is a `mysql_async` one. Connections accept packets up to 1 GiB, so
+//! single rows of tens of MiB pass.
 //!
 //! # Streaming and memory
-//! Events are read in batches (`live/read_ahead.rs`): a batch is what the connection can
-//! deliver without waiting, at most 2048 events (read-ahead task) or 8 (inline) or 1 MiB (plus
-//! one event). Two modes, chosen
-//! with [`BinlogReader::connect_with_read_ahead`]:
+//! Events are read in batches (`live/read_ahead.rs`): a batch is every complete event one
+//! socket read (up to 128 KiB) brought, decoded where it lies in the read buffer; only an
+//! unfinished packet at its end is copied (into the next buffer). Two modes, chosen with
+//! [`BinlogReader::connect_with_read_ahead`]:
 //! * **inline** (`read_ahead_events` 0, the default of [`BinlogReader::connect`], see
 //!   [`DEFAULT_READ_AHEAD_EVENTS`]): `next_item` reads the next batch itself when the last
 //!   one is decoded. One task, no hand-over between threads; memory is one batch.
-//! * **read-ahead task** (`read_ahead_events` > 0): a spawned task reads and parses batches
-//!   into a bounded channel while `next_item` decodes, so parsing and decoding can use two
+//! * **read-ahead task** (`read_ahead_events` > 0): a spawned task reads and frames batches
+//!   into a bounded channel while `next_item` decodes, so reading and decoding can use two
 //!   cores; it keeps about `read_ahead_events` events ahead and stops reading when the
 //!   caller stops calling `next_item`. It costs more CPU in total (hand-over, wake-ups).
 //!
@@ -68,7 +72,9 @@
 //! normally: reconnecting would only kick the other reader off in turn.
 
 mod connection;
+mod raw_pull;
 mod read_ahead;
+mod replication_connection;
 mod start;
 
 use std::collections::VecDeque;
@@ -76,8 +82,7 @@ use std::fmt;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{BinlogStream, BinlogStreamRequest, Conn};
-use mysql_common::binlog::events::Event;
+use mysql_async::Conn;
 
 use crate::checks::{inspect_server, ServerIdentity};
 use crate::decoder::{Decoder, PushOutcome};
@@ -87,8 +92,11 @@ use crate::internal_events::{
 use crate::{BinlogError, BinlogPosition, Commit, Flavor, GtidSet, StreamItem, TableFilter};
 use crate::{Heartbeat, TableName};
 use read_ahead::{IdleTimeoutElapsed, ReadAhead, ReadAheadMessage};
+use replication_connection::{DumpStart, EventBatch, ReplicationConnection};
 
 pub(crate) use connection::ServerEndpoint;
+#[doc(hidden)]
+pub use raw_pull::pull_raw_events;
 
 /// The read-ahead [`BinlogReader::connect`] uses: 0, i.e. events are read inline, in batches,
 /// by the task calling `next_item` (module docs, `# Streaming and memory`). Measured with
@@ -198,10 +206,9 @@ pub struct BinlogReader {
     identity: ServerIdentity,
     /// The task reading the replication connection ahead of the decoder (module docs).
     read_ahead: ReadAhead,
-    /// The batch of events received last from the read-ahead task. Events stay in it until
-    /// the whole batch is decoded, then it goes back to the task (which drops the events on
-    /// its own thread and reuses the vector).
-    read_ahead_batch: Vec<Event>,
+    /// The batch of events received last. Events are decoded where they lie in it; once the
+    /// whole batch is decoded its buffers go back to be refilled.
+    read_ahead_batch: EventBatch,
     /// Index in `read_ahead_batch` of the next event to push to the decoder; it moves only
     /// once the decoder consumed the event, so an event waiting for a column-name lookup is
     /// pushed again by the next call.
@@ -225,6 +232,8 @@ pub struct BinlogReader {
     handed_out_gtids: Option<GtidSet>,
     /// Set once an error was returned: (was it transient, its text).
     failure: Option<(bool, String)>,
+    /// TEMP
+    temp_esr: mysql_common::binlog::EventStreamReader,
 }
 
 impl fmt::Debug for BinlogReader {
@@ -328,7 +337,7 @@ impl BinlogReader {
             idle_timeout: config.idle_timeout,
             identity,
             read_ahead: ReadAhead::new(stream, read_ahead_events),
-            read_ahead_batch: Vec::new(),
+            read_ahead_batch: EventBatch::default(),
             next_event_index: 0,
             items_handed_out: ItemsHandedOut::default(),
             decoder: match &resolved {
@@ -350,6 +359,7 @@ impl BinlogReader {
                 _ => None,
             },
             failure: None,
+            temp_esr: mysql_common::binlog::EventStreamReader::new(mysql_common::binlog::consts::BinlogVersion::Version4),
         };
         // The server answers the dump with its first event or an error (purged position,
         // duplicate server_id, missing grant): surface those from `connect`.
@@ -411,6 +421,12 @@ impl BinlogReader {
                 }
                 continue;
             };
+            // TEMP shim until the decoder takes raw bytes.
+            let event = match self.temp_esr.read(event) {
+                Ok(Some(event)) => event,
+                other => panic!("TEMP shim: {other:?}"),
+            };
+            let event = &event;
             match self.decoder.push(event, &mut self.decoded_items) {
                 Ok(PushOutcome::Consumed) => {
                     self.next_event_index += 1;
@@ -737,7 +753,7 @@ async fn resolve_start(
     }
 }
 
-/// Opens the replication connection and sends the dump request. Returns the stream and
+/// Opens the replication connection and sends the dump request. Returns the connection and
 /// the start file (empty when starting by GTID: the server names it in its first event).
 async fn open_stream(
     endpoint: &ServerEndpoint,
@@ -745,10 +761,14 @@ async fn open_stream(
     flavor: Flavor,
     resolved: &StartPosition,
     requested: &str,
-) -> Result<(BinlogStream, String), BinlogError> {
-    let mut conn = endpoint.connect(config.connect_timeout, requested).await?;
+) -> Result<(ReplicationConnection, String), BinlogError> {
+    let mut conn = ReplicationConnection::open(&endpoint.opts)
+        .await
+        .map_err(|error| endpoint.connect_error(error, requested))?;
     let heartbeat_nanos = u64::try_from(config.heartbeat_interval.as_nanos()).unwrap_or(u64::MAX);
     let mut setup = vec![
+        // Events arrive with their CRC32 as logged (the decoder verifies it).
+        "SET @master_binlog_checksum='ALL'".to_owned(),
         format!("SET @master_heartbeat_period={heartbeat_nanos}"),
         format!("SET @source_heartbeat_period={heartbeat_nanos}"),
     ];
@@ -760,16 +780,16 @@ async fn open_stream(
         }
     }
     for statement in &setup {
-        conn.query_drop(statement)
+        conn.execute(statement)
             .await
             .map_err(|error| endpoint.connect_error(error, requested))?;
     }
-    let request = BinlogStreamRequest::new(config.server_id);
-    let (request, start_file) = match resolved {
+    let (start, start_file) = match resolved {
         StartPosition::Position(position) => (
-            request
-                .with_filename(position.file.as_bytes())
-                .with_pos(position.position),
+            DumpStart::Position {
+                file: &position.file,
+                position: position.position,
+            },
             position.file.clone(),
         ),
         StartPosition::Gtid(set) if flavor == Flavor::Mysql => {
@@ -779,19 +799,15 @@ async fn open_stream(
                     field: "start".into(),
                     message,
                 })?;
-            (
-                request.with_gtid().with_gtid_set(sids).with_pos(4_u64),
-                String::new(),
-            )
+            (DumpStart::MysqlGtid(sids), String::new())
         }
         // MariaDB by GTID (@slave_connect_state decides), Earliest/Latest are resolved.
-        _ => (request.with_pos(4_u64), String::new()),
+        _ => (DumpStart::ConnectState, String::new()),
     };
-    let stream = conn
-        .get_binlog_stream(request)
+    conn.request_dump(config.server_id, start)
         .await
         .map_err(|error| endpoint.connect_error(error, requested))?;
-    Ok((stream, start_file))
+    Ok((conn, start_file))
 }
 
 #[cfg(test)]

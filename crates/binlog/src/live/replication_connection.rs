@@ -1,0 +1,921 @@
+//! The replication connection: the small part of the MySQL client protocol a binlog dump
+//! needs (handshake and authentication, a few `SET` statements, COM_REGISTER_SLAVE,
+//! COM_BINLOG_DUMP / COM_BINLOG_DUMP_GTID), then the event stream read straight from the
+//! socket into [`EventBatch`]es.
+//!
+//! Why not `mysql_async`'s `BinlogStream` (which the reader used before): for every event it
+//! copies the packet into a pooled buffer, tries to parse it as an OK packet, copies the body
+//! again into an `Event`, clones the format description into it (two allocations) and parses
+//! every TABLE_MAP into its own map; about 14 600 instructions per transaction of six events
+//! before our decoder ran (crate README, callgrind). Here a batch is the buffer the socket
+//! was read into: events are decoded where they lie, and only the unfinished packet at its
+//! end is copied into the next buffer. `mysql_async` still opens every other connection
+//! (startup check, column names, position lookups), and the packet formats come from
+//! `mysql_common`.
+//!
+//! # Contract
+//! * [`ReplicationConnection::open`] connects over TCP (never a Unix socket, no TLS: the
+//!   client library is built without TLS, see [`ServerEndpoint`]) and authenticates with
+//!   `mysql_native_password`, `caching_sha2_password` (fast path, or full authentication
+//!   with the server's RSA key) or, when the URL enables it, `mysql_clear_password`.
+//! * Errors are `mysql_async::Error` values of the same kinds the client library reports
+//!   (server errors with their code, I/O errors, `ConnectionClosed`, `PacketOutOfOrder`,
+//!   `UnexpectedPacket`), so the reader's transient/definite classification
+//!   (`connection.rs`) and its 1236 refinements apply unchanged.
+//! * [`ReplicationConnection::read_batch`] is cancel-safe: bytes read stay in the connection's
+//!   buffer when the future is dropped.
+//! * Packets are checked: sequence ids must follow each other (a lost or repeated packet is
+//!   `PacketOutOfOrder`, never a misread event), and a logical packet of more than
+//!   16 MiB - 1 bytes is joined from its parts in place before it is handed out. A packet
+//!   larger than the client's `max_allowed_packet` (1 GiB) is `PacketTooLarge`.
+
+use std::ops::Range;
+
+use mysql_async::{DriverError, Error, IoError, Opts};
+use mysql_common::constants::{CapabilityFlags, Command};
+use mysql_common::io::ParseBuf;
+use mysql_common::packets::{
+    AuthPlugin, AuthSwitchRequest, ComBinlogDump, ComBinlogDumpGtid, ComRegisterSlave,
+    ErrPacket, HandshakePacket, HandshakeResponse, Sid,
+};
+use mysql_common::proto::MySerialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Largest payload of one physical packet; a payload of exactly this size continues in the
+/// next packet.
+const MAX_PHYSICAL_PAYLOAD: usize = 0xFF_FFFF;
+
+/// Length of a packet header: 3-byte payload length, 1-byte sequence id.
+const PACKET_HEADER_LEN: usize = 4;
+
+/// Free space the buffer has before each socket read: large enough that one read usually
+/// brings hundreds of events (one wake-up and one syscall for all of them), small enough to
+/// stay in the CPU cache while the events are decoded.
+const READ_CHUNK: usize = 128 * 1024;
+
+/// A batch's buffer that grew beyond this (a large event) is shrunk back when it is reused,
+/// so one large row does not keep its memory for the rest of the stream.
+const KEEP_BUFFER_CAPACITY: usize = 4 * READ_CHUNK;
+
+/// First byte of an event packet in the dump stream.
+const EVENT_PACKET: u8 = 0x00;
+/// First byte of an error packet.
+const ERROR_PACKET: u8 = 0xFF;
+/// First byte of an EOF packet (end of a non-blocking dump, or the server stopping it).
+const EOF_PACKET: u8 = 0xFE;
+
+/// The capabilities this client asks for (intersected with the server's): 4.1 protocol,
+/// plugin authentication, and the EOF packet replaced by OK (the same set `mysql_async`
+/// asks for, without local files and multi-statements, which a dump never uses).
+fn client_capabilities() -> CapabilityFlags {
+    CapabilityFlags::CLIENT_PROTOCOL_41
+        | CapabilityFlags::CLIENT_SECURE_CONNECTION
+        | CapabilityFlags::CLIENT_LONG_PASSWORD
+        | CapabilityFlags::CLIENT_TRANSACTIONS
+        | CapabilityFlags::CLIENT_MULTI_RESULTS
+        | CapabilityFlags::CLIENT_PS_MULTI_RESULTS
+        | CapabilityFlags::CLIENT_DEPRECATE_EOF
+        | CapabilityFlags::CLIENT_PLUGIN_AUTH
+}
+
+/// Where the dump starts.
+#[derive(Debug, Clone)]
+pub(crate) enum DumpStart<'a> {
+    /// A file and offset (COM_BINLOG_DUMP).
+    Position {
+        /// Binlog file name.
+        file: &'a str,
+        /// Byte offset in it.
+        position: u64,
+    },
+    /// MySQL: the transactions not in this GTID set (COM_BINLOG_DUMP_GTID).
+    MysqlGtid(Vec<Sid<'static>>),
+    /// MariaDB: wherever `@slave_connect_state`, set before, says (COM_BINLOG_DUMP with no
+    /// file).
+    ConnectState,
+}
+
+/// Events read from the stream, in order: the buffer the socket was read into and where each
+/// event lies in it. Reused: [`ReplicationConnection::read_batch`] takes an empty or used
+/// batch and refills it.
+#[derive(Debug, Default)]
+pub(crate) struct EventBatch {
+    /// Bytes as read: packet headers, the status byte of each event packet and the events.
+    bytes: Vec<u8>,
+    /// Each event's bytes in `bytes` (19-byte header, body, checksum), in stream order.
+    events: Vec<Range<usize>>,
+    /// Sum of the events' sizes, for metrics and batch limits.
+    event_bytes: usize,
+}
+
+impl EventBatch {
+    /// The `index`th event's bytes, exactly as the server sent them.
+    pub(crate) fn get(&self, index: usize) -> Option<&[u8]> {
+        let range = self.events.get(index)?;
+        self.bytes.get(range.clone())
+    }
+
+    /// How many events the batch holds.
+    pub(crate) fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// True when the batch holds no event.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// Sum of the event sizes.
+    pub(crate) fn event_bytes(&self) -> usize {
+        self.event_bytes
+    }
+
+    /// Forgets the events, keeping (bounded) capacity for the next use.
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.events.clear();
+        self.event_bytes = 0;
+        if self.bytes.capacity() > KEEP_BUFFER_CAPACITY {
+            self.bytes.shrink_to(READ_CHUNK);
+        }
+    }
+}
+
+/// What ended a batch, besides a full buffer or nothing more to read yet.
+#[derive(Debug)]
+pub(crate) enum StreamEnd {
+    /// The server sent an error packet (e.g. 1236: purged position, duplicate server id).
+    Failed(Error),
+    /// The server ended the stream (EOF packet).
+    Ended,
+}
+
+/// One open replication connection. See the module docs.
+pub(crate) struct ReplicationConnection {
+    /// The socket.
+    socket: TcpStream,
+    /// Bytes read from the socket and not handed out yet; always starts at a packet header.
+    buffer: Vec<u8>,
+    /// The sequence id the next packet from the server must carry.
+    sequence: u8,
+    /// Capabilities both sides agreed on (error packets are parsed with them).
+    capabilities: CapabilityFlags,
+    /// Largest logical packet accepted (the client's `max_allowed_packet`).
+    max_packet: usize,
+    /// How many bytes `buffer` must hold to complete the packet part it ends in, once that
+    /// part's header arrived (0 otherwise): a large event then grows the buffer once to its
+    /// size instead of doubling it step by step (each step a copy, the last one up to twice
+    /// the event's size).
+    needed: usize,
+}
+
+impl ReplicationConnection {
+    /// Connects to the server `opts` name and authenticates (see the module docs).
+    pub(crate) async fn open(opts: &Opts) -> Result<ReplicationConnection, Error> {
+        if opts.ssl_opts().is_some() {
+            return Err(definite(
+                "TLS was requested in the URL, but the replication connection does not \
+                 support TLS"
+                    .into(),
+            ));
+        }
+        let socket = TcpStream::connect((opts.ip_or_hostname(), opts.tcp_port()))
+            .await
+            .map_err(io_error)?;
+        socket.set_nodelay(true).map_err(io_error)?;
+        if let Some(interval) = opts.tcp_keepalive() {
+            let keepalive = socket2::TcpKeepalive::new()
+                .with_time(interval)
+                .with_interval(interval);
+            socket2::SockRef::from(&socket)
+                .set_tcp_keepalive(&keepalive)
+                .map_err(io_error)?;
+        }
+        let mut connection = ReplicationConnection {
+            socket,
+            buffer: Vec::with_capacity(READ_CHUNK),
+            sequence: 0,
+            capabilities: CapabilityFlags::empty(),
+            max_packet: opts.max_allowed_packet().unwrap_or(1 << 30),
+            needed: 0,
+        };
+        connection.authenticate(opts).await?;
+        Ok(connection)
+    }
+
+    /// The handshake: the server's greeting, our response, then the plugin exchange until
+    /// the server's OK.
+    async fn authenticate(&mut self, opts: &Opts) -> Result<(), Error> {
+        let greeting = self.read_packet().await?;
+        if greeting.first() == Some(&ERROR_PACKET) {
+            // E.g. "Host is blocked" or too many connections, sent before the handshake.
+            return Err(self.error_from_packet(&greeting, CapabilityFlags::empty()));
+        }
+        let handshake = ParseBuf(&greeting)
+            .parse::<HandshakePacket>(())
+            .map_err(io_error)?;
+        let mut nonce = handshake.scramble_1_ref().to_vec();
+        nonce.extend_from_slice(handshake.scramble_2_ref().unwrap_or(&[]));
+        // The 20 scramble bytes; the server's zero terminator is not part of them.
+        nonce.resize(20, 0);
+        self.capabilities = handshake.capabilities() & client_capabilities();
+        let version = handshake
+            .maria_db_server_version_parsed()
+            .or_else(|| handshake.server_version_parsed())
+            .unwrap_or((0, 0, 0));
+        let mut plugin = match handshake.auth_plugin() {
+            Some(AuthPlugin::CachingSha2Password) => AuthPlugin::CachingSha2Password,
+            _ => AuthPlugin::MysqlNativePassword,
+        };
+        drop(handshake);
+        let auth_data = plugin.gen_data(opts.pass(), &nonce);
+        let response = HandshakeResponse::new(
+            auth_data.as_deref(),
+            version,
+            opts.user().map(str::as_bytes),
+            opts.db_name().map(str::as_bytes),
+            Some(plugin.clone()),
+            self.capabilities,
+            None,
+            u32::try_from(self.max_packet).unwrap_or(u32::MAX),
+        );
+        let mut bytes = Vec::new();
+        response.serialize(&mut bytes);
+        self.write_packet(&bytes).await?;
+
+        let mut switched = false;
+        loop {
+            let packet = self.read_packet().await?;
+            match (packet.first().copied(), &plugin) {
+                (Some(0x00), _) => return Ok(()),
+                (Some(ERROR_PACKET), _) => {
+                    return Err(self.error_from_packet(&packet, self.capabilities))
+                }
+                (Some(EOF_PACKET), _) if !switched => {
+                    switched = true;
+                    let request = ParseBuf(&packet)
+                        .parse::<AuthSwitchRequest>(())
+                        .map_err(io_error)?;
+                    nonce = request.plugin_data().to_vec();
+                    plugin = request.auth_plugin().clone().into_owned();
+                    let data = match &plugin {
+                        AuthPlugin::MysqlNativePassword | AuthPlugin::CachingSha2Password => {
+                            plugin.gen_data(opts.pass(), &nonce)
+                        }
+                        AuthPlugin::MysqlClearPassword if opts.enable_cleartext_plugin() => {
+                            plugin.gen_data(opts.pass(), &nonce)
+                        }
+                        AuthPlugin::MysqlClearPassword => {
+                            return Err(DriverError::CleartextPluginDisabled.into())
+                        }
+                        other => {
+                            return Err(DriverError::UnknownAuthPlugin {
+                                name: String::from_utf8_lossy(other.as_bytes()).into_owned(),
+                            }
+                            .into())
+                        }
+                    };
+                    let mut bytes = Vec::new();
+                    if let Some(data) = data {
+                        data.serialize(&mut bytes);
+                    }
+                    self.write_packet(&bytes).await?;
+                }
+                (Some(0x01), AuthPlugin::CachingSha2Password) => match packet.get(1) {
+                    // Fast authentication succeeded; the OK packet follows.
+                    Some(0x03) => {}
+                    // Full authentication: the password, encrypted with the server's key
+                    // (the connection is not TLS).
+                    Some(0x04) => {
+                        self.write_packet(&[0x02]).await?;
+                        let key = self.read_packet().await?;
+                        let encrypted = encrypt_password(opts.pass(), &nonce, key.get(1..))?;
+                        self.write_packet(&encrypted).await?;
+                    }
+                    _ => return Err(unexpected(&packet)),
+                },
+                _ => return Err(unexpected(&packet)),
+            }
+        }
+    }
+
+    /// Runs one statement that returns no rows (`SET @...`).
+    pub(crate) async fn execute(&mut self, statement: &str) -> Result<(), Error> {
+        let mut command = Vec::with_capacity(1 + statement.len());
+        command.push(Command::COM_QUERY as u8);
+        command.extend_from_slice(statement.as_bytes());
+        self.command(&command).await
+    }
+
+    /// Registers as a replica and asks for the binlog from `start` (blocking dump: the
+    /// server waits for new events at the end instead of ending the stream). Before this,
+    /// `execute` sets the session's checksum, heartbeat and MariaDB capability variables.
+    pub(crate) async fn request_dump(
+        &mut self,
+        server_id: u32,
+        start: DumpStart<'_>,
+    ) -> Result<(), Error> {
+        let mut bytes = Vec::new();
+        ComRegisterSlave::new(server_id).serialize(&mut bytes);
+        self.command(&bytes).await?;
+        bytes.clear();
+        match start {
+            DumpStart::Position { file, position } => {
+                let position = u32::try_from(position).map_err(|_| {
+                    definite(format!(
+                        "position {position} in {file} is above 4 GiB, which COM_BINLOG_DUMP \
+                         cannot request; start by GTID instead"
+                    ))
+                })?;
+                ComBinlogDump::new(server_id)
+                    .with_filename(file.as_bytes())
+                    .with_pos(position)
+                    .serialize(&mut bytes)
+            }
+            DumpStart::MysqlGtid(sids) => ComBinlogDumpGtid::new(server_id)
+                .with_pos(4)
+                .with_sids(sids)
+                .serialize(&mut bytes),
+            DumpStart::ConnectState => ComBinlogDump::new(server_id)
+                .with_pos(4)
+                .serialize(&mut bytes),
+        }
+        self.sequence = 0;
+        self.write_packet(&bytes).await
+    }
+
+    /// Sends a command and reads its OK (or error).
+    async fn command(&mut self, command: &[u8]) -> Result<(), Error> {
+        self.sequence = 0;
+        self.write_packet(command).await?;
+        let answer = self.read_packet().await?;
+        match answer.first() {
+            Some(0x00) => Ok(()),
+            Some(&ERROR_PACKET) => Err(self.error_from_packet(&answer, self.capabilities)),
+            _ => Err(unexpected(&answer)),
+        }
+    }
+
+    /// Waits until at least one event (or the end of the stream) can be handed out, then puts
+    /// every complete event read so far into `batch` (emptied first). Returns what ended the
+    /// stream, if it ended after these events. Cancel-safe (module docs).
+    pub(crate) async fn read_batch(
+        &mut self,
+        batch: &mut EventBatch,
+    ) -> Result<Option<StreamEnd>, Error> {
+        batch.clear();
+        loop {
+            let end = self.frame_into(batch);
+            if !batch.is_empty() || end.is_some() {
+                return Ok(end);
+            }
+            self.read_more().await?;
+        }
+    }
+
+    /// Like [`ReplicationConnection::read_batch`] without waiting: `Ok(None)` with an empty
+    /// batch when no complete event has arrived yet. Used for the first look before a
+    /// timer is started.
+    pub(crate) fn try_read_batch(
+        &mut self,
+        batch: &mut EventBatch,
+    ) -> Result<Option<StreamEnd>, Error> {
+        batch.clear();
+        let end = self.frame_into(batch);
+        if !batch.is_empty() || end.is_some() {
+            return Ok(end);
+        }
+        // Whatever the socket already holds, without waiting.
+        loop {
+            self.reserve_for_read();
+            match self.socket.try_read_buf(&mut self.buffer) {
+                Ok(0) => return Err(DriverError::ConnectionClosed.into()),
+                Ok(_) => {
+                    let end = self.frame_into(batch);
+                    if !batch.is_empty() || end.is_some() {
+                        return Ok(end);
+                    }
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
+                Err(error) => return Err(io_error(error)),
+            }
+        }
+    }
+
+    /// Moves every complete event packet at the start of the buffer into `batch`: the
+    /// buffer becomes the batch's bytes and the unfinished rest moves into the batch's old
+    /// buffer, which becomes the connection's. Stops at an error or EOF packet and returns
+    /// it (events before it stay in the batch).
+    fn frame_into(&mut self, batch: &mut EventBatch) -> Option<StreamEnd> {
+        let mut offset = 0;
+        let mut end = None;
+        loop {
+            let packet = match self.complete_packet_at(offset) {
+                Ok(Some(packet)) => packet,
+                Ok(None) => break,
+                Err(error) => {
+                    // The events before the bad packet are handed out, then the error.
+                    end = Some(StreamEnd::Failed(error));
+                    break;
+                }
+            };
+            let first = self.buffer.get(packet.payload.start).copied();
+            match first {
+                Some(EVENT_PACKET) => {
+                    let event = packet.payload.start + 1..packet.payload.end;
+                    batch.event_bytes += event.len();
+                    batch.events.push(event);
+                }
+                Some(ERROR_PACKET) => {
+                    let payload = &self.buffer[packet.payload.clone()];
+                    end = Some(StreamEnd::Failed(
+                        self.error_from_packet(payload, self.capabilities),
+                    ));
+                }
+                Some(EOF_PACKET) if packet.payload.len() < 8 => end = Some(StreamEnd::Ended),
+                _ => end = Some(StreamEnd::Failed(unexpected(&self.buffer[packet.payload.clone()]))),
+            }
+            offset = packet.next;
+            if end.is_some() {
+                break;
+            }
+        }
+        if offset > 0 {
+            // The batch takes the buffer; the unfinished packet (if any) moves to the
+            // batch's old buffer, which the connection reads into next.
+            let mut rest = std::mem::take(&mut batch.bytes);
+            rest.clear();
+            rest.extend_from_slice(&self.buffer[offset..]);
+            self.buffer.truncate(offset);
+            batch.bytes = std::mem::replace(&mut self.buffer, rest);
+        }
+        end
+    }
+
+    /// The logical packet starting at `offset` in the buffer, if all of it has arrived.
+    /// A packet in several parts (each `MAX_PHYSICAL_PAYLOAD` long but the last) is joined
+    /// in place: the later parts' headers are removed so the payload is contiguous. Checks
+    /// and advances the sequence id.
+    fn complete_packet_at(&mut self, offset: usize) -> Result<Option<FramedPacket>, Error> {
+        // First pass: is the whole logical packet here?
+        let mut cursor = offset;
+        let mut parts = 0_usize;
+        let mut total = 0_usize;
+        loop {
+            let Some(header) = self.buffer.get(cursor..cursor + PACKET_HEADER_LEN) else {
+                return Ok(None);
+            };
+            let length = usize::from(header[0])
+                | usize::from(header[1]) << 8
+                | usize::from(header[2]) << 16;
+            let sequence = header[3];
+            let expected = self.sequence.wrapping_add(parts as u8);
+            if sequence != expected {
+                return Err(DriverError::PacketOutOfOrder.into());
+            }
+            total += length;
+            if total > self.max_packet {
+                return Err(DriverError::PacketTooLarge.into());
+            }
+            let part_end = cursor + PACKET_HEADER_LEN + length;
+            if self.buffer.len() < part_end {
+                // Relative to `offset`: the unfinished packet moves to the buffer's start.
+                self.needed = part_end - offset;
+                return Ok(None);
+            }
+            parts += 1;
+            cursor = part_end;
+            if length < MAX_PHYSICAL_PAYLOAD {
+                break;
+            }
+        }
+        self.sequence = self.sequence.wrapping_add(parts as u8);
+        self.needed = 0;
+        let payload_start = offset + PACKET_HEADER_LEN;
+        if parts > 1 {
+            // Join the parts: move each later part's payload over the headers before it.
+            let mut write = payload_start + MAX_PHYSICAL_PAYLOAD;
+            let mut read = write;
+            for _ in 1..parts {
+                let header = &self.buffer[read..read + PACKET_HEADER_LEN];
+                let length = usize::from(header[0])
+                    | usize::from(header[1]) << 8
+                    | usize::from(header[2]) << 16;
+                self.buffer
+                    .copy_within(read + PACKET_HEADER_LEN..read + PACKET_HEADER_LEN + length, write);
+                write += length;
+                read += PACKET_HEADER_LEN + length;
+            }
+            return Ok(Some(FramedPacket {
+                payload: payload_start..write,
+                next: cursor,
+            }));
+        }
+        Ok(Some(FramedPacket {
+            payload: payload_start..cursor,
+            next: cursor,
+        }))
+    }
+
+    /// Makes room for the next socket read: at least half a `READ_CHUNK`, and all of an
+    /// unfinished packet whose size is known.
+    fn reserve_for_read(&mut self) {
+        let missing = self.needed.saturating_sub(self.buffer.len());
+        let free = self.buffer.capacity() - self.buffer.len();
+        if free < missing.max(READ_CHUNK / 2) {
+            self.buffer.reserve_exact(missing.max(READ_CHUNK));
+        }
+    }
+
+    /// Reads what the socket has (waiting for at least one byte).
+    async fn read_more(&mut self) -> Result<(), Error> {
+        self.reserve_for_read();
+        match self.socket.read_buf(&mut self.buffer).await {
+            Ok(0) => Err(DriverError::ConnectionClosed.into()),
+            Ok(_) => Ok(()),
+            Err(error) => Err(io_error(error)),
+        }
+    }
+
+    /// Reads one whole packet during the setup (handshake, command answers) and returns its
+    /// payload.
+    async fn read_packet(&mut self) -> Result<Vec<u8>, Error> {
+        loop {
+            if let Some(packet) = self.complete_packet_at(0)? {
+                let payload = self.buffer[packet.payload].to_vec();
+                self.buffer.drain(..packet.next);
+                return Ok(payload);
+            }
+            self.read_more().await?;
+        }
+    }
+
+    /// Writes `payload` as one logical packet (split into parts when it is 16 MiB or
+    /// more), continuing the sequence.
+    async fn write_packet(&mut self, payload: &[u8]) -> Result<(), Error> {
+        let mut bytes = Vec::with_capacity(payload.len() + PACKET_HEADER_LEN);
+        let mut chunks = payload.chunks(MAX_PHYSICAL_PAYLOAD).peekable();
+        let mut last_length = 0;
+        while let Some(chunk) = chunks.next() {
+            push_header(&mut bytes, chunk.len(), self.sequence);
+            bytes.extend_from_slice(chunk);
+            self.sequence = self.sequence.wrapping_add(1);
+            last_length = chunk.len();
+            if chunks.peek().is_none() {
+                break;
+            }
+        }
+        if payload.is_empty() || last_length == MAX_PHYSICAL_PAYLOAD {
+            // An empty packet ends a payload that is a multiple of the part size (or is the
+            // whole of an empty payload).
+            push_header(&mut bytes, 0, self.sequence);
+            self.sequence = self.sequence.wrapping_add(1);
+        }
+        self.socket.write_all(&bytes).await.map_err(io_error)
+    }
+
+    /// A server error packet as the client library's error.
+    fn error_from_packet(&self, payload: &[u8], capabilities: CapabilityFlags) -> Error {
+        match ParseBuf(payload).parse::<ErrPacket>(capabilities) {
+            Ok(ErrPacket::Error(error)) => Error::from(error),
+            _ => unexpected(payload),
+        }
+    }
+}
+
+/// A whole logical packet in the buffer.
+struct FramedPacket {
+    /// Its payload (parts joined).
+    payload: Range<usize>,
+    /// Where the next packet starts.
+    next: usize,
+}
+
+/// Appends a packet header.
+fn push_header(bytes: &mut Vec<u8>, length: usize, sequence: u8) {
+    let length = u32::try_from(length).unwrap_or(u32::MAX).to_le_bytes();
+    bytes.extend_from_slice(&[length[0], length[1], length[2], sequence]);
+}
+
+/// `caching_sha2_password` full authentication over a plain connection: the password with a
+/// zero terminator, XOR the nonce, RSA-OAEP encrypted with the server's public key.
+fn encrypt_password(
+    password: Option<&str>,
+    nonce: &[u8],
+    key: Option<&[u8]>,
+) -> Result<Vec<u8>, Error> {
+    let key = key
+        .filter(|key| !key.is_empty())
+        .ok_or_else(|| definite("caching_sha2_password: the server sent no public key".into()))?;
+    let mut block = password.unwrap_or_default().as_bytes().to_vec();
+    block.push(0);
+    if !nonce.is_empty() {
+        for (index, byte) in block.iter_mut().enumerate() {
+            *byte ^= nonce[index % nonce.len()];
+        }
+    }
+    // mysql_common's RSA code panics on a key it cannot parse; a broken key from the server
+    // must be an error, not a crash of the relay.
+    std::panic::catch_unwind(|| mysql_common::crypto::encrypt(&block, key)).map_err(|_| {
+        definite("caching_sha2_password: the server's RSA public key cannot be used".into())
+    })
+}
+
+/// A packet that does not belong where it arrived (at most 64 of its bytes are kept).
+fn unexpected(payload: &[u8]) -> Error {
+    DriverError::UnexpectedPacket {
+        payload: payload.iter().take(64).copied().collect(),
+    }
+    .into()
+}
+
+/// An error the reader classifies as definite (an `InvalidInput` I/O error: retrying the
+/// same request fails the same way), with `message` as its text.
+fn definite(message: String) -> Error {
+    io_error(std::io::Error::new(std::io::ErrorKind::InvalidInput, message))
+}
+
+/// An I/O error as the client library reports it.
+fn io_error(error: std::io::Error) -> Error {
+    Error::Io(IoError::Io(error))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection-less framer: the framing functions only touch `buffer` and `sequence`.
+    async fn framer(bytes: Vec<u8>) -> (ReplicationConnection, tokio::net::TcpListener) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let socket = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let connection = ReplicationConnection {
+            socket,
+            buffer: bytes,
+            sequence: 1,
+            capabilities: CapabilityFlags::CLIENT_PROTOCOL_41,
+            max_packet: 1 << 30,
+            needed: 0,
+        };
+        (connection, listener)
+    }
+
+    fn packet(sequence: u8, payload: &[u8]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        push_header(&mut bytes, payload.len(), sequence);
+        bytes.extend_from_slice(payload);
+        bytes
+    }
+
+    #[tokio::test]
+    async fn events_are_framed_and_an_unfinished_packet_waits() {
+        let mut bytes = packet(1, b"\x00first-event");
+        bytes.extend(packet(2, b"\x00second"));
+        let third = packet(3, b"\x00third-event-cut");
+        bytes.extend_from_slice(&third[..7]);
+        let (mut connection, _listener) = framer(bytes).await;
+        let mut batch = EventBatch::default();
+        assert!(connection.frame_into(&mut batch).is_none());
+        assert_eq!(batch.len(), 2);
+        assert_eq!(batch.get(0), Some(&b"first-event"[..]));
+        assert_eq!(batch.get(1), Some(&b"second"[..]));
+        assert_eq!(batch.event_bytes(), 17);
+        // The cut packet stayed in the connection's buffer, whole once the rest arrives.
+        connection.buffer.extend_from_slice(&third[7..]);
+        let mut next = EventBatch::default();
+        assert!(connection.frame_into(&mut next).is_none());
+        assert_eq!(next.get(0), Some(&b"third-event-cut"[..]));
+        assert!(connection.buffer.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_packet_in_parts_is_joined() {
+        let mut payload = vec![0u8];
+        payload.extend((0..MAX_PHYSICAL_PAYLOAD + 10).map(|i| (i % 251) as u8));
+        let mut bytes = packet(1, &payload[..MAX_PHYSICAL_PAYLOAD]);
+        bytes.extend(packet(2, &payload[MAX_PHYSICAL_PAYLOAD..]));
+        bytes.extend(packet(3, b"\x00after"));
+        let (mut connection, _listener) = framer(bytes).await;
+        let mut batch = EventBatch::default();
+        assert!(connection.frame_into(&mut batch).is_none());
+        assert_eq!(batch.len(), 2);
+        assert_eq!(batch.get(0), Some(&payload[1..]));
+        assert_eq!(batch.get(1), Some(&b"after"[..]));
+        assert_eq!(connection.sequence, 4);
+    }
+
+    #[tokio::test]
+    async fn a_lost_packet_is_an_error_not_a_misread_event() {
+        let mut bytes = packet(1, b"\x00one");
+        bytes.extend(packet(3, b"\x00three"));
+        let (mut connection, _listener) = framer(bytes).await;
+        let mut batch = EventBatch::default();
+        let end = connection.frame_into(&mut batch);
+        assert!(
+            matches!(end, Some(StreamEnd::Failed(Error::Driver(DriverError::PacketOutOfOrder)))),
+            "{end:?}"
+        );
+        // The event before the lost packet is still handed out.
+        assert_eq!(batch.get(0), Some(&b"one"[..]));
+    }
+
+    #[tokio::test]
+    async fn an_error_packet_ends_the_stream_after_the_events_before_it() {
+        let mut bytes = packet(1, b"\x00event");
+        let mut error_payload = vec![0xFF];
+        error_payload.extend_from_slice(&1236_u16.to_le_bytes());
+        error_payload.extend_from_slice(b"#HY000Could not find first log file name");
+        bytes.extend(packet(2, &error_payload));
+        let (mut connection, _listener) = framer(bytes).await;
+        let mut batch = EventBatch::default();
+        let end = connection.frame_into(&mut batch);
+        assert_eq!(batch.len(), 1);
+        match end {
+            Some(StreamEnd::Failed(Error::Server(error))) => {
+                assert_eq!(error.code, 1236);
+                assert!(error.message.contains("first log file"), "{error:?}");
+            }
+            other => panic!("expected the server error, got {other:?}"),
+        }
+        let mut eof = EventBatch::default();
+        let (mut ended, _listener) = framer(packet(1, b"\xFE\x00\x00\x02\x00")).await;
+        assert!(matches!(
+            ended.frame_into(&mut eof),
+            Some(StreamEnd::Ended)
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_packet_above_the_limit_is_refused_before_it_is_buffered() {
+        let mut header = Vec::new();
+        push_header(&mut header, 1000, 1);
+        let (mut connection, _listener) = framer(header).await;
+        connection.max_packet = 100;
+        let mut batch = EventBatch::default();
+        assert!(matches!(
+            connection.frame_into(&mut batch),
+            Some(StreamEnd::Failed(Error::Driver(DriverError::PacketTooLarge)))
+        ));
+    }
+
+    /// A test server's side of the protocol: whole packets in and out.
+    struct FakeServer {
+        socket: TcpStream,
+    }
+
+    impl FakeServer {
+        async fn send(&mut self, sequence: u8, payload: &[u8]) {
+            self.socket
+                .write_all(&packet(sequence, payload))
+                .await
+                .unwrap();
+        }
+
+        async fn receive(&mut self, sequence: u8) -> Vec<u8> {
+            let mut header = [0u8; 4];
+            self.socket.read_exact(&mut header).await.unwrap();
+            assert_eq!(header[3], sequence, "client packet sequence");
+            let length = u32::from_le_bytes([header[0], header[1], header[2], 0]) as usize;
+            let mut payload = vec![0u8; length];
+            self.socket.read_exact(&mut payload).await.unwrap();
+            payload
+        }
+
+        /// Sends the greeting announcing `plugin`; returns the nonce.
+        async fn greet(&mut self, version: &str, plugin: &str) -> Vec<u8> {
+            use mysql_common::constants::StatusFlags;
+            let greeting = HandshakePacket::new(
+                10,
+                version.as_bytes(),
+                7,
+                *b"abcdefgh",
+                Some(&b"ijklmnopqrst\0"[..]),
+                client_capabilities() | CapabilityFlags::CLIENT_CONNECT_WITH_DB,
+                45,
+                StatusFlags::empty(),
+                Some(plugin.as_bytes()),
+            );
+            let mut bytes = Vec::new();
+            greeting.serialize(&mut bytes);
+            self.send(0, &bytes).await;
+            b"abcdefghijklmnopqrst".to_vec()
+        }
+    }
+
+    /// Starts a fake server running `script` and returns the URL to reach it.
+    async fn fake_server<F, Fut>(script: F) -> (String, tokio::task::JoinHandle<()>)
+    where
+        F: FnOnce(FakeServer) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            script(FakeServer { socket }).await;
+        });
+        (format!("mysql://relay:secret@127.0.0.1:{port}"), task)
+    }
+
+    const OK: &[u8] = &[0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00];
+
+    /// A 2048-bit RSA public key, as a MySQL 8 server sends it for full authentication.
+    const SERVER_PUBLIC_KEY: &str = "-----BEGIN PUBLIC KEY-----
+MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEAwcrEs3/+4DU9alKZTY9v
+F065wKi7l8y+fwntFXB0sOWkD3U9kQeFWWHad1YI+7gaxZlj8YSn9/vH2m1xugJh
+i0o/398VcUQIGRb4JNq+Mi6fVwoHtHDjaOHvpBKBIPb7VnnPjJ1TrPDjB+y+npSQ
+Hrx4qwFG2h8JnvfZZhfIp9IA3QP0t5JXYm5+EdD4j7bnrQTPieWqRJqTBFuyweND
+gi3oIwH7CdcD8axY1SINnAEqD6mGaGsAF1QG5jADDLECbfM1B6o0bd4Ek2H/IdGv
+eybdm9+iBoze8BT89lRNHEYhIRmj4I9h8m+NA3TDnn1bZ99FeHRC2xDKuX6+vFwn
+NQIDAQAB
+-----END PUBLIC KEY-----
+";
+
+    #[tokio::test]
+    async fn mysql_8_full_caching_sha2_authentication_sends_the_rsa_encrypted_password() {
+        let (url, server) = fake_server(|mut server| async move {
+            let nonce = server.greet("8.4.0", "caching_sha2_password").await;
+            let response = server.receive(1).await;
+            let scramble = mysql_common::scramble::scramble_sha256(&nonce, b"secret").unwrap();
+            assert!(
+                response.windows(32).any(|window| window == scramble),
+                "the response carries the SHA-256 scramble"
+            );
+            assert!(response.windows(5).any(|window| window == b"relay"));
+            // The server's cache does not know the user: full authentication.
+            server.send(2, &[0x01, 0x04]).await;
+            assert_eq!(server.receive(3).await, [0x02], "asks for the public key");
+            let mut key = vec![0x01];
+            key.extend_from_slice(SERVER_PUBLIC_KEY.as_bytes());
+            server.send(4, &key).await;
+            assert_eq!(server.receive(5).await.len(), 256, "RSA-2048 block");
+            server.send(6, OK).await;
+            let query = server.receive(0).await;
+            assert_eq!(query[0], Command::COM_QUERY as u8);
+            assert_eq!(&query[1..], b"SET @x=1");
+            server.send(1, OK).await;
+        })
+        .await;
+        let opts = Opts::from_url(&url).unwrap();
+        let mut connection = ReplicationConnection::open(&opts).await.unwrap();
+        connection.execute("SET @x=1").await.unwrap();
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_auth_switch_is_answered_with_the_new_plugin_and_nonce() {
+        let (url, server) = fake_server(|mut server| async move {
+            server.greet("10.11.6-MariaDB", "mysql_native_password").await;
+            let _response = server.receive(1).await;
+            let nonce = *b"ZYXWVUTSRQPONMLKJIHG";
+            let mut switch = Vec::new();
+            AuthSwitchRequest::new(&b"mysql_native_password"[..], &nonce[..]).serialize(&mut switch);
+            server.send(2, &switch).await;
+            let answer = server.receive(3).await;
+            let expected = mysql_common::scramble::scramble_native(&nonce, b"secret").unwrap();
+            assert_eq!(answer, expected, "scrambled with the switch's nonce");
+            // A wrong password after all: the server's error comes back with its code.
+            let mut error = vec![0xFF];
+            error.extend_from_slice(&1045_u16.to_le_bytes());
+            error.extend_from_slice(b"#28000Access denied for user 'relay'");
+            server.send(4, &error).await;
+        })
+        .await;
+        let opts = Opts::from_url(&url).unwrap();
+        let error = ReplicationConnection::open(&opts).await.err().unwrap();
+        match error {
+            Error::Server(error) => {
+                assert_eq!(error.code, 1045);
+                assert!(error.message.contains("Access denied"), "{error:?}");
+            }
+            other => panic!("expected the server's error, got {other:?}"),
+        }
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_unsupported_plugin_is_a_definite_error_naming_it() {
+        let (url, server) = fake_server(|mut server| async move {
+            server.greet("10.11.6-MariaDB", "mysql_native_password").await;
+            let _response = server.receive(1).await;
+            let mut switch = Vec::new();
+            AuthSwitchRequest::new(&b"client_ed25519"[..], &b"0123456789abcdef0123456789abcdef"[..])
+                .serialize(&mut switch);
+            server.send(2, &switch).await;
+        })
+        .await;
+        let opts = Opts::from_url(&url).unwrap();
+        let error = ReplicationConnection::open(&opts).await.err().unwrap();
+        assert!(error.to_string().contains("client_ed25519"), "{error}");
+        server.await.unwrap();
+    }
+
+    #[test]
+    fn a_broken_server_key_is_an_error() {
+        let error = encrypt_password(Some("secret"), b"12345678901234567890", Some(b"garbage"))
+            .unwrap_err();
+        assert!(error.to_string().contains("RSA"), "{error}");
+    }
+}
