@@ -411,7 +411,8 @@ impl BinlogReader {
                 }
                 continue;
             };
-            match self.decoder.push(event, &mut self.decoded_items) {
+            // TEMPORARY adapter
+            match self.decoder.push_event(event, &mut self.decoded_items) {
                 Ok(PushOutcome::Consumed) => {
                     self.next_event_index += 1;
                     self.event_waits_for_column_names = false;
