@@ -182,9 +182,10 @@ async fn own_raw_pull(
 ) -> (Duration, f64, u64) {
     let started = Instant::now();
     let cpu_started = process_cpu_seconds();
-    let events = outbox_binlog::pull_raw_events(&server.url(), next_server_id(), first, &end.0, end.1)
-        .await
-        .expect("raw pull through the reader's connection");
+    let events =
+        outbox_binlog::pull_raw_events(&server.url(), next_server_id(), first, &end.0, end.1)
+            .await
+            .expect("raw pull through the reader's connection");
     let elapsed = started.elapsed();
     let cpu = process_cpu_seconds() - cpu_started;
     assert!(

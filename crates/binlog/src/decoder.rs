@@ -3,21 +3,30 @@
 //! source (`file.rs`).
 //!
 //! # Contract
-//! * Feed every event exactly as received, in order, with [`Decoder::push`]. The decoder
+//! * Feed every event exactly as received, in order, with [`Decoder::push`]: the raw bytes
+//!   of one whole event (the 19-byte common header, the body, and the 4-byte CRC32 when the
+//!   last FORMAT_DESCRIPTION says events carry one; before any FORMAT_DESCRIPTION, e.g. the
+//!   artificial ROTATE a server sends first, events are read as carrying none). A header
+//!   size that is not the length given is a [`BinlogError::MalformedEvent`]. The decoder
 //!   holds one event's worth of rows at a time: rows are appended to `out` as their event is
 //!   decoded, never buffered until the commit.
-//! * Events of a MySQL compressed transaction (TRANSACTION_PAYLOAD) are fed *after* the
-//!   payload event itself, as `mysql_async`'s stream does (it yields the payload event, then
-//!   the decompressed inner events, which carry no checksum: `footer().get_checksum_enabled()`
-//!   is false on them). The file source does the same. The commit of such a transaction is
-//!   positioned at the end of the payload event.
+//! * A MySQL compressed transaction is fed as its TRANSACTION_PAYLOAD event alone: the
+//!   decoder decompresses it (at most 1 GiB, `payload::MAX_PAYLOAD_BYTES`) and decodes the
+//!   inner events itself. They carry no checksum and no position of their own: their rows
+//!   and errors are positioned at the payload event's start, the commit at its end. The
+//!   payload must hold the whole transaction; nested payloads or format descriptions, and
+//!   inner events cut short, are errors naming the payload event.
 //! * Every event with a CRC32 is verified; a mismatch is [`BinlogError::ChecksumMismatch`].
 //! * Rows events of unwatched tables are skipped after reading their table id; the values of
 //!   watched tables are decoded with a plan precomputed per TABLE_MAP.
 //! * When a watched table's TABLE_MAP has no column names (binlog_row_metadata=MINIMAL) and
 //!   none are cached, `push` returns [`PushOutcome::NeedColumnNames`] without consuming the
 //!   event; the caller looks the names up, calls [`Decoder::set_column_names`] and pushes the
-//!   same event again. Names are forgotten when a DDL statement mentions the table.
+//!   same event again. Names are forgotten when a DDL statement mentions the table. When the
+//!   TABLE_MAP is inside a compressed transaction, the same TRANSACTION_PAYLOAD event is
+//!   pushed again: the decoder kept the decompressed events and continues with the inner
+//!   event that asked (the ones before it are not decoded twice). Any other event pushed
+//!   instead is a [`BinlogError::BrokenTransaction`].
 //!
 //! # Resumption
 //! [`Decoder::last_boundary`] is the position after the last transaction handed out as a
@@ -30,6 +39,8 @@
 
 mod charset;
 mod events;
+mod payload;
+mod raw_event;
 mod reader;
 mod rows;
 mod table_map;
@@ -38,9 +49,10 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-use mysql_common::binlog::consts::BinlogChecksumAlg;
-use mysql_common::binlog::events::{Event, FormatDescriptionEvent, GtidEvent, QueryEvent};
-use mysql_common::proto::MySerialize;
+use mysql_common::binlog::consts::{BinlogChecksumAlg, BinlogVersion};
+use mysql_common::binlog::events::{FormatDescriptionEvent, GtidEvent, QueryEvent};
+
+pub(crate) use self::raw_event::{carries_checksum, EventHeader, RawEvent, HEADER_LEN};
 
 use self::events::{code, event_name};
 use self::reader::ByteReader;
@@ -83,13 +95,18 @@ enum Group {
     ImplicitStatement,
 }
 
-/// The TRANSACTION_PAYLOAD event whose inner events are being fed.
-#[derive(Debug, Clone, Copy)]
-struct PayloadInProgress {
-    /// Start of the payload event (inner events are reported here).
+/// A TRANSACTION_PAYLOAD whose inner events are being decoded, kept in the decoder while an
+/// inner TABLE_MAP waits for column names (the caller pushes the payload event again).
+struct PendingPayload {
+    /// Start of the payload event: inner events are reported here (they have no position
+    /// of their own), and it identifies the payload event when it is pushed again.
     start: u64,
     /// End of the payload event: the commit position of its transaction.
     end: u64,
+    /// The decompressed inner events.
+    bytes: Vec<u8>,
+    /// Offset in `bytes` of the next inner event to decode (the one that asked for names).
+    cursor: usize,
 }
 
 /// A TABLE_MAP seen in the stream, by table id.
@@ -146,8 +163,14 @@ pub(crate) struct Decoder {
     current_file: String,
     /// Table id width in TABLE_MAP and rows events (6, or 4 for servers before 5.1.4).
     table_id_bytes: usize,
-    /// Whether a format description event was seen (before it, checksums are unknown).
-    seen_format_description: bool,
+    /// The last FORMAT_DESCRIPTION with its footer (before one, `mysql_common`'s placeholder
+    /// without checksums): whether events end in a CRC32, and the post-header lengths the
+    /// rare events parsed with `mysql_common` need.
+    format: FormatDescriptionEvent<'static>,
+    /// End of the last event pushed with a log position (at first the start position):
+    /// where the next event starts, named by errors about an event too short to carry a
+    /// header.
+    last_event_end: u64,
     /// TABLE_MAPs by table id.
     tables: TablesById,
     /// Column names looked up by the caller (MINIMAL metadata), or positional names.
@@ -164,25 +187,17 @@ pub(crate) struct Decoder {
     row_gtid: std::cell::OnceCell<Option<Arc<Gtid>>>,
     /// Watched rows yielded in the open group.
     rows_in_group: u64,
-    /// Set between a TRANSACTION_PAYLOAD event and the end of its inner transaction.
-    payload: Option<PayloadInProgress>,
+    /// The compressed transaction waiting for column names of one of its inner TABLE_MAPs.
+    payload: Option<PendingPayload>,
+    /// The buffer the next TRANSACTION_PAYLOAD is decompressed into, kept between payloads
+    /// (up to `payload::MAX_KEPT_BUFFER`) so a compressed transaction does not allocate it.
+    payload_buffer: Vec<u8>,
     /// Last boundary handed out and its GTID.
     last_boundary: (BinlogPosition, Option<Gtid>),
     /// A fresh CRC32 hasher, cloned per event: `Hasher::new` detects CPU features on every
     /// call, a clone does not.
     crc32_start: crc32fast::Hasher,
-    /// An event's header bytes followed by its body when the body is small, checksummed in
-    /// one call (see `SMALL_EVENT_BODY`); reused for every event.
-    crc32_buffer: Vec<u8>,
 }
-
-/// Length of the common event header (timestamp, type, server id, size, log_pos, flags).
-const HEADER_LEN: usize = 19;
-
-/// Event bodies up to this size are checksummed from `crc32_buffer` together with their
-/// header (`verify_checksum`); larger ones in two calls, header then body, so the buffer
-/// never grows beyond `HEADER_LEN + SMALL_EVENT_BODY` bytes.
-const SMALL_EVENT_BODY: usize = 4096 - HEADER_LEN;
 
 /// How many table ids are remembered before the map is cleared (at a commit or rotate).
 const MAX_REMEMBERED_TABLE_IDS: usize = 1024;
@@ -196,7 +211,8 @@ impl Decoder {
             last_boundary: (BinlogPosition::new(start_file.clone(), 4), None),
             current_file: start_file,
             table_id_bytes: 6,
-            seen_format_description: false,
+            format: FormatDescriptionEvent::new(BinlogVersion::Version4),
+            last_event_end: 4,
             tables: TablesById::default(),
             column_names: HashMap::new(),
             positional_names: false,
@@ -205,14 +221,15 @@ impl Decoder {
             row_gtid: std::cell::OnceCell::new(),
             rows_in_group: 0,
             payload: None,
+            payload_buffer: Vec::new(),
             crc32_start: crc32fast::Hasher::new(),
-            crc32_buffer: Vec::with_capacity(HEADER_LEN + SMALL_EVENT_BODY),
         }
     }
 
     /// Sets the boundary reported by [`Decoder::last_boundary`] before the first commit
     /// (the position and GTID the stream was started from).
     pub(crate) fn with_start(mut self, position: u64, gtid: Option<Gtid>) -> Decoder {
+        self.last_event_end = position;
         self.last_boundary = (
             BinlogPosition::new(self.current_file.clone(), position),
             gtid,
@@ -263,51 +280,57 @@ impl Decoder {
         BinlogPosition::new(self.current_file.clone(), offset)
     }
 
-    /// Feeds one event exactly as received (mysql_common::binlog::events::Event).
+    /// Feeds one event: `event` is one whole binlog event exactly as on the wire or in a
+    /// file (the 19-byte common header, the body, and the 4-byte CRC32 when the stream uses
+    /// checksums, as the last FORMAT_DESCRIPTION said). See the module documentation.
     pub(crate) fn push(
         &mut self,
-        event: &Event,
+        event: &[u8],
         out: &mut VecDeque<StreamItem>,
     ) -> Result<PushOutcome, BinlogError> {
-        let header = event.header();
+        let Some(header) = EventHeader::read(event) else {
+            return Err(self.header_too_short(event));
+        };
         let event_type = header.event_type_raw();
         let log_pos = u64::from(header.log_pos());
-        let inner = !event.footer().get_checksum_enabled();
-        // Where the event starts and ends, for rows and errors. Inner events of a compressed
-        // transaction have no file position of their own: they report the payload's.
-        let (start, end) = match (&self.payload, inner) {
-            (Some(payload), true) => (payload.start, payload.end),
-            _ if log_pos == 0 => (0, 0),
-            _ => (
+        // Where the event starts and ends, for rows and errors (artificial events: 0).
+        let (start, end) = if log_pos == 0 {
+            (0, 0)
+        } else {
+            (
                 log_pos.saturating_sub(u64::from(header.event_size())),
                 log_pos,
-            ),
+            )
         };
+        let raw = RawEvent::new(event, header, self.format.footer())
+            .map_err(|reason| self.malformed(event_type, start, reason))?;
+        if let Some(payload) = &self.payload {
+            if event_type != code::TRANSACTION_PAYLOAD
+                || payload.start != start
+                || payload.end != end
+            {
+                return Err(self.payload_not_pushed_again(event_type, start));
+            }
+        }
+        self.verify_checksum(&raw, start)?;
+        if log_pos != 0 {
+            self.last_event_end = log_pos;
+        }
+        self.dispatch(&raw, start, end, out)
+    }
 
-        if inner && self.payload.is_none() {
-            return Err(BinlogError::BrokenTransaction {
-                position: self.position(start),
-                reason: format!(
-                    "a {} event from inside a compressed transaction arrived without its \
-                     TRANSACTION_PAYLOAD event",
-                    event_name(event_type)
-                ),
-            });
-        }
-        if !inner && self.payload.is_some() {
-            return Err(BinlogError::BrokenTransaction {
-                position: self.position(start),
-                reason: format!(
-                    "the compressed transaction before this {} event did not deliver all its \
-                     events (its payload could not be decompressed or was cut short)",
-                    event_name(event_type)
-                ),
-            });
-        }
-        if !inner {
-            self.verify_checksum(event, start)?;
-        }
-
+    /// Decodes one event whose checksum was verified (or an inner event of a compressed
+    /// transaction, which has none) positioned at `start`..`end`.
+    fn dispatch(
+        &mut self,
+        event: &RawEvent<'_>,
+        start: u64,
+        end: u64,
+        out: &mut VecDeque<StreamItem>,
+    ) -> Result<PushOutcome, BinlogError> {
+        let header = *event.header();
+        let event_type = header.event_type_raw();
+        let log_pos = u64::from(header.log_pos());
         match event_type {
             code::FORMAT_DESCRIPTION => self.on_format_description(event, start)?,
             code::ROTATE => self.on_rotate(event, start, log_pos)?,
@@ -350,7 +373,7 @@ impl Decoder {
             }
             code::GTID | code::GTID_TAGGED => {
                 let gtid_event: GtidEvent = event
-                    .read_event()
+                    .parse(&self.format)
                     .map_err(|e| self.malformed(event_type, start, e.to_string()))?;
                 let gtid = Gtid::Mysql {
                     source_uuid: events::format_uuid(&gtid_event.sid()),
@@ -376,20 +399,7 @@ impl Decoder {
                 tracing::debug!(file = %self.current_file, gtid_list = ?list, "binlog GTID state");
             }
             code::TRANSACTION_PAYLOAD => {
-                if matches!(self.group, Group::Open { .. } | Group::ImplicitStatement) {
-                    return Err(BinlogError::BrokenTransaction {
-                        position: self.position(start),
-                        reason: "a compressed transaction started inside another transaction"
-                            .into(),
-                    });
-                }
-                if end == 0 {
-                    return Err(self.malformed(event_type, start, "no log position".into()));
-                }
-                self.payload = Some(PayloadInProgress { start, end });
-                if self.group == Group::Idle {
-                    self.group = Group::AwaitingStatement;
-                }
+                return self.on_transaction_payload(event, start, end, out)
             }
             code::HEARTBEAT | code::HEARTBEAT_V2 => {
                 let position = if event_type == code::HEARTBEAT_V2 {
@@ -494,7 +504,39 @@ impl Decoder {
         }
     }
 
-    fn verify_checksum(&mut self, event: &Event, start: u64) -> Result<(), BinlogError> {
+    /// The error for bytes too short to hold an event header, positioned where the event
+    /// should start (out of line).
+    #[cold]
+    #[inline(never)]
+    fn header_too_short(&self, event: &[u8]) -> BinlogError {
+        BinlogError::MalformedEvent {
+            event_name: event_name(event.get(4).copied().unwrap_or(code::UNKNOWN)),
+            position: self.position(self.last_event_end),
+            reason: format!(
+                "{} bytes are too short for the {HEADER_LEN}-byte event header",
+                event.len()
+            ),
+        }
+    }
+
+    /// The error for an event pushed while a compressed transaction waits for column names
+    /// and the same TRANSACTION_PAYLOAD event to be pushed again (out of line).
+    #[cold]
+    #[inline(never)]
+    fn payload_not_pushed_again(&self, event_type: u8, start: u64) -> BinlogError {
+        let payload_start = self.payload.as_ref().map_or(0, |payload| payload.start);
+        BinlogError::BrokenTransaction {
+            position: self.position(start),
+            reason: format!(
+                "a {} event arrived while the compressed transaction at {} waited for column \
+                 names; its TRANSACTION_PAYLOAD event must be pushed again first",
+                event_name(event_type),
+                self.position(payload_start)
+            ),
+        }
+    }
+
+    fn verify_checksum(&self, event: &RawEvent<'_>, start: u64) -> Result<(), BinlogError> {
         match event.footer().get_checksum_alg() {
             Ok(Some(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32)) => {}
             Ok(Some(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_OFF)) | Ok(None) => return Ok(()),
@@ -509,37 +551,9 @@ impl Decoder {
         let Some(stored) = event.checksum() else {
             return Ok(());
         };
-        let stored = u32::from_le_bytes(stored);
-        let computed = if event.header().event_type_raw() == code::FORMAT_DESCRIPTION {
-            // The format description's CRC covers its algorithm byte and ignores the
-            // "binlog in use" flag: mysql_common knows those rules.
-            event.calc_checksum(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32)
-        } else {
-            // Same computation without allocating: the 19 header bytes, then the body. A small
-            // event is copied behind its header into a reused buffer and hashed in one call
-            // (crc32fast's fixed cost per call is larger than the copy of a small body).
-            let header = event.header();
-            let body = event.data();
-            let mut header_bytes = [0u8; HEADER_LEN];
-            header_bytes[0..4].copy_from_slice(&header.timestamp().to_le_bytes());
-            header_bytes[4] = header.event_type_raw();
-            header_bytes[5..9].copy_from_slice(&header.server_id().to_le_bytes());
-            header_bytes[9..13].copy_from_slice(&header.event_size().to_le_bytes());
-            header_bytes[13..17].copy_from_slice(&header.log_pos().to_le_bytes());
-            header_bytes[17..19].copy_from_slice(&header.flags_raw().to_le_bytes());
-            let mut hasher = self.crc32_start.clone();
-            if body.len() <= SMALL_EVENT_BODY {
-                let buffer = &mut self.crc32_buffer;
-                buffer.clear();
-                buffer.extend_from_slice(&header_bytes);
-                buffer.extend_from_slice(body);
-                hasher.update(buffer);
-            } else {
-                hasher.update(&header_bytes);
-                hasher.update(body);
-            }
-            hasher.finalize()
-        };
+        // One call over the raw bytes before the checksum (a FORMAT_DESCRIPTION's "binlog in
+        // use" flag counts as cleared: the server's rule).
+        let computed = event.compute_crc32(&self.crc32_start);
         if stored != computed {
             return Err(BinlogError::ChecksumMismatch {
                 position: self.position(start),
@@ -550,9 +564,13 @@ impl Decoder {
         Ok(())
     }
 
-    fn on_format_description(&mut self, event: &Event, start: u64) -> Result<(), BinlogError> {
-        let fde: FormatDescriptionEvent<'_> = event
-            .read_event()
+    fn on_format_description(
+        &mut self,
+        event: &RawEvent<'_>,
+        start: u64,
+    ) -> Result<(), BinlogError> {
+        let fde = event
+            .parse_format_description()
             .map_err(|e| self.malformed(code::FORMAT_DESCRIPTION, start, e.to_string()))?;
         let version = fde.server_version();
         let flavor = if version.contains("MariaDB") || version.contains("mariadb") {
@@ -569,21 +587,125 @@ impl Decoder {
         } else {
             6
         };
-        self.seen_format_description = true;
         tracing::debug!(server_version = %version, %flavor, "binlog format description");
+        self.format = fde;
         Ok(())
     }
 
-    fn on_rotate(&mut self, event: &Event, start: u64, log_pos: u64) -> Result<(), BinlogError> {
-        let mut header_bytes = Vec::with_capacity(19);
-        event.header().serialize(&mut header_bytes);
-        let (_, name) = events::parse_rotate(&header_bytes, event.data()).ok_or_else(|| {
-            self.malformed(
-                code::ROTATE,
-                start,
-                "the rotate event names no printable file".into(),
-            )
-        })?;
+    /// A TRANSACTION_PAYLOAD: decompresses it, or takes back the one whose inner TABLE_MAP
+    /// asked for column names (`push` checked that this is the same event), and decodes its
+    /// inner events.
+    fn on_transaction_payload(
+        &mut self,
+        event: &RawEvent<'_>,
+        start: u64,
+        end: u64,
+        out: &mut VecDeque<StreamItem>,
+    ) -> Result<PushOutcome, BinlogError> {
+        let pending = match self.payload.take() {
+            Some(pending) => pending,
+            None => {
+                if matches!(self.group, Group::Open { .. } | Group::ImplicitStatement) {
+                    return Err(BinlogError::BrokenTransaction {
+                        position: self.position(start),
+                        reason: "a compressed transaction started inside another transaction"
+                            .into(),
+                    });
+                }
+                if end == 0 {
+                    return Err(self.malformed(
+                        code::TRANSACTION_PAYLOAD,
+                        start,
+                        "no log position".into(),
+                    ));
+                }
+                let mut bytes = std::mem::take(&mut self.payload_buffer);
+                if let Err(reason) = payload::decompress(event, &self.format, &mut bytes) {
+                    self.recycle_payload_buffer(bytes);
+                    return Err(self.malformed(code::TRANSACTION_PAYLOAD, start, reason));
+                }
+                if self.group == Group::Idle {
+                    self.group = Group::AwaitingStatement;
+                }
+                PendingPayload {
+                    start,
+                    end,
+                    bytes,
+                    cursor: 0,
+                }
+            }
+        };
+        self.decode_payload(pending, out)
+    }
+
+    /// Decodes the inner events of a compressed transaction from its cursor on; keeps it
+    /// in `self.payload` when one asks for column names.
+    fn decode_payload(
+        &mut self,
+        mut pending: PendingPayload,
+        out: &mut VecDeque<StreamItem>,
+    ) -> Result<PushOutcome, BinlogError> {
+        // Inner events carry no checksum (WL#3549).
+        let mut inner_footer = self.format.footer();
+        inner_footer.set_checksum_enabled(false);
+        while let Some(rest) = pending
+            .bytes
+            .get(pending.cursor..)
+            .filter(|rest| !rest.is_empty())
+        {
+            let event = payload::inner_event(rest, inner_footer).map_err(|reason| {
+                self.malformed(
+                    code::TRANSACTION_PAYLOAD,
+                    pending.start,
+                    format!(
+                        "inside the compressed transaction, at inner offset {}: {reason}",
+                        pending.cursor
+                    ),
+                )
+            })?;
+            let size = event.len();
+            match self.dispatch(&event, pending.start, pending.end, out)? {
+                PushOutcome::Consumed => pending.cursor += size,
+                outcome @ PushOutcome::NeedColumnNames(_) => {
+                    self.payload = Some(pending);
+                    return Ok(outcome);
+                }
+            }
+        }
+        let unfinished = self.group != Group::Idle;
+        let start = pending.start;
+        self.recycle_payload_buffer(pending.bytes);
+        if unfinished {
+            return Err(BinlogError::BrokenTransaction {
+                position: self.position(start),
+                reason: "the compressed transaction's events end before its commit".into(),
+            });
+        }
+        Ok(PushOutcome::Consumed)
+    }
+
+    /// Keeps a decompression buffer for the next payload unless it grew huge.
+    fn recycle_payload_buffer(&mut self, mut bytes: Vec<u8>) {
+        if bytes.capacity() <= payload::MAX_KEPT_BUFFER {
+            bytes.clear();
+            self.payload_buffer = bytes;
+        }
+    }
+
+    fn on_rotate(
+        &mut self,
+        event: &RawEvent<'_>,
+        start: u64,
+        log_pos: u64,
+    ) -> Result<(), BinlogError> {
+        let (_, name) =
+            events::parse_rotate(event.header_bytes(), event.data()).ok_or_else(|| {
+                self.malformed(
+                    code::ROTATE,
+                    start,
+                    "the rotate event names no printable file".into(),
+                )
+            })?;
         if self.in_transaction() && log_pos != 0 {
             tracing::warn!(from = %self.current_file, to = %name, "rotate inside a transaction");
         }
@@ -644,7 +766,6 @@ impl Decoder {
         self.group = Group::Idle;
         self.row_gtid = std::cell::OnceCell::new();
         self.rows_in_group = 0;
-        self.payload = None;
         // Every transaction sends its TABLE_MAPs again, so between transactions remembered
         // maps can be dropped; this bounds memory when table ids keep changing.
         if self.tables.len() > MAX_REMEMBERED_TABLE_IDS {
@@ -655,15 +776,23 @@ impl Decoder {
 
     fn on_query(
         &mut self,
-        event: &Event,
+        event: &RawEvent<'_>,
         start: u64,
         end: u64,
         out: &mut VecDeque<StreamItem>,
     ) -> Result<(), BinlogError> {
-        let query_event: QueryEvent<'_> = event
-            .read_event()
-            .map_err(|e| self.malformed(code::QUERY, start, e.to_string()))?;
-        let kind = classify_query(query_event.query_raw());
+        // mysql_common validates the event; the statement is the body's tail (its last
+        // field), taken from the event bytes so the parsed event need not be kept.
+        let data = event.data();
+        let query_len = event
+            .parse::<QueryEvent<'_>>(&self.format)
+            .map_err(|e| self.malformed(code::QUERY, start, e.to_string()))?
+            .query_raw()
+            .len();
+        let query = data
+            .get(data.len().saturating_sub(query_len)..)
+            .unwrap_or_default();
+        let kind = classify_query(query);
         let timestamp = event.header().timestamp();
         match (kind, self.group) {
             (QueryKind::Begin, Group::Idle | Group::AwaitingStatement) => {
@@ -686,8 +815,8 @@ impl Decoder {
             }
             (QueryKind::Statement { ddl }, group) => {
                 if ddl {
-                    self.forget_names_mentioned_in(query_event.query_raw());
-                } else if self.is_statement_dml_on_watched_table(query_event.query_raw()) {
+                    self.forget_names_mentioned_in(query);
+                } else if self.is_statement_dml_on_watched_table(query) {
                     return Err(self.unsupported(
                         code::QUERY,
                         start,
@@ -740,7 +869,11 @@ impl Decoder {
             .retain(|table, _| !query.contains(&table.table.to_lowercase()));
     }
 
-    fn on_table_map(&mut self, event: &Event, start: u64) -> Result<PushOutcome, BinlogError> {
+    fn on_table_map(
+        &mut self,
+        event: &RawEvent<'_>,
+        start: u64,
+    ) -> Result<PushOutcome, BinlogError> {
         let data = event.data();
         // The table id leads the body as in rows events; the rest of the head is only read
         // for a map not seen before (an identical map parsed fine the first time).
@@ -903,7 +1036,7 @@ impl Decoder {
 
     fn on_rows(
         &mut self,
-        event: &Event,
+        event: &RawEvent<'_>,
         kind: RowsKind,
         version2: bool,
         start: u64,

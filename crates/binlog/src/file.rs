@@ -3,10 +3,11 @@
 //!
 //! Events are read with explicit length checks (19-byte header, `event_size`), so a file cut
 //! inside an event or with an impossible header is a [`BinlogError::FileCorrupt`] naming the
-//! path and byte offset, never a panic or a loop. Each exact event slice is then parsed by
-//! `mysql_common` and fed to the same decoder the live source uses, so checksums are
-//! verified, compressed transactions (TRANSACTION_PAYLOAD) are decompressed and decoded, and
-//! positions and GTIDs are those a live stream would report.
+//! path and byte offset, never a panic or a loop. Each exact event slice is then fed as raw
+//! bytes to the same decoder the live source uses, so checksums are verified, compressed
+//! transactions (TRANSACTION_PAYLOAD) are decompressed and decoded (by the decoder: an error
+//! inside one names the file and the payload event's offset), and positions and GTIDs are
+//! those a live stream would report.
 //!
 //! # Column names
 //! With `binlog_row_metadata=MINIMAL` (or servers before MySQL 8.0.1 / MariaDB 10.5) a
@@ -28,25 +29,21 @@ use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::PathBuf;
 
-use mysql_common::binlog::consts::{BinlogChecksumAlg, BinlogVersion};
-use mysql_common::binlog::events::{Event, FormatDescriptionEvent, TransactionPayloadEvent};
+use mysql_common::binlog::consts::BinlogVersion;
+use mysql_common::binlog::events::{BinlogEventFooter, FormatDescriptionEvent};
 
-use crate::decoder::{Decoder, PushOutcome};
+use crate::decoder::{carries_checksum, Decoder, EventHeader, PushOutcome, RawEvent, HEADER_LEN};
 use crate::error::BinlogError;
 use crate::types::{Flavor, StreamItem, TableFilter};
 
 /// Bytes every binlog file starts with.
 const BINLOG_MAGIC: [u8; 4] = [0xfe, b'b', b'i', b'n'];
-/// Length of an event header (binlog format v4).
-const EVENT_HEADER_LEN: usize = 19;
 /// Event type code of FORMAT_DESCRIPTION.
 const FORMAT_DESCRIPTION_EVENT: u8 = 0x0f;
-/// Event type code of TRANSACTION_PAYLOAD.
-const TRANSACTION_PAYLOAD_EVENT: u8 = 0x28;
 /// Event type code of MariaDB's START_ENCRYPTION.
 const START_ENCRYPTION_EVENT: u8 = 0xa4;
-/// Largest decompressed transaction payload accepted (MySQL's own limit is 1 GiB).
-const MAX_PAYLOAD_BYTES: u64 = 1 << 30;
+/// Length of a CRC32 at the end of an event.
+const CHECKSUM_LEN: u64 = 4;
 
 /// The file being read.
 struct OpenFile {
@@ -58,22 +55,12 @@ struct OpenFile {
     offset: u64,
     /// File length when opened.
     length: u64,
-    /// The file's format description, once read (needed to parse every other event).
+    /// The file's format description, once read (whether events carry checksums, for the
+    /// length checks; its absence means the next event must be one).
     format: Option<FormatDescriptionEvent<'static>>,
-    /// Event bytes, reused from event to event to avoid an allocation per event.
+    /// The current event's bytes, reused from event to event to avoid an allocation per
+    /// event.
     buffer: Vec<u8>,
-}
-
-/// The decompressed events of a TRANSACTION_PAYLOAD still to be fed.
-struct PendingPayload {
-    /// The decompressed inner events.
-    bytes: Vec<u8>,
-    /// Offset of the next inner event in `bytes`.
-    cursor: usize,
-    /// The format description with checksums switched off (inner events carry none).
-    format: FormatDescriptionEvent<'static>,
-    /// File offset of the payload event, for errors.
-    payload_offset: u64,
 }
 
 /// Reads binlog files in order and yields the transactions in them.
@@ -82,8 +69,6 @@ pub struct BinlogFileReader {
     remaining: VecDeque<PathBuf>,
     /// The file being read.
     current: Option<OpenFile>,
-    /// Inner events of a compressed transaction being fed.
-    payload: Option<PendingPayload>,
     /// The shared event decoder.
     decoder: Decoder,
     /// Items decoded but not handed out yet (at most one event's worth).
@@ -118,7 +103,6 @@ impl BinlogFileReader {
         let mut reader = BinlogFileReader {
             remaining: paths.into(),
             current: None,
-            payload: None,
             decoder: Decoder::new(filter, first_name).with_positional_column_names(),
             pending: VecDeque::new(),
             failed: None,
@@ -203,9 +187,6 @@ impl BinlogFileReader {
 
     /// Reads and decodes one event. Returns false after the last file.
     fn step(&mut self) -> Result<bool, BinlogError> {
-        if self.payload.is_some() {
-            return self.step_payload().map(|_| true);
-        }
         let Some(current) = self.current.as_mut() else {
             return Ok(false);
         };
@@ -226,8 +207,7 @@ impl BinlogFileReader {
             }
             return self.open_next();
         }
-        let (event, event_type) = read_event(current)?;
-        let path = current.path.clone();
+        let event_type = read_event(current)?;
         let event_offset = current.offset;
         if event_type == START_ENCRYPTION_EVENT {
             return Err(BinlogError::UnsupportedEvent {
@@ -240,177 +220,73 @@ impl BinlogFileReader {
                 reason: "the rest of this file is encrypted; read it through the server".into(),
             });
         }
-        current.offset += u64::from(event.header().event_size());
+        current.offset += current.buffer.len() as u64;
         if event_type == FORMAT_DESCRIPTION_EVENT {
-            let format: FormatDescriptionEvent<'_> =
-                event.read_event().map_err(|e| BinlogError::FileCorrupt {
-                    path: path.clone(),
-                    offset: event_offset,
-                    reason: format!("FORMAT_DESCRIPTION does not parse: {e}"),
-                })?;
+            let corrupt = |reason: String| BinlogError::FileCorrupt {
+                path: current.path.clone(),
+                offset: event_offset,
+                reason,
+            };
+            let format = parse_format_description(&current.buffer)
+                .map_err(|e| corrupt(format!("FORMAT_DESCRIPTION does not parse: {e}")))?;
             if format.binlog_version() != BinlogVersion::Version4 {
-                return Err(BinlogError::FileCorrupt {
-                    path,
-                    offset: event_offset,
-                    reason: "binlog format versions before 4 (MySQL before 5.0) are not \
-                             supported"
-                        .into(),
-                });
+                return Err(corrupt(
+                    "binlog format versions before 4 (MySQL before 5.0) are not supported".into(),
+                ));
             }
-            current.format = Some(format.into_owned().with_footer(event.footer()));
+            current.format = Some(format);
         }
-        self.push(&event, &path)?;
-        if event_type == TRANSACTION_PAYLOAD_EVENT {
-            self.start_payload(&event, &path, event_offset)?;
-        }
-        Ok(true)
-    }
-
-    fn push(&mut self, event: &Event, path: &std::path::Path) -> Result<(), BinlogError> {
-        match self.decoder.push(event, &mut self.pending) {
-            Ok(PushOutcome::Consumed) => Ok(()),
+        match self.decoder.push(&current.buffer, &mut self.pending) {
+            Ok(PushOutcome::Consumed) => Ok(true),
             Ok(PushOutcome::NeedColumnNames(table)) => Err(BinlogError::FileCorrupt {
-                path: path.to_path_buf(),
-                offset: u64::from(event.header().log_pos()),
+                path: current.path.clone(),
+                offset: event_offset,
                 reason: format!("no column names for {table}"),
             }),
             Err(error) => Err(BinlogError::InFile {
-                path: path.to_path_buf(),
+                path: current.path.clone(),
                 source: Box::new(error),
             }),
         }
     }
-
-    fn start_payload(
-        &mut self,
-        event: &Event,
-        path: &std::path::Path,
-        payload_offset: u64,
-    ) -> Result<(), BinlogError> {
-        let corrupt = |reason: String| BinlogError::FileCorrupt {
-            path: path.to_path_buf(),
-            offset: payload_offset,
-            reason,
-        };
-        let payload: TransactionPayloadEvent<'_> = event
-            .read_event()
-            .map_err(|e| corrupt(format!("TRANSACTION_PAYLOAD does not parse: {e}")))?;
-        let declared = payload.uncompressed_size();
-        if declared > MAX_PAYLOAD_BYTES {
-            return Err(corrupt(format!(
-                "the compressed transaction claims {declared} bytes uncompressed"
-            )));
-        }
-        let mut bytes = Vec::with_capacity(declared as usize);
-        payload
-            .decompressed()
-            .map_err(|e| corrupt(format!("cannot decompress the transaction: {e}")))?
-            .take(MAX_PAYLOAD_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| corrupt(format!("cannot decompress the transaction: {e}")))?;
-        if bytes.len() as u64 != declared {
-            return Err(corrupt(format!(
-                "the transaction decompressed to {} bytes, its header says {declared}",
-                bytes.len()
-            )));
-        }
-        let format = self
-            .current
-            .as_ref()
-            .and_then(|c| c.format.clone())
-            .ok_or_else(|| corrupt("a TRANSACTION_PAYLOAD before the FORMAT_DESCRIPTION".into()))?;
-        let mut footer = format.footer();
-        footer.set_checksum_enabled(false);
-        self.payload = Some(PendingPayload {
-            bytes,
-            cursor: 0,
-            format: format.with_footer(footer),
-            payload_offset,
-        });
-        Ok(())
-    }
-
-    /// Feeds the next inner event of the pending compressed transaction.
-    fn step_payload(&mut self) -> Result<(), BinlogError> {
-        let Some(payload) = self.payload.as_mut() else {
-            return Ok(());
-        };
-        let path = self
-            .current
-            .as_ref()
-            .map(|c| c.path.clone())
-            .unwrap_or_default();
-        if payload.cursor == payload.bytes.len() {
-            self.payload = None;
-            return Ok(());
-        }
-        let corrupt = |reason: String| BinlogError::FileCorrupt {
-            path: path.clone(),
-            offset: payload.payload_offset,
-            reason: format!("inside the compressed transaction: {reason}"),
-        };
-        let rest = &payload.bytes[payload.cursor..];
-        if rest.len() < EVENT_HEADER_LEN {
-            return Err(corrupt(format!(
-                "{} bytes left, less than an event header",
-                rest.len()
-            )));
-        }
-        let size = u32::from_le_bytes([rest[9], rest[10], rest[11], rest[12]]) as usize;
-        if size < EVENT_HEADER_LEN || size > rest.len() {
-            return Err(corrupt(format!(
-                "event at inner offset {} claims {size} bytes, {} are left",
-                payload.cursor,
-                rest.len()
-            )));
-        }
-        if rest[4] == TRANSACTION_PAYLOAD_EVENT || rest[4] == FORMAT_DESCRIPTION_EVENT {
-            return Err(corrupt(format!(
-                "event type {:#04x} cannot be nested",
-                rest[4]
-            )));
-        }
-        let event = Event::read(&payload.format, &rest[..size])
-            .map_err(|e| corrupt(format!("event does not parse: {e}")))?;
-        payload.cursor += size;
-        self.push(&event, &path)
-    }
 }
 
-/// True when events read with `format` end in a 4-byte checksum `Event::read` strips.
-fn events_carry_checksum(format: &FormatDescriptionEvent<'_>) -> bool {
-    !matches!(
-        format.footer().get_checksum_alg(),
-        Ok(None) | Ok(Some(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_OFF))
-    )
+/// Parses a FORMAT_DESCRIPTION event (its exact bytes, length-checked) into an owned one
+/// with its footer.
+fn parse_format_description(bytes: &[u8]) -> Result<FormatDescriptionEvent<'static>, String> {
+    let header = EventHeader::read(bytes).ok_or("shorter than an event header")?;
+    // The format description reads its own footer; the stream's is not used.
+    let event = RawEvent::new(bytes, header, BinlogEventFooter::default())?;
+    event.parse_format_description().map_err(|e| e.to_string())
 }
 
-/// Reads the event at the file's offset with length checks, without consuming the offset.
-fn read_event(current: &mut OpenFile) -> Result<(Event, u8), BinlogError> {
+/// Reads the event at the file's offset into the file's buffer (exactly its bytes) with
+/// length checks, without consuming the offset; returns its type.
+fn read_event(current: &mut OpenFile) -> Result<u8, BinlogError> {
     let corrupt = |reason: String| BinlogError::FileCorrupt {
         path: current.path.clone(),
         offset: current.offset,
         reason,
     };
     let left = current.length - current.offset;
-    if left < EVENT_HEADER_LEN as u64 {
+    if left < HEADER_LEN as u64 {
         return Err(corrupt(format!(
-            "the file is cut inside an event header ({left} of {EVENT_HEADER_LEN} bytes)"
+            "the file is cut inside an event header ({left} of {HEADER_LEN} bytes)"
         )));
     }
-    // One buffer per file, reused for every event (Event::read copies what it keeps).
-    let mut bytes = std::mem::take(&mut current.buffer);
+    let bytes = &mut current.buffer;
     bytes.clear();
-    bytes.resize(EVENT_HEADER_LEN, 0);
+    bytes.resize(HEADER_LEN, 0);
     current
         .reader
-        .read_exact(&mut bytes)
+        .read_exact(bytes)
         .map_err(|e| corrupt(format!("read failed: {e}")))?;
-    let event_type = bytes[4];
-    let size = u64::from(u32::from_le_bytes([
-        bytes[9], bytes[10], bytes[11], bytes[12],
-    ]));
-    if size < EVENT_HEADER_LEN as u64 {
+    let Some(header) = EventHeader::read(bytes) else {
+        return Err(corrupt("the event header could not be read".into()));
+    };
+    let event_type = header.event_type_raw();
+    let size = u64::from(header.event_size());
+    if size < HEADER_LEN as u64 {
         return Err(corrupt(format!(
             "event size {size} is smaller than its header"
         )));
@@ -428,7 +304,11 @@ fn read_event(current: &mut OpenFile) -> Result<(Event, u8), BinlogError> {
                  (binlog format before v4, MySQL before 5.0?)"
             )))
         }
-        Some(format) if !is_format_description && events_carry_checksum(format) && size < 23 => {
+        Some(format)
+            if !is_format_description
+                && carries_checksum(&format.footer())
+                && size < HEADER_LEN as u64 + CHECKSUM_LEN =>
+        {
             return Err(corrupt(format!(
                 "event size {size} leaves no room for its checksum"
             )));
@@ -438,18 +318,7 @@ fn read_event(current: &mut OpenFile) -> Result<(Event, u8), BinlogError> {
     bytes.resize(size as usize, 0);
     current
         .reader
-        .read_exact(&mut bytes[EVENT_HEADER_LEN..])
+        .read_exact(&mut bytes[HEADER_LEN..])
         .map_err(|e| corrupt(format!("read failed: {e}")))?;
-    let placeholder;
-    let format = match &current.format {
-        Some(format) => format,
-        None => {
-            placeholder = FormatDescriptionEvent::new(BinlogVersion::Version4);
-            &placeholder
-        }
-    };
-    let event = Event::read(format, &bytes[..]);
-    current.buffer = bytes;
-    let event = event.map_err(|e| corrupt(format!("event does not parse: {e}")))?;
-    Ok((event, event_type))
+    Ok(event_type)
 }

@@ -39,9 +39,9 @@ pub use internal_events::{
     HeartbeatReceived, InternalEvent, ReaderConnected, RowsDecoded, StreamError,
     TransactionCommitted,
 };
-pub use live::{BinlogReader, ReaderConfig, StartPosition, DEFAULT_READ_AHEAD_EVENTS};
 #[doc(hidden)]
 pub use live::pull_raw_events;
+pub use live::{BinlogReader, ReaderConfig, StartPosition, DEFAULT_READ_AHEAD_EVENTS};
 pub use types::{
     BinlogPosition, ColumnNames, Commit, DateTime, Flavor, Heartbeat, Row, RowChange, RowOperation,
     StreamItem, TableFilter, TableName, Value,

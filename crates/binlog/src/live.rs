@@ -232,8 +232,6 @@ pub struct BinlogReader {
     handed_out_gtids: Option<GtidSet>,
     /// Set once an error was returned: (was it transient, its text).
     failure: Option<(bool, String)>,
-    /// TEMP
-    temp_esr: mysql_common::binlog::EventStreamReader,
 }
 
 impl fmt::Debug for BinlogReader {
@@ -359,7 +357,6 @@ impl BinlogReader {
                 _ => None,
             },
             failure: None,
-            temp_esr: mysql_common::binlog::EventStreamReader::new(mysql_common::binlog::consts::BinlogVersion::Version4),
         };
         // The server answers the dump with its first event or an error (purged position,
         // duplicate server_id, missing grant): surface those from `connect`.
@@ -421,12 +418,6 @@ impl BinlogReader {
                 }
                 continue;
             };
-            // TEMP shim until the decoder takes raw bytes.
-            let event = match self.temp_esr.read(event) {
-                Ok(Some(event)) => event,
-                other => panic!("TEMP shim: {other:?}"),
-            };
-            let event = &event;
             match self.decoder.push(event, &mut self.decoded_items) {
                 Ok(PushOutcome::Consumed) => {
                     self.next_event_index += 1;

@@ -531,3 +531,43 @@ fn every_flipped_bit_of_a_checksummed_file_is_detected() {
         assert!(items.len() < intact.len() || items != intact);
     }
 }
+
+/// Damage inside a compressed transaction that its CRC32 does not catch (the CRC is
+/// recomputed): the decoder's error names the file and the payload event's offset.
+#[test]
+fn an_error_inside_a_compressed_transaction_names_the_file_and_the_payload() {
+    let original = std::fs::read(fixture("transaction_compression.000001")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("transaction_compression.000001");
+    // The TRANSACTION_PAYLOAD event spans bytes 274..431, its CRC32 the last 4.
+    let (payload_start, payload_end) = (274, 431);
+    for index in [payload_start + 19 + 2, payload_end - 12, payload_end - 5] {
+        let mut bytes = original.clone();
+        bytes[index] ^= 0x5a;
+        let crc = crc32fast::hash(&bytes[payload_start..payload_end - 4]);
+        bytes[payload_end - 4..payload_end].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let (items, error) = read_all(&path, TableFilter::all());
+        assert!(items.is_empty(), "byte {index}: {items:?}");
+        match error {
+            Some(BinlogError::InFile {
+                path: reported,
+                source,
+            }) => {
+                assert_eq!(reported, path);
+                let position = match *source {
+                    BinlogError::MalformedEvent { position, .. }
+                    | BinlogError::BrokenTransaction { position, .. }
+                    | BinlogError::RowImageMismatch { position, .. } => position,
+                    other => panic!("byte {index}: unexpected {other}"),
+                };
+                assert_eq!(
+                    position,
+                    BinlogPosition::new("transaction_compression.000001", payload_start as u64),
+                    "byte {index}"
+                );
+            }
+            other => panic!("byte {index}: expected an error in the file, got {other:?}"),
+        }
+    }
+}

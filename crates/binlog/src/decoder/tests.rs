@@ -1,14 +1,16 @@
 //! Decoder tests on synthetic events (the fixture and server tests live in `tests/`).
 
+use mysql_common::proto::MySerialize;
 use std::collections::VecDeque;
 
-use mysql_common::binlog::consts::BinlogVersion;
-use mysql_common::binlog::events::{Event, FormatDescriptionEvent};
+use mysql_common::binlog::consts::TransactionPayloadCompressionType;
+use mysql_common::binlog::events::{BinlogEventFooter, TransactionPayloadEvent};
 
 use super::*;
 
-/// Builds an event from its parts (no checksum: the default format description has none).
-fn event(event_type: u8, log_pos: u32, body: &[u8]) -> Event {
+/// Builds an event from its parts (no checksum: before a format description events carry
+/// none).
+fn event(event_type: u8, log_pos: u32, body: &[u8]) -> Vec<u8> {
     let mut bytes = Vec::new();
     bytes.extend_from_slice(&1_700_000_000u32.to_le_bytes());
     bytes.push(event_type);
@@ -17,8 +19,7 @@ fn event(event_type: u8, log_pos: u32, body: &[u8]) -> Event {
     bytes.extend_from_slice(&log_pos.to_le_bytes());
     bytes.extend_from_slice(&0u16.to_le_bytes());
     bytes.extend_from_slice(body);
-    let fde = FormatDescriptionEvent::new(BinlogVersion::Version4);
-    Event::read(&fde, &bytes[..]).unwrap()
+    bytes
 }
 
 fn query_body(query: &str) -> Vec<u8> {
@@ -41,7 +42,7 @@ fn mariadb_gtid_body(sequence: u64, domain: u32, flags: u8) -> Vec<u8> {
     body
 }
 
-fn push_all(decoder: &mut Decoder, events: &[Event]) -> Result<Vec<StreamItem>, BinlogError> {
+fn push_all(decoder: &mut Decoder, events: &[Vec<u8>]) -> Result<Vec<StreamItem>, BinlogError> {
     let mut out = VecDeque::new();
     for event in events {
         assert_eq!(decoder.push(event, &mut out)?, PushOutcome::Consumed);
@@ -69,13 +70,14 @@ fn artificial_rotate_with_trailing_checksum_yields_the_clean_name() {
     let mut bytes = header;
     bytes.extend_from_slice(&body);
     bytes.extend_from_slice(&crc.to_le_bytes());
-    let fde = FormatDescriptionEvent::new(BinlogVersion::Version4);
-    let rotate = Event::read(&fde, &bytes[..]).unwrap();
+    let header = EventHeader::read(&bytes).unwrap();
+    let view = RawEvent::new(&bytes, header, BinlogEventFooter::default()).unwrap();
     assert_eq!(
-        rotate.data().len(),
+        view.data().len(),
         8 + 18 + 4,
         "the CRC is still in the data"
     );
+    let rotate = bytes.clone();
 
     let mut decoder = Decoder::new(TableFilter::all(), String::new());
     push_all(&mut decoder, &[rotate]).unwrap();
@@ -360,34 +362,39 @@ fn rows_of_unwatched_tables_are_skipped_without_decoding() {
     assert!(matches!(&items[..], [StreamItem::Commit(c)] if c.row_count == 0));
 }
 
-/// An event as `mysql_async` yields the inner events of a TRANSACTION_PAYLOAD: parsed with
-/// checksums switched off.
-fn inner_event(event_type: u8, body: &[u8]) -> Event {
-    use mysql_common::binlog::events::BinlogEventFooter;
-    let mut footer = BinlogEventFooter::default();
-    footer.set_checksum_enabled(false);
-    let fde = FormatDescriptionEvent::new(BinlogVersion::Version4).with_footer(footer);
-    let mut bytes = Vec::new();
-    bytes.extend_from_slice(&1_700_000_000u32.to_le_bytes());
-    bytes.push(event_type);
-    bytes.extend_from_slice(&7u32.to_le_bytes());
-    bytes.extend_from_slice(&((19 + body.len()) as u32).to_le_bytes());
-    bytes.extend_from_slice(&0u32.to_le_bytes());
-    bytes.extend_from_slice(&0u16.to_le_bytes());
-    bytes.extend_from_slice(body);
-    Event::read(&fde, &bytes[..]).unwrap()
+/// An inner event of a compressed transaction: no checksum, no log position.
+fn inner_event(event_type: u8, body: &[u8]) -> Vec<u8> {
+    event(event_type, 0, body)
+}
+
+/// A TRANSACTION_PAYLOAD event ending at `log_pos` that holds `inner` (the inner events'
+/// bytes, concatenated) uncompressed: the same framing and inner decoding as a zstd payload
+/// without a zstd encoder in the unit tests (the fixture tests read a real zstd one).
+fn payload_event(log_pos: u32, inner: &[u8]) -> Vec<u8> {
+    let payload = TransactionPayloadEvent::new(
+        inner.len() as u64,
+        TransactionPayloadCompressionType::NONE,
+        inner.len() as u64,
+        inner,
+    );
+    let mut body = Vec::new();
+    payload.serialize(&mut body);
+    event(code::TRANSACTION_PAYLOAD, log_pos, &body)
 }
 
 #[test]
 fn compressed_transactions_commit_at_the_payload_end_and_must_be_complete() {
     let mut decoder = Decoder::new(TableFilter::all(), "b.000001".into());
+    let inner = [
+        inner_event(code::QUERY, &query_body("BEGIN")),
+        inner_event(code::XID, &1u64.to_le_bytes()),
+    ]
+    .concat();
     let items = push_all(
         &mut decoder,
         &[
             event(code::ANONYMOUS_GTID, 200, &[0u8; 42]),
-            event(code::TRANSACTION_PAYLOAD, 500, &[0u8; 10]),
-            inner_event(code::QUERY, &query_body("BEGIN")),
-            inner_event(code::XID, &1u64.to_le_bytes()),
+            payload_event(500, &inner),
         ],
     )
     .unwrap();
@@ -397,14 +404,56 @@ fn compressed_transactions_commit_at_the_payload_end_and_must_be_complete() {
     );
     assert!(!decoder.in_transaction());
 
-    // The payload's events never came: the next outer event is an error, not a skip.
+    // A payload without its commit: an error naming the payload, not a skip.
+    let mut decoder = Decoder::new(TableFilter::all(), "b.000001".into());
+    let payload = payload_event(500, &inner_event(code::QUERY, &query_body("BEGIN")));
+    let payload_start = 500 - payload.len() as u64;
+    let error = push_all(
+        &mut decoder,
+        &[event(code::ANONYMOUS_GTID, 200, &[0u8; 42]), payload],
+    )
+    .unwrap_err();
+    match error {
+        BinlogError::BrokenTransaction { position, .. } => {
+            assert_eq!(position, BinlogPosition::new("b.000001", payload_start))
+        }
+        other => panic!("unexpected {other}"),
+    }
+
+    // An inner event cut short, and a nested payload: malformed, at the payload's start.
+    for inner in [
+        inner[..inner.len() - 3].to_vec(),
+        inner[..10].to_vec(),
+        inner_event(code::TRANSACTION_PAYLOAD, &[0u8; 4]),
+        inner_event(code::FORMAT_DESCRIPTION, &[0u8; 60]),
+    ] {
+        let mut decoder = Decoder::new(TableFilter::all(), "b.000001".into());
+        let payload = payload_event(900, &inner);
+        let payload_start = 900 - payload.len() as u64;
+        let error = push_all(&mut decoder, &[payload]).unwrap_err();
+        match error {
+            BinlogError::MalformedEvent {
+                event_name: "TRANSACTION_PAYLOAD",
+                position,
+                reason,
+            } => {
+                assert_eq!(position, BinlogPosition::new("b.000001", payload_start));
+                assert!(
+                    reason.contains("inside the compressed transaction"),
+                    "{reason}"
+                );
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+
+    // A payload inside an open transaction.
     let mut decoder = Decoder::new(TableFilter::all(), "b.000001".into());
     let error = push_all(
         &mut decoder,
         &[
-            event(code::ANONYMOUS_GTID, 200, &[0u8; 42]),
-            event(code::TRANSACTION_PAYLOAD, 500, &[0u8; 10]),
-            event(code::ANONYMOUS_GTID, 600, &[0u8; 42]),
+            event(code::QUERY, 300, &query_body("BEGIN")),
+            payload_event(500, &inner),
         ],
     )
     .unwrap_err();
@@ -412,14 +461,219 @@ fn compressed_transactions_commit_at_the_payload_end_and_must_be_complete() {
         matches!(error, BinlogError::BrokenTransaction { .. }),
         "{error}"
     );
+}
 
-    // Inner events without their payload event are an error too.
-    let mut decoder = Decoder::new(TableFilter::all(), "b.000001".into());
-    let error = push_all(&mut decoder, &[inner_event(code::XID, &1u64.to_le_bytes())]).unwrap_err();
+#[test]
+fn an_inner_table_map_that_needs_names_resumes_at_that_inner_event() {
+    let outbox = TableName::new("shop", "outbox");
+    let orders = TableName::new("shop", "orders");
+    let mut decoder = Decoder::new(
+        TableFilter::tables([outbox.clone(), orders.clone()]),
+        "b.000001".into(),
+    );
+    let inner = [
+        inner_event(code::QUERY, &query_body("BEGIN")),
+        inner_event(code::TABLE_MAP, &table_map_body(7, "outbox")),
+        inner_event(code::WRITE_ROWS_V1, &write_rows_body(7, 1, "first")),
+        inner_event(code::TABLE_MAP, &table_map_body(8, "orders")),
+        inner_event(code::WRITE_ROWS_V1, &write_rows_body(8, 2, "second")),
+        inner_event(code::XID, &1u64.to_le_bytes()),
+    ]
+    .concat();
+    let payload = payload_event(1000, &inner);
+    let payload_start = 1000 - payload.len() as u64;
+    let mut out = VecDeque::new();
+    decoder
+        .push(&event(code::ANONYMOUS_GTID, 300, &[0u8; 42]), &mut out)
+        .unwrap();
+    assert_eq!(
+        decoder.push(&payload, &mut out).unwrap(),
+        PushOutcome::NeedColumnNames(outbox.clone())
+    );
+    assert!(out.is_empty());
+    assert!(decoder.in_transaction());
+    // Any other event while the payload waits is a broken stream.
+    let mut copy = Decoder::new(TableFilter::tables([outbox.clone()]), "b.000001".into());
+    copy.push(&event(code::ANONYMOUS_GTID, 300, &[0u8; 42]), &mut out)
+        .unwrap();
+    assert!(matches!(
+        copy.push(&payload, &mut out),
+        Ok(PushOutcome::NeedColumnNames(_))
+    ));
+    let error = copy
+        .push(&event(code::XID, 1100, &1u64.to_le_bytes()), &mut out)
+        .unwrap_err();
     assert!(
         matches!(error, BinlogError::BrokenTransaction { .. }),
         "{error}"
     );
+
+    decoder.set_column_names(&outbox, vec!["id".into(), "body".into()]);
+    // The same event again: the outbox row, then the second map asks.
+    assert_eq!(
+        decoder.push(&payload, &mut out).unwrap(),
+        PushOutcome::NeedColumnNames(orders.clone())
+    );
+    assert_eq!(out.len(), 1, "{out:?}");
+    decoder.set_column_names(&orders, vec!["id".into(), "note".into()]);
+    assert_eq!(
+        decoder.push(&payload, &mut out).unwrap(),
+        PushOutcome::Consumed
+    );
+    assert!(!decoder.in_transaction());
+    let items: Vec<StreamItem> = out.into_iter().collect();
+    match &items[..] {
+        [StreamItem::Row(first), StreamItem::Row(second), StreamItem::Commit(commit)] => {
+            assert_eq!(*first.table, outbox);
+            assert_eq!(
+                first.after.as_ref().unwrap().get("body"),
+                Some(&crate::Value::Text("first".into()))
+            );
+            assert_eq!(*second.table, orders);
+            assert_eq!(
+                second.after.as_ref().unwrap().get("note"),
+                Some(&crate::Value::Text("second".into()))
+            );
+            assert_eq!(
+                first.event_position,
+                BinlogPosition::new("b.000001", payload_start)
+            );
+            assert_eq!(commit.position, BinlogPosition::new("b.000001", 1000));
+            assert_eq!(commit.row_count, 2);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// A FORMAT_DESCRIPTION of a MySQL 8 server with CRC32 checksums, checksummed, ending at
+/// `log_pos`.
+fn crc32_format_description(log_pos: u32) -> Vec<u8> {
+    let mut lengths = vec![0u8; 41];
+    lengths[usize::from(code::TABLE_MAP) - 1] = 8;
+    let fde = FormatDescriptionEvent::new(BinlogVersion::Version4)
+        .with_server_version(&b"8.0.36"[..])
+        .with_event_type_header_lengths(lengths);
+    let mut body = Vec::new();
+    fde.serialize(&mut body);
+    body.push(BinlogChecksumAlg::BINLOG_CHECKSUM_ALG_CRC32 as u8);
+    with_crc32(event(code::FORMAT_DESCRIPTION, log_pos, &body))
+}
+
+/// Appends the CRC32 of `bytes` (whose size field is grown by the 4 bytes).
+fn with_crc32(mut bytes: Vec<u8>) -> Vec<u8> {
+    let size = bytes.len() as u32 + 4;
+    bytes[9..13].copy_from_slice(&size.to_le_bytes());
+    let crc = crc32fast::hash(&bytes);
+    bytes.extend_from_slice(&crc.to_le_bytes());
+    bytes
+}
+
+#[test]
+fn checksums_are_verified_over_the_raw_bytes() {
+    let mut decoder = Decoder::new(TableFilter::all(), "binlog.000001".into());
+    let fde = crc32_format_description(120);
+    let begin = with_crc32(event(code::QUERY, 200, &query_body("BEGIN")));
+    let xid = with_crc32(event(code::XID, 231, &1u64.to_le_bytes()));
+    let items = push_all(&mut decoder, &[fde.clone(), begin.clone(), xid.clone()]).unwrap();
+    assert!(matches!(&items[..], [StreamItem::Commit(c)] if c.position.position == 231));
+    assert_eq!(decoder.flavor(), Some(Flavor::Mysql));
+
+    // One flipped bit anywhere but the checksum itself: a mismatch at the event's start.
+    for index in 0..xid.len() - 4 {
+        if (9..17).contains(&index) {
+            continue; // size and log_pos: framing errors or another position
+        }
+        let mut damaged = xid.clone();
+        damaged[index] ^= 0x10;
+        let mut decoder = Decoder::new(TableFilter::all(), "binlog.000001".into());
+        let error = push_all(&mut decoder, &[fde.clone(), begin.clone(), damaged]).unwrap_err();
+        match error {
+            BinlogError::ChecksumMismatch { position, .. } => {
+                assert_eq!(position, BinlogPosition::new("binlog.000001", 231 - 31))
+            }
+            other => panic!("byte {index}: unexpected {other}"),
+        }
+    }
+
+    // The format description's own CRC ignores the "binlog in use" flag but covers the rest.
+    let mut in_use = fde.clone();
+    in_use[17] |= 0x01;
+    let mut decoder = Decoder::new(TableFilter::all(), "binlog.000001".into());
+    push_all(&mut decoder, &[in_use]).unwrap();
+    let mut damaged = fde.clone();
+    damaged[30] ^= 0x01;
+    let mut decoder = Decoder::new(TableFilter::all(), "binlog.000001".into());
+    let error = push_all(&mut decoder, &[damaged]).unwrap_err();
+    assert!(
+        matches!(error, BinlogError::ChecksumMismatch { .. }),
+        "{error}"
+    );
+
+    // After a CRC32 format description, an event too short for its checksum is malformed.
+    let mut decoder = Decoder::new(TableFilter::all(), "binlog.000001".into());
+    let error = push_all(&mut decoder, &[fde, event(code::STOP, 300, &[])]).unwrap_err();
+    assert!(
+        matches!(error, BinlogError::MalformedEvent { .. }),
+        "{error}"
+    );
+}
+
+#[test]
+fn truncated_or_oversized_events_are_malformed_not_panics() {
+    let xid = event(code::XID, 231, &1u64.to_le_bytes());
+    // Cut short (inside the header too), one byte too many, a size below the header.
+    let mut longer = xid.clone();
+    longer.push(0);
+    let mut tiny_size = xid.clone();
+    tiny_size[9..13].copy_from_slice(&3u32.to_le_bytes());
+    let mut cases: Vec<Vec<u8>> = (0..xid.len()).map(|cut| xid[..cut].to_vec()).collect();
+    cases.extend([longer, tiny_size]);
+    for bytes in cases {
+        let mut decoder =
+            Decoder::new(TableFilter::all(), "binlog.000001".into()).with_start(200, None);
+        let mut out = VecDeque::new();
+        match decoder.push(&bytes, &mut out) {
+            Err(BinlogError::MalformedEvent { position, .. }) => {
+                // Where the event starts: from its header, or without one where the last
+                // event ended.
+                let expected = match EventHeader::read(&bytes) {
+                    Some(header) => 231 - u64::from(header.event_size()),
+                    None => 200,
+                };
+                assert_eq!(position, BinlogPosition::new("binlog.000001", expected));
+            }
+            other => panic!("{} bytes: unexpected {other:?}", bytes.len()),
+        }
+        assert!(out.is_empty());
+    }
+    // Every prefix of a checksummed stream, and random garbage: errors, never panics.
+    let fde = crc32_format_description(120);
+    let begin = with_crc32(event(code::QUERY, 200, &query_body("BEGIN")));
+    let mut state = 0x2545_f491_u32;
+    for len in 0..200 {
+        let garbage: Vec<u8> = (0..len)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                state as u8
+            })
+            .collect();
+        for stream in [&fde, &begin] {
+            let mut decoder = Decoder::new(TableFilter::all(), "binlog.000001".into());
+            let mut out = VecDeque::new();
+            let _ = decoder.push(stream, &mut out);
+            let _ = decoder.push(&garbage, &mut out);
+            for cut in 0..stream.len() {
+                let _ = decoder.push(&stream[..cut], &mut out);
+            }
+        }
+        // Garbage inside a payload too.
+        let mut decoder = Decoder::new(TableFilter::all(), "binlog.000001".into());
+        let mut out = VecDeque::new();
+        let _ = decoder.push(&payload_event(5000, &garbage), &mut out);
+        let _ = decoder.push(&event(code::TRANSACTION_PAYLOAD, 5000, &garbage), &mut out);
+    }
 }
 
 #[test]

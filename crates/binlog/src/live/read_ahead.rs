@@ -106,12 +106,10 @@ impl ReadAhead {
         let (recycled, recycled_receiver) = mpsc::channel(RECYCLED_BATCHES);
         // Named by its tracing span (`tokio::task::Builder` needs `tokio_unstable`).
         let span = tracing::info_span!("task", name = "binlog-read-ahead");
-        let task = tokio::spawn(
-            tracing::Instrument::instrument(
-                pull_events(connection, sender, recycled_receiver),
-                span,
-            ),
-        );
+        let task = tokio::spawn(tracing::Instrument::instrument(
+            pull_events(connection, sender, recycled_receiver),
+            span,
+        ));
         ReadAhead {
             mode: Mode::Task {
                 receiver,

@@ -35,8 +35,8 @@ use mysql_async::{DriverError, Error, IoError, Opts};
 use mysql_common::constants::{CapabilityFlags, Command};
 use mysql_common::io::ParseBuf;
 use mysql_common::packets::{
-    AuthPlugin, AuthSwitchRequest, ComBinlogDump, ComBinlogDumpGtid, ComRegisterSlave,
-    ErrPacket, HandshakePacket, HandshakeResponse, Sid,
+    AuthPlugin, AuthSwitchRequest, ComBinlogDump, ComBinlogDumpGtid, ComRegisterSlave, ErrPacket,
+    HandshakePacket, HandshakeResponse, Sid,
 };
 use mysql_common::proto::MySerialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -434,7 +434,11 @@ impl ReplicationConnection {
                     ));
                 }
                 Some(EOF_PACKET) if packet.payload.len() < 8 => end = Some(StreamEnd::Ended),
-                _ => end = Some(StreamEnd::Failed(unexpected(&self.buffer[packet.payload.clone()]))),
+                _ => {
+                    end = Some(StreamEnd::Failed(unexpected(
+                        &self.buffer[packet.payload.clone()],
+                    )))
+                }
             }
             offset = packet.next;
             if end.is_some() {
@@ -466,9 +470,8 @@ impl ReplicationConnection {
             let Some(header) = self.buffer.get(cursor..cursor + PACKET_HEADER_LEN) else {
                 return Ok(None);
             };
-            let length = usize::from(header[0])
-                | usize::from(header[1]) << 8
-                | usize::from(header[2]) << 16;
+            let length =
+                usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
             let sequence = header[3];
             let expected = self.sequence.wrapping_add(parts as u8);
             if sequence != expected {
@@ -502,8 +505,10 @@ impl ReplicationConnection {
                 let length = usize::from(header[0])
                     | usize::from(header[1]) << 8
                     | usize::from(header[2]) << 16;
-                self.buffer
-                    .copy_within(read + PACKET_HEADER_LEN..read + PACKET_HEADER_LEN + length, write);
+                self.buffer.copy_within(
+                    read + PACKET_HEADER_LEN..read + PACKET_HEADER_LEN + length,
+                    write,
+                );
                 write += length;
                 read += PACKET_HEADER_LEN + length;
             }
@@ -633,7 +638,10 @@ fn unexpected(payload: &[u8]) -> Error {
 /// An error the reader classifies as definite (an `InvalidInput` I/O error: retrying the
 /// same request fails the same way), with `message` as its text.
 fn definite(message: String) -> Error {
-    io_error(std::io::Error::new(std::io::ErrorKind::InvalidInput, message))
+    io_error(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        message,
+    ))
 }
 
 /// An I/O error as the client library reports it.
@@ -714,7 +722,12 @@ mod tests {
         let mut batch = EventBatch::default();
         let end = connection.frame_into(&mut batch);
         assert!(
-            matches!(end, Some(StreamEnd::Failed(Error::Driver(DriverError::PacketOutOfOrder)))),
+            matches!(
+                end,
+                Some(StreamEnd::Failed(Error::Driver(
+                    DriverError::PacketOutOfOrder
+                )))
+            ),
             "{end:?}"
         );
         // The event before the lost packet is still handed out.
@@ -741,10 +754,7 @@ mod tests {
         }
         let mut eof = EventBatch::default();
         let (mut ended, _listener) = framer(packet(1, b"\xFE\x00\x00\x02\x00")).await;
-        assert!(matches!(
-            ended.frame_into(&mut eof),
-            Some(StreamEnd::Ended)
-        ));
+        assert!(matches!(ended.frame_into(&mut eof), Some(StreamEnd::Ended)));
     }
 
     #[tokio::test]
@@ -756,7 +766,9 @@ mod tests {
         let mut batch = EventBatch::default();
         assert!(matches!(
             connection.frame_into(&mut batch),
-            Some(StreamEnd::Failed(Error::Driver(DriverError::PacketTooLarge)))
+            Some(StreamEnd::Failed(Error::Driver(
+                DriverError::PacketTooLarge
+            )))
         ));
     }
 
@@ -867,11 +879,14 @@ NQIDAQAB
     #[tokio::test]
     async fn an_auth_switch_is_answered_with_the_new_plugin_and_nonce() {
         let (url, server) = fake_server(|mut server| async move {
-            server.greet("10.11.6-MariaDB", "mysql_native_password").await;
+            server
+                .greet("10.11.6-MariaDB", "mysql_native_password")
+                .await;
             let _response = server.receive(1).await;
             let nonce = *b"ZYXWVUTSRQPONMLKJIHG";
             let mut switch = Vec::new();
-            AuthSwitchRequest::new(&b"mysql_native_password"[..], &nonce[..]).serialize(&mut switch);
+            AuthSwitchRequest::new(&b"mysql_native_password"[..], &nonce[..])
+                .serialize(&mut switch);
             server.send(2, &switch).await;
             let answer = server.receive(3).await;
             let expected = mysql_common::scramble::scramble_native(&nonce, b"secret").unwrap();
@@ -898,11 +913,16 @@ NQIDAQAB
     #[tokio::test]
     async fn an_unsupported_plugin_is_a_definite_error_naming_it() {
         let (url, server) = fake_server(|mut server| async move {
-            server.greet("10.11.6-MariaDB", "mysql_native_password").await;
+            server
+                .greet("10.11.6-MariaDB", "mysql_native_password")
+                .await;
             let _response = server.receive(1).await;
             let mut switch = Vec::new();
-            AuthSwitchRequest::new(&b"client_ed25519"[..], &b"0123456789abcdef0123456789abcdef"[..])
-                .serialize(&mut switch);
+            AuthSwitchRequest::new(
+                &b"client_ed25519"[..],
+                &b"0123456789abcdef0123456789abcdef"[..],
+            )
+            .serialize(&mut switch);
             server.send(2, &switch).await;
         })
         .await;
