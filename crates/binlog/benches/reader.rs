@@ -114,61 +114,72 @@ async fn first_file(server: &ScratchMariadb) -> String {
     row.get(0).expect("name")
 }
 
+/// Times `pull` (wall clock and this process's CPU) and checks the events it counted: GTID,
+/// TABLE_MAP x2, WRITE_ROWS x2, XID (plus annotations) are at least 6 events per
+/// transaction, so a pull that stopped early cannot pass as fast.
+async fn timed_pull(
+    transactions: usize,
+    pull: impl std::future::Future<Output = u64>,
+) -> (Duration, f64, u64) {
+    let started = Instant::now();
+    let cpu_started = process_cpu_seconds();
+    let events = pull.await;
+    let elapsed = started.elapsed();
+    let cpu = process_cpu_seconds() - cpu_started;
+    assert!(
+        events >= 6 * transactions as u64,
+        "raw pull read only {events} events for {transactions} transactions"
+    );
+    (elapsed, cpu, events)
+}
+
 /// Raw pull: connect, then events from the first file to the end position, nothing decoded.
 /// Counts the events; the decoded side's reader counts its own in its metrics
 /// (`outbox_binlog_events_received_total`, printed per round), which must match.
+/// Timed from connecting, like the decoded run (whose `connect` also checks the server).
 async fn raw_pull(
     server: &ScratchMariadb,
     first: &str,
     end: &(String, u64),
     transactions: usize,
 ) -> (Duration, f64, u64) {
-    // Timed from connecting, like the decoded run (whose `connect` also checks the server).
-    let started = Instant::now();
-    let cpu_started = process_cpu_seconds();
-    let mut conn = server.conn().await.expect("connect");
-    // The same session as the reader's (`open_stream` in src/live.rs): GTID events arrive as
-    // such, so both sides receive the same events (without it MariaDB rewrites the stream
-    // for an old replica and sends 8 instead of 6 events per transaction).
-    conn.query_drop("SET @mariadb_slave_capability=4")
-        .await
-        .expect("slave capability");
-    let mut stream = conn
-        .get_binlog_stream(
-            BinlogStreamRequest::new(next_server_id())
-                .with_filename(first.as_bytes())
-                .with_pos(4),
-        )
-        .await
-        .expect("binlog stream");
-    let mut events = 0u64;
-    let mut file = first.to_owned();
-    while let Some(event) = stream.next().await {
-        let event = event.expect("event");
-        events += 1;
-        let header = event.header();
-        if header.event_type_raw() == 0x04 {
-            // ROTATE: name after the 8-byte position (may carry 4 trailing CRC bytes).
-            let name = &event.data()[8..];
-            file = String::from_utf8_lossy(name)
-                .chars()
-                .take_while(|c| c.is_ascii_graphic())
-                .collect();
+    timed_pull(transactions, async {
+        let mut conn = server.conn().await.expect("connect");
+        // The same session as the reader's (`open_stream` in src/live.rs): GTID events arrive
+        // as such, so both sides receive the same events (without it MariaDB rewrites the
+        // stream for an old replica and sends 8 instead of 6 events per transaction).
+        conn.query_drop("SET @mariadb_slave_capability=4")
+            .await
+            .expect("slave capability");
+        let mut stream = conn
+            .get_binlog_stream(
+                BinlogStreamRequest::new(next_server_id())
+                    .with_filename(first.as_bytes())
+                    .with_pos(4),
+            )
+            .await
+            .expect("binlog stream");
+        let mut events = 0u64;
+        let mut file = first.to_owned();
+        while let Some(event) = stream.next().await {
+            let event = event.expect("event");
+            events += 1;
+            let header = event.header();
+            if header.event_type_raw() == 0x04 {
+                // ROTATE: name after the 8-byte position (may carry 4 trailing CRC bytes).
+                let name = &event.data()[8..];
+                file = String::from_utf8_lossy(name)
+                    .chars()
+                    .take_while(|c| c.is_ascii_graphic())
+                    .collect();
+            }
+            if file == end.0 && u64::from(header.log_pos()) >= end.1 {
+                break;
+            }
         }
-        if file == end.0 && u64::from(header.log_pos()) >= end.1 {
-            break;
-        }
-    }
-    let elapsed = started.elapsed();
-    let cpu = process_cpu_seconds() - cpu_started;
-    drop(stream);
-    // GTID, TABLE_MAP x2, WRITE_ROWS x2, XID (plus annotations): at least 6 events per
-    // transaction, so a pull that stopped early cannot pass as fast.
-    assert!(
-        events >= 6 * transactions as u64,
-        "raw pull read only {events} events for {transactions} transactions"
-    );
-    (elapsed, cpu, events)
+        events
+    })
+    .await
 }
 
 /// Raw pull through the reader's own replication connection (`outbox_binlog::pull_raw_events`:
@@ -180,19 +191,12 @@ async fn own_raw_pull(
     end: &(String, u64),
     transactions: usize,
 ) -> (Duration, f64, u64) {
-    let started = Instant::now();
-    let cpu_started = process_cpu_seconds();
-    let events =
+    timed_pull(transactions, async {
         outbox_binlog::pull_raw_events(&server.url(), next_server_id(), first, &end.0, end.1)
             .await
-            .expect("raw pull through the reader's connection");
-    let elapsed = started.elapsed();
-    let cpu = process_cpu_seconds() - cpu_started;
-    assert!(
-        events >= 6 * transactions as u64,
-        "raw pull read only {events} events for {transactions} transactions"
-    );
-    (elapsed, cpu, events)
+            .expect("raw pull through the reader's connection")
+    })
+    .await
 }
 
 /// Sum of the payload lengths `write_transactions` wrote, which the decoded side must

@@ -148,9 +148,7 @@ impl<'a> RawEvent<'a> {
         }
         let has_checksum = carries_checksum(&footer);
         let data_end = if has_checksum {
-            size.checked_sub(CHECKSUM_LEN)
-                .filter(|end| *end >= HEADER_LEN)
-                .ok_or_else(|| no_room_for_checksum(size))?
+            body_end(size, CHECKSUM_LEN)?
         } else {
             size
         };
@@ -174,14 +172,7 @@ impl<'a> RawEvent<'a> {
         let trailer = BinlogEventFooter::BINLOG_CHECKSUM_ALG_DESC_LEN + CHECKSUM_LEN;
         let (data_end, has_checksum) = match footer.get_checksum_alg() {
             Ok(None) => (bytes.len(), false),
-            _ => (
-                bytes
-                    .len()
-                    .checked_sub(trailer)
-                    .filter(|end| *end >= HEADER_LEN)
-                    .ok_or_else(|| no_room_for_checksum(bytes.len()))?,
-                true,
-            ),
+            _ => (body_end(bytes.len(), trailer)?, true),
         };
         Ok(RawEvent {
             header,
@@ -302,6 +293,15 @@ fn size_mismatch(size: usize, len: usize) -> String {
 #[inline(never)]
 fn no_room_for_checksum(size: usize) -> String {
     format!("event size {size} leaves no room for its checksum")
+}
+
+/// Where the body of a `size`-byte event ends when `trailer` bytes (checksum, and for a
+/// FORMAT_DESCRIPTION its algorithm byte) follow it; an error when they do not fit after the
+/// header.
+fn body_end(size: usize, trailer: usize) -> Result<usize, String> {
+    size.checked_sub(trailer)
+        .filter(|end| *end >= HEADER_LEN)
+        .ok_or_else(|| no_room_for_checksum(size))
 }
 
 #[cfg(test)]
