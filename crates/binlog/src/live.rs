@@ -100,10 +100,10 @@ pub use raw_pull::pull_raw_events;
 
 /// The read-ahead [`BinlogReader::connect`] uses: 0, i.e. events are read inline, in batches,
 /// by the task calling `next_item` (module docs, `# Streaming and memory`). Measured with
-/// `benches/reader.rs` on a shared 2-core machine (crate README), inline and a 4096-event
-/// read-ahead task reached similar throughput (each won some runs) and inline used 10-30%
-/// less client CPU; a read-ahead task ([`BinlogReader::connect_with_read_ahead`]) can pay
-/// off on hosts with idle cores.
+/// `benches/reader.rs` on a 2-core machine (crate README), inline was as fast as or faster
+/// than a 4096-event read-ahead task in every run and used less client CPU (no hand-over
+/// between threads); a read-ahead task ([`BinlogReader::connect_with_read_ahead`]) can pay
+/// off on hosts with idle cores and a slow consumer.
 pub const DEFAULT_READ_AHEAD_EVENTS: usize = 0;
 
 /// How to connect and where to start. See the module docs for what each field does on the

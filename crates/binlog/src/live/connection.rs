@@ -37,6 +37,17 @@ impl ServerEndpoint {
             message: error.to_string(),
         })?;
         let address = format!("{}:{}", parsed.ip_or_hostname(), parsed.tcp_port());
+        if parsed.ssl_opts().is_some() {
+            // Neither the replication connection nor this build of the client library speaks
+            // TLS: refusing here beats a handshake error on every connect.
+            return Err(BinlogError::InvalidReaderConfig {
+                server: address,
+                field: "url".into(),
+                message: "TLS (`require_ssl`) is not supported; connect over a trusted network \
+                          or through a TLS tunnel (e.g. stunnel) on the relay's host"
+                    .into(),
+            });
+        }
         let opts: Opts = OptsBuilder::from_opts(parsed)
             .max_allowed_packet(Some(CLIENT_MAX_ALLOWED_PACKET_BYTES))
             .tcp_keepalive(Some(TCP_KEEPALIVE_INTERVAL))
@@ -217,6 +228,10 @@ mod tests {
             endpoint.opts.max_allowed_packet(),
             Some(CLIENT_MAX_ALLOWED_PACKET_BYTES)
         );
+        let tls =
+            ServerEndpoint::from_url("mysql://u:secret@h:3306/db?require_ssl=true").unwrap_err();
+        assert!(!tls.is_transient());
+        assert!(tls.to_string().contains("TLS"), "{tls}");
         let bad = ServerEndpoint::from_url("postgres://u:secret@h/db").unwrap_err();
         assert!(!bad.is_transient());
         assert!(!bad.to_string().contains("secret"), "{bad}");
