@@ -72,6 +72,10 @@
 //! normally: reconnecting would only kick the other reader off in turn.
 
 mod connection;
+#[cfg(test)]
+mod fake_server;
+#[cfg(test)]
+mod fixture_stream_tests;
 mod raw_pull;
 mod read_ahead;
 mod replication_connection;

@@ -651,6 +651,7 @@ fn io_error(error: std::io::Error) -> Error {
 
 #[cfg(test)]
 mod tests {
+    use super::super::fake_server::{fake_server, packet, OK};
     use super::*;
 
     /// A connection-less framer: the framing functions only touch `buffer` and `sequence`.
@@ -668,13 +669,6 @@ mod tests {
             needed: 0,
         };
         (connection, listener)
-    }
-
-    fn packet(sequence: u8, payload: &[u8]) -> Vec<u8> {
-        let mut bytes = Vec::new();
-        push_header(&mut bytes, payload.len(), sequence);
-        bytes.extend_from_slice(payload);
-        bytes
     }
 
     #[tokio::test]
@@ -771,67 +765,6 @@ mod tests {
             )))
         ));
     }
-
-    /// A test server's side of the protocol: whole packets in and out.
-    struct FakeServer {
-        socket: TcpStream,
-    }
-
-    impl FakeServer {
-        async fn send(&mut self, sequence: u8, payload: &[u8]) {
-            self.socket
-                .write_all(&packet(sequence, payload))
-                .await
-                .unwrap();
-        }
-
-        async fn receive(&mut self, sequence: u8) -> Vec<u8> {
-            let mut header = [0u8; 4];
-            self.socket.read_exact(&mut header).await.unwrap();
-            assert_eq!(header[3], sequence, "client packet sequence");
-            let length = u32::from_le_bytes([header[0], header[1], header[2], 0]) as usize;
-            let mut payload = vec![0u8; length];
-            self.socket.read_exact(&mut payload).await.unwrap();
-            payload
-        }
-
-        /// Sends the greeting announcing `plugin`; returns the nonce.
-        async fn greet(&mut self, version: &str, plugin: &str) -> Vec<u8> {
-            use mysql_common::constants::StatusFlags;
-            let greeting = HandshakePacket::new(
-                10,
-                version.as_bytes(),
-                7,
-                *b"abcdefgh",
-                Some(&b"ijklmnopqrst\0"[..]),
-                client_capabilities() | CapabilityFlags::CLIENT_CONNECT_WITH_DB,
-                45,
-                StatusFlags::empty(),
-                Some(plugin.as_bytes()),
-            );
-            let mut bytes = Vec::new();
-            greeting.serialize(&mut bytes);
-            self.send(0, &bytes).await;
-            b"abcdefghijklmnopqrst".to_vec()
-        }
-    }
-
-    /// Starts a fake server running `script` and returns the URL to reach it.
-    async fn fake_server<F, Fut>(script: F) -> (String, tokio::task::JoinHandle<()>)
-    where
-        F: FnOnce(FakeServer) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = ()> + Send,
-    {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let task = tokio::spawn(async move {
-            let (socket, _) = listener.accept().await.unwrap();
-            script(FakeServer { socket }).await;
-        });
-        (format!("mysql://relay:secret@127.0.0.1:{port}"), task)
-    }
-
-    const OK: &[u8] = &[0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00];
 
     /// A 2048-bit RSA public key, as a MySQL 8 server sends it for full authentication.
     const SERVER_PUBLIC_KEY: &str = "-----BEGIN PUBLIC KEY-----
