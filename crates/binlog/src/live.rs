@@ -37,7 +37,8 @@
 //!
 //! One event is decoded at a time; a transaction of any size is never buffered as a whole.
 //! The idle timer runs only while `next_item` waits with nothing buffered (at most one timer
-//! per batch, none per event).
+//! per socket read, none per event) and measures silence: it restarts with every read, so a
+//! large event that takes longer than `idle_timeout` to arrive still gets through.
 //!
 //! # Cancellation
 //! [`BinlogReader::next_item`] is cancel-safe: it may be dropped at any `.await` (e.g. in a
@@ -126,10 +127,10 @@ pub struct ReaderConfig {
     /// How often an idle server sends a heartbeat (`@master_heartbeat_period`). Must be
     /// shorter than `idle_timeout`.
     pub heartbeat_interval: Duration,
-    /// With no event and no heartbeat for this long, the connection is presumed dead and
-    /// `next_item` fails with the transient [`BinlogError::IdleTimeout`]. The limit covers
-    /// receiving one whole event, so it must also exceed the transfer time of the largest
-    /// row event (e.g. a 64 MiB row on a 10 MiB/s link needs more than 7 s).
+    /// With not a byte from the server (no event, no heartbeat) for this long, the
+    /// connection is presumed dead and `next_item` fails with the transient
+    /// [`BinlogError::IdleTimeout`]. The timer restarts with every socket read, so a large
+    /// row event arriving slowly over a slow link is not silence.
     pub idle_timeout: Duration,
     /// Limit for connecting, the startup queries, and the server's first answer to the dump.
     pub connect_timeout: Duration,
@@ -338,7 +339,7 @@ impl BinlogReader {
             connect_timeout,
             idle_timeout: config.idle_timeout,
             identity,
-            read_ahead: ReadAhead::new(stream, read_ahead_events),
+            read_ahead: ReadAhead::new(stream, read_ahead_events, config.idle_timeout),
             read_ahead_batch: EventBatch::default(),
             next_event_index: 0,
             items_handed_out: ItemsHandedOut::default(),

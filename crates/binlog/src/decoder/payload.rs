@@ -48,7 +48,11 @@ pub(crate) fn decompress(
         ));
     }
     into.clear();
-    into.reserve(usize::try_from(declared).unwrap_or(0));
+    // The declared size is not trusted with memory before anything decompressed: reserve
+    // at most 16 times the compressed bytes (zstd on row events), `read_to_end` grows the
+    // rest; the exact size is checked below.
+    let plausible = event.data().len().saturating_mul(16).max(64 * 1024);
+    into.reserve(usize::try_from(declared).unwrap_or(0).min(plausible));
     payload
         .decompressed()
         .map_err(|e| format!("cannot decompress the transaction: {e}"))?

@@ -110,7 +110,10 @@ async fn stream_through_fake_mysql(name: &str, events: Vec<Vec<u8>>) -> Vec<Stre
     let mut items = VecDeque::new();
     let mut batch = EventBatch::default();
     loop {
-        let end = connection.read_batch(&mut batch).await.unwrap();
+        let end = connection
+            .read_batch(&mut batch, std::time::Duration::from_secs(10))
+            .await
+            .unwrap();
         for index in 0..batch.len() {
             let event = batch.get(index).unwrap();
             assert_eq!(

@@ -3,9 +3,16 @@
 //! (`#[doc(hidden)]`): it exists so `benches/reader.rs` can measure what decoding adds on
 //! top of the connection itself, next to the `mysql_async` raw pull.
 
-use super::replication_connection::{DumpStart, EventBatch, ReplicationConnection, StreamEnd};
+use std::time::Duration;
+
+use super::replication_connection::{
+    DumpStart, EventBatch, ReadFailure, ReplicationConnection, StreamEnd,
+};
 use super::ServerEndpoint;
 use crate::BinlogError;
+
+/// The pull fails when the server sends nothing for this long.
+const RAW_PULL_IDLE_LIMIT: Duration = Duration::from_secs(60);
 
 /// Event type code of ROTATE.
 const ROTATE: u8 = 0x04;
@@ -46,7 +53,17 @@ pub async fn pull_raw_events(
     let mut file = first_file.to_owned();
     let mut events = 0_u64;
     loop {
-        let end = connection.read_batch(&mut batch).await.map_err(failed)?;
+        let end = match connection.read_batch(&mut batch, RAW_PULL_IDLE_LIMIT).await {
+            Ok(end) => end,
+            Err(ReadFailure::Connection(error)) => return Err(failed(error)),
+            Err(ReadFailure::Idle) => {
+                return Err(BinlogError::IdleTimeout {
+                    server: endpoint.address.clone(),
+                    position: file,
+                    waited: RAW_PULL_IDLE_LIMIT,
+                })
+            }
+        };
         for index in 0..batch.len() {
             let Some(event) = batch.get(index) else {
                 break;

@@ -30,7 +30,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::replication_connection::{EventBatch, ReplicationConnection, StreamEnd};
+use super::replication_connection::{EventBatch, ReadFailure, ReplicationConnection, StreamEnd};
 use crate::internal_events::{BinlogEventsReceived, InternalEvent};
 
 /// How many events a batch of the read-ahead task is assumed to hold when turning
@@ -50,6 +50,10 @@ pub(crate) enum ReadAheadMessage {
     /// The server ended the stream; nothing follows.
     Ended,
 }
+
+/// What goes through the read-ahead task's channel: a message, or, as its last one, that no
+/// byte arrived for the task's idle timeout.
+type TaskMessage = Result<ReadAheadMessage, IdleTimeoutElapsed>;
 
 /// Where the reader's batches come from: its own task (read-ahead) or the reader's task
 /// itself (inline, `read_ahead_events == 0`).
@@ -73,8 +77,8 @@ enum Mode {
     },
     /// A spawned task reads ahead into a channel.
     Task {
-        /// Batches, then possibly one final error or end.
-        receiver: mpsc::Receiver<ReadAheadMessage>,
+        /// Batches, then possibly one final error, end or idle timeout.
+        receiver: mpsc::Receiver<TaskMessage>,
         /// Decoded batches going back to the task to be refilled (no allocation per batch).
         recycled: mpsc::Sender<EventBatch>,
         /// The task, aborted on drop so the replication connection closes with the reader
@@ -90,8 +94,13 @@ pub(crate) struct IdleTimeoutElapsed;
 impl ReadAhead {
     /// Reads `connection` inline when `read_ahead_events` is 0; otherwise spawns the task on
     /// the current tokio runtime, keeping about `read_ahead_events` events ahead of the
-    /// consumer (see the module docs).
-    pub(crate) fn new(connection: ReplicationConnection, read_ahead_events: usize) -> ReadAhead {
+    /// consumer (see the module docs); the task gives up after `idle_timeout` without a
+    /// byte from the server.
+    pub(crate) fn new(
+        connection: ReplicationConnection,
+        read_ahead_events: usize,
+        idle_timeout: Duration,
+    ) -> ReadAhead {
         if read_ahead_events == 0 {
             return ReadAhead {
                 mode: Mode::Inline {
@@ -107,7 +116,7 @@ impl ReadAhead {
         // Named by its tracing span (`tokio::task::Builder` needs `tokio_unstable`).
         let span = tracing::info_span!("task", name = "binlog-read-ahead");
         let task = tokio::spawn(tracing::Instrument::instrument(
-            pull_events(connection, sender, recycled_receiver),
+            pull_events(connection, sender, recycled_receiver, idle_timeout),
             span,
         ));
         ReadAhead {
@@ -130,25 +139,27 @@ impl ReadAhead {
         }
     }
 
-    /// The next message, waiting at most `idle_timeout` when nothing is buffered (one
-    /// timer per wait, none when a batch is ready). `Ok(None)` when the task is gone
-    /// (aborted or panicked) without a final message. Cancel-safe: dropped while waiting,
-    /// it loses nothing (the channel's `recv`, or the connection's read, which keeps read
-    /// bytes in the connection's buffer until they are framed into a batch).
+    /// The next message. Fails with [`IdleTimeoutElapsed`] when no byte arrived for
+    /// `idle_timeout` (inline: this call's limit, timed per socket read, so a large event
+    /// arriving slowly is not idle; task: the task's own limit from [`ReadAhead::new`]).
+    /// No timer runs when a batch is ready. `Ok(None)` when the task is gone (aborted or
+    /// panicked) without a final message. Cancel-safe: dropped while waiting, it loses
+    /// nothing (the channel's `recv`, or the connection's read, which keeps read bytes in
+    /// the connection's buffer until they are framed into a batch).
     pub(crate) async fn next_message(
         &mut self,
         idle_timeout: Duration,
     ) -> Result<Option<ReadAheadMessage>, IdleTimeoutElapsed> {
         match &mut self.mode {
-            Mode::Task { receiver, .. } => match receiver.try_recv() {
-                Ok(message) => Ok(Some(message)),
-                Err(mpsc::error::TryRecvError::Disconnected) => Ok(None),
-                Err(mpsc::error::TryRecvError::Empty) => {
-                    tokio::time::timeout(idle_timeout, receiver.recv())
-                        .await
-                        .map_err(|_| IdleTimeoutElapsed)
-                }
-            },
+            Mode::Task { receiver, .. } => {
+                let message = match receiver.try_recv() {
+                    Ok(message) => Some(message),
+                    Err(mpsc::error::TryRecvError::Disconnected) => None,
+                    // The task measures silence; waiting here needs no timer of its own.
+                    Err(mpsc::error::TryRecvError::Empty) => receiver.recv().await,
+                };
+                message.transpose()
+            }
             Mode::Inline {
                 connection,
                 spare,
@@ -158,28 +169,15 @@ impl ReadAhead {
                     return Ok(Some(final_message));
                 }
                 let mut batch = std::mem::take(spare);
-                // What already arrived first, without a timer; then wait.
-                let read = match connection.try_read_batch(&mut batch) {
-                    Ok(None) if batch.is_empty() => {
-                        match tokio::time::timeout(idle_timeout, connection.read_batch(&mut batch))
-                            .await
-                        {
-                            Ok(read) => read,
-                            Err(_) => {
-                                *spare = batch;
-                                return Err(IdleTimeoutElapsed);
-                            }
-                        }
-                    }
-                    other => other,
-                };
+                let read = read_next_batch(connection, &mut batch, idle_timeout).await;
                 let final_message = final_message_of(read);
                 if batch.is_empty() {
                     *spare = batch;
-                    return Ok(final_message);
+                    return final_message;
                 }
                 count(&batch);
-                *pending_final = final_message;
+                // A read that brought events never timed out.
+                *pending_final = final_message.ok().flatten();
                 Ok(Some(ReadAheadMessage::Events(batch)))
             }
         }
@@ -194,14 +192,32 @@ impl Drop for ReadAhead {
     }
 }
 
-/// The message that ends the stream after a batch, if the read ended it.
+/// Reads the next batch: what already arrived first, without a timer; then waits (the idle
+/// timer restarting with every socket read).
+async fn read_next_batch(
+    connection: &mut ReplicationConnection,
+    batch: &mut EventBatch,
+    idle_timeout: Duration,
+) -> Result<Option<StreamEnd>, ReadFailure> {
+    match connection.try_read_batch(batch) {
+        Ok(None) if batch.is_empty() => connection.read_batch(batch, idle_timeout).await,
+        Ok(end) => Ok(end),
+        Err(error) => Err(ReadFailure::Connection(error)),
+    }
+}
+
+/// The message that ends the stream after a batch, if the read ended it (or the idle
+/// timeout).
 fn final_message_of(
-    read: Result<Option<StreamEnd>, mysql_async::Error>,
-) -> Option<ReadAheadMessage> {
+    read: Result<Option<StreamEnd>, ReadFailure>,
+) -> Result<Option<ReadAheadMessage>, IdleTimeoutElapsed> {
     match read {
-        Ok(None) => None,
-        Ok(Some(StreamEnd::Ended)) => Some(ReadAheadMessage::Ended),
-        Ok(Some(StreamEnd::Failed(error))) | Err(error) => Some(ReadAheadMessage::Failed(error)),
+        Ok(None) => Ok(None),
+        Ok(Some(StreamEnd::Ended)) => Ok(Some(ReadAheadMessage::Ended)),
+        Ok(Some(StreamEnd::Failed(error))) | Err(ReadFailure::Connection(error)) => {
+            Ok(Some(ReadAheadMessage::Failed(error)))
+        }
+        Err(ReadFailure::Idle) => Err(IdleTimeoutElapsed),
     }
 }
 
@@ -217,21 +233,25 @@ fn count(batch: &EventBatch) {
 /// The task: reads batches and sends them, until the stream ends or nobody listens.
 async fn pull_events(
     mut connection: ReplicationConnection,
-    sender: mpsc::Sender<ReadAheadMessage>,
+    sender: mpsc::Sender<TaskMessage>,
     mut recycled: mpsc::Receiver<EventBatch>,
+    idle_timeout: Duration,
 ) {
     loop {
         let mut batch = recycled.try_recv().unwrap_or_default();
-        // No timeout: the consumer measures silence (`idle_timeout`) while it waits.
-        let read = connection.read_batch(&mut batch).await;
+        let read = read_next_batch(&mut connection, &mut batch, idle_timeout).await;
         let final_message = final_message_of(read);
         if !batch.is_empty() {
             count(&batch);
-            if sender.send(ReadAheadMessage::Events(batch)).await.is_err() {
+            if sender
+                .send(Ok(ReadAheadMessage::Events(batch)))
+                .await
+                .is_err()
+            {
                 return;
             }
         }
-        if let Some(final_message) = final_message {
+        if let Some(final_message) = final_message.transpose() {
             // Nobody may be listening any more; the task ends either way.
             let _ = sender.send(final_message).await;
             return;

@@ -30,6 +30,7 @@
 //!   larger than the client's `max_allowed_packet` (1 GiB) is `PacketTooLarge`.
 
 use std::ops::Range;
+use std::time::Duration;
 
 use mysql_async::{DriverError, Error, IoError, Opts};
 use mysql_common::constants::{CapabilityFlags, Command};
@@ -142,6 +143,16 @@ impl EventBatch {
     }
 }
 
+/// Why [`ReplicationConnection::read_batch`] returned no batch.
+#[derive(Debug)]
+pub(crate) enum ReadFailure {
+    /// No byte arrived for the whole idle timeout (a large event still arriving in pieces
+    /// is not idle).
+    Idle,
+    /// The connection failed (I/O error, closed by the server).
+    Connection(Error),
+}
+
 /// What ended a batch, besides a full buffer or nothing more to read yet.
 #[derive(Debug)]
 pub(crate) enum StreamEnd {
@@ -164,9 +175,9 @@ pub(crate) struct ReplicationConnection {
     /// Largest logical packet accepted (the client's `max_allowed_packet`).
     max_packet: usize,
     /// How many bytes `buffer` must hold to complete the packet part it ends in, once that
-    /// part's header arrived (0 otherwise): a large event then grows the buffer once to its
-    /// size instead of doubling it step by step (each step a copy, the last one up to twice
-    /// the event's size).
+    /// part's header arrived (0 otherwise): an event below 16 MiB then grows the buffer once
+    /// to its size instead of doubling it step by step (each step a copy); an event in
+    /// several 16 MiB parts grows it geometrically (the total is not known up front).
     needed: usize,
 }
 
@@ -197,7 +208,10 @@ impl ReplicationConnection {
             buffer: Vec::with_capacity(READ_CHUNK),
             sequence: 0,
             capabilities: CapabilityFlags::empty(),
-            max_packet: opts.max_allowed_packet().unwrap_or(1 << 30),
+            // The dump stream's packets carry one status byte before the event, so the
+            // largest event the server may send (`max_allowed_packet` itself) is one byte
+            // more on the wire.
+            max_packet: opts.max_allowed_packet().unwrap_or(1 << 30) + 1,
             needed: 0,
         };
         connection.authenticate(opts).await?;
@@ -214,7 +228,12 @@ impl ReplicationConnection {
         }
         let handshake = ParseBuf(&greeting)
             .parse::<HandshakePacket>(())
-            .map_err(io_error)?;
+            .map_err(|error| {
+                definite(format!(
+                    "the server's greeting is not a MySQL handshake ({error}): is this the \
+                     server's MySQL port?"
+                ))
+            })?;
         let mut nonce = handshake.scramble_1_ref().to_vec();
         nonce.extend_from_slice(handshake.scramble_2_ref().unwrap_or(&[]));
         // The 20 scramble bytes; the server's zero terminator is not part of them.
@@ -254,9 +273,16 @@ impl ReplicationConnection {
                 }
                 (Some(EOF_PACKET), _) if !switched => {
                     switched = true;
-                    let request = ParseBuf(&packet)
-                        .parse::<AuthSwitchRequest>(())
-                        .map_err(io_error)?;
+                    let request =
+                        ParseBuf(&packet)
+                            .parse::<AuthSwitchRequest>(())
+                            .map_err(|error| {
+                                definite(format!(
+                                    "the server's authentication switch request does not \
+                                     parse ({error}); old-style (pre-4.1) password \
+                                     authentication is not supported"
+                                ))
+                            })?;
                     nonce = request.plugin_data().to_vec();
                     plugin = request.auth_plugin().clone().into_owned();
                     let data = match &plugin {
@@ -359,18 +385,26 @@ impl ReplicationConnection {
 
     /// Waits until at least one event (or the end of the stream) can be handed out, then puts
     /// every complete event read so far into `batch` (emptied first). Returns what ended the
-    /// stream, if it ended after these events. Cancel-safe (module docs).
+    /// stream, if it ended after these events. Fails with [`ReadFailure::Idle`] only when no
+    /// byte at all arrived for `idle_timeout`: the timer restarts with every read, so an
+    /// event larger than what the link carries in `idle_timeout` still gets through.
+    /// Cancel-safe (module docs).
     pub(crate) async fn read_batch(
         &mut self,
         batch: &mut EventBatch,
-    ) -> Result<Option<StreamEnd>, Error> {
+        idle_timeout: Duration,
+    ) -> Result<Option<StreamEnd>, ReadFailure> {
         batch.clear();
         loop {
             let end = self.frame_into(batch);
             if !batch.is_empty() || end.is_some() {
                 return Ok(end);
             }
-            self.read_more().await?;
+            match tokio::time::timeout(idle_timeout, self.read_more()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => return Err(ReadFailure::Connection(error)),
+                Err(_elapsed) => return Err(ReadFailure::Idle),
+            }
         }
     }
 
@@ -523,12 +557,19 @@ impl ReplicationConnection {
         }))
     }
 
-    /// Makes room for the next socket read: at least half a `READ_CHUNK`, and all of an
-    /// unfinished packet whose size is known.
+    /// Makes room for the next socket read: at least half a `READ_CHUNK`, and all of the
+    /// unfinished packet part whose size is known (see `needed`).
     fn reserve_for_read(&mut self) {
         let missing = self.needed.saturating_sub(self.buffer.len());
         let free = self.buffer.capacity() - self.buffer.len();
-        if free < missing.max(READ_CHUNK / 2) {
+        if free >= missing.max(READ_CHUNK / 2) {
+            return;
+        }
+        if missing > 0 && self.needed > MAX_PHYSICAL_PAYLOAD {
+            // Later parts of a logical packet of 16 MiB or more: at least double, so a
+            // 1 GiB event costs a few reallocations, not one per 16 MiB part.
+            self.buffer.reserve(missing);
+        } else {
             self.buffer.reserve_exact(missing.max(READ_CHUNK));
         }
     }
@@ -669,6 +710,38 @@ mod tests {
             needed: 0,
         };
         (connection, listener)
+    }
+
+    #[tokio::test]
+    async fn a_large_event_arriving_slowly_is_not_idle_but_silence_is() {
+        let (mut connection, listener) = framer(Vec::new()).await;
+        let (mut server, _) = listener.accept().await.unwrap();
+        let mut payload = vec![0u8];
+        payload.extend((0..2_000_000).map(|i| (i % 253) as u8));
+        let bytes = packet(1, &payload);
+        // 2 MB in 100 KB pieces every 50 ms: about a second in all, more than twice the
+        // 400 ms idle timeout, but never 400 ms without a byte.
+        let writer = tokio::spawn(async move {
+            for piece in bytes.chunks(100_000) {
+                server.write_all(piece).await.unwrap();
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            server
+        });
+        let idle = std::time::Duration::from_millis(400);
+        let mut batch = EventBatch::default();
+        let end = connection.read_batch(&mut batch, idle).await.unwrap();
+        assert!(end.is_none());
+        assert_eq!(batch.len(), 1);
+        assert_eq!(batch.get(0), Some(&payload[1..]));
+        // Then the server falls silent (the socket stays open): idle after the timeout.
+        let _server = writer.await.unwrap();
+        let started = std::time::Instant::now();
+        assert!(matches!(
+            connection.read_batch(&mut batch, idle).await,
+            Err(ReadFailure::Idle)
+        ));
+        assert!(started.elapsed() >= idle);
     }
 
     #[tokio::test]
