@@ -326,7 +326,7 @@ impl BinlogReader {
         }
         .emit();
 
-        let (stream, start_file) = tokio::time::timeout(
+        let (connection, start_file) = tokio::time::timeout(
             connect_timeout,
             open_stream(&endpoint, &config, flavor, &resolved, &requested),
         )
@@ -339,7 +339,7 @@ impl BinlogReader {
             connect_timeout,
             idle_timeout: config.idle_timeout,
             identity,
-            read_ahead: ReadAhead::new(stream, read_ahead_events, config.idle_timeout),
+            read_ahead: ReadAhead::new(connection, read_ahead_events, config.idle_timeout),
             read_ahead_batch: EventBatch::default(),
             next_event_index: 0,
             items_handed_out: ItemsHandedOut::default(),
