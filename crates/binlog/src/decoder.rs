@@ -52,6 +52,7 @@ use std::sync::Arc;
 use mysql_common::binlog::consts::{BinlogChecksumAlg, BinlogVersion};
 use mysql_common::binlog::events::{FormatDescriptionEvent, GtidEvent, QueryEvent};
 
+pub(crate) use self::events::parse_rotate;
 pub(crate) use self::raw_event::{carries_checksum, EventHeader, RawEvent, HEADER_LEN};
 
 use self::events::{code, event_name};

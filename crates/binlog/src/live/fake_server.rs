@@ -13,8 +13,8 @@ pub(crate) const OK: &[u8] = &[0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00];
 
 /// `payload` as one packet with `sequence`.
 pub(crate) fn packet(sequence: u8, payload: &[u8]) -> Vec<u8> {
-    let length = u32::try_from(payload.len()).unwrap().to_le_bytes();
-    let mut bytes = vec![length[0], length[1], length[2], sequence];
+    let mut bytes = Vec::with_capacity(4 + payload.len());
+    super::replication_connection::push_header(&mut bytes, payload.len(), sequence);
     bytes.extend_from_slice(payload);
     bytes
 }

@@ -9,6 +9,7 @@ use super::replication_connection::{
     DumpStart, EventBatch, ReadFailure, ReplicationConnection, StreamEnd,
 };
 use super::ServerEndpoint;
+use crate::decoder::{parse_rotate, EventHeader, HEADER_LEN};
 use crate::BinlogError;
 
 /// The pull fails when the server sends nothing for this long.
@@ -18,8 +19,7 @@ const RAW_PULL_IDLE_LIMIT: Duration = Duration::from_secs(60);
 const ROTATE: u8 = 0x04;
 
 /// Streams from `first_file`:4 until an event ends at or after `end_file`:`end_position`
-/// and returns how many events arrived. The server must log with `binlog_checksum=CRC32`
-/// (its default): rotate events are read as name + checksum.
+/// and returns how many events arrived.
 #[doc(hidden)]
 pub async fn pull_raw_events(
     url: &str,
@@ -69,20 +69,17 @@ pub async fn pull_raw_events(
                 break;
             };
             events += 1;
-            let (Some(&event_type), Some(log_pos)) = (event.get(4), event.get(13..17)) else {
+            // The decoder's header and rotate parsers (the rotate's trailing CRC32 is
+            // stripped only when it verifies).
+            let Some(header) = EventHeader::read(event) else {
                 continue;
             };
-            if event_type == ROTATE {
-                // Body: 8-byte position, then the name, then the 4-byte checksum.
-                let name = event.get(27..event.len().saturating_sub(4)).unwrap_or(&[]);
-                file = String::from_utf8_lossy(name)
-                    .chars()
-                    .take_while(char::is_ascii_graphic)
-                    .collect();
+            if header.event_type_raw() == ROTATE {
+                if let Some((_, name)) = parse_rotate(&event[..HEADER_LEN], &event[HEADER_LEN..]) {
+                    file = name;
+                }
             }
-            let log_pos = u64::from(u32::from_le_bytes([
-                log_pos[0], log_pos[1], log_pos[2], log_pos[3],
-            ]));
+            let log_pos = u64::from(header.log_pos());
             if file == end_file && log_pos >= end_position {
                 return Ok(events);
             }

@@ -504,8 +504,7 @@ impl ReplicationConnection {
             let Some(header) = self.buffer.get(cursor..cursor + PACKET_HEADER_LEN) else {
                 return Ok(None);
             };
-            let length =
-                usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16;
+            let length = part_length(header);
             let sequence = header[3];
             let expected = self.sequence.wrapping_add(parts as u8);
             if sequence != expected {
@@ -535,10 +534,7 @@ impl ReplicationConnection {
             let mut write = payload_start + MAX_PHYSICAL_PAYLOAD;
             let mut read = write;
             for _ in 1..parts {
-                let header = &self.buffer[read..read + PACKET_HEADER_LEN];
-                let length = usize::from(header[0])
-                    | usize::from(header[1]) << 8
-                    | usize::from(header[2]) << 16;
+                let length = part_length(&self.buffer[read..read + PACKET_HEADER_LEN]);
                 self.buffer.copy_within(
                     read + PACKET_HEADER_LEN..read + PACKET_HEADER_LEN + length,
                     write,
@@ -638,8 +634,13 @@ struct FramedPacket {
     next: usize,
 }
 
+/// The payload length a 4-byte packet header states (3 bytes, little-endian).
+fn part_length(header: &[u8]) -> usize {
+    usize::from(header[0]) | usize::from(header[1]) << 8 | usize::from(header[2]) << 16
+}
+
 /// Appends a packet header.
-fn push_header(bytes: &mut Vec<u8>, length: usize, sequence: u8) {
+pub(super) fn push_header(bytes: &mut Vec<u8>, length: usize, sequence: u8) {
     let length = u32::try_from(length).unwrap_or(u32::MAX).to_le_bytes();
     bytes.extend_from_slice(&[length[0], length[1], length[2], sequence]);
 }
