@@ -1,33 +1,50 @@
 #!/usr/bin/env bash
-# The whole test suite, on a fresh machine: installs what the tests need (MariaDB server
-# binaries, the Tansu Kafka-protocol broker), then runs every test of the workspace.
-# Tests start their own scratch MariaDB and broker processes on free loopback ports; the
-# machine's own MariaDB service (if any, on 3306) is never touched.
+# The whole test suite, on a fresh machine: installs what the tests need, then runs every
+# test of the workspace.
+#   - MariaDB server binaries (apt-get) for the scratch MariaDB servers;
+#   - a JRE and Maven (apt-get) when `java` / `mvn` are missing;
+#   - the jars of Apache Kafka 4.4.0 (broker, tools), the Kafka Connect worker and Debezium
+#     3.6.1.Final (Maven Central, via scripts/fetch-jars.sh, cached outside the work tree).
+# Tests start their own scratch MariaDB servers, Kafka brokers and Connect workers on free
+# loopback ports; the machine's own services (if any) are never touched.
 #
-# Usage: scripts/test.sh [extra cargo test args]
+# Usage: scripts/test.sh [--quick] [extra cargo test args]
+#   --quick   unit tests only (library and binary targets): no MariaDB, Kafka or Java needed
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TANSU_VERSION=0.6.0
 export PATH="$HOME/.cargo/bin:$PATH"
 
 log() { printf '\n==> %s\n' "$*"; }
 
+if [ "${1:-}" = "--quick" ]; then
+  shift
+  log "cargo test --workspace --lib --bins (unit tests only)"
+  exec cargo test --workspace --lib --bins "$@"
+fi
+
+apt_packages=()
 # 1. MariaDB server binaries (mariadbd, mariadb-install-db).
 if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
-  log "installing mariadb-server (apt-get)"
+  apt_packages+=(mariadb-server mariadb-client)
+fi
+# 2. A JRE for Kafka and Kafka Connect, Maven for their jars.
+command -v java >/dev/null 2>&1 || apt_packages+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null 2>&1 || apt_packages+=(maven)
+if [ ${#apt_packages[@]} -gt 0 ]; then
+  log "installing ${apt_packages[*]} (apt-get)"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq mariadb-server mariadb-client >/dev/null
+  apt-get install -y -qq "${apt_packages[@]}" >/dev/null
 fi
 
-# 2. Tansu broker (built once from crates.io; ~20-30 min on 2 cores).
-if ! tansu --version 2>/dev/null | grep -q "$TANSU_VERSION"; then
-  log "installing tansu $TANSU_VERSION (cargo install; this takes a while the first time)"
-  cargo install "tansu@$TANSU_VERSION" --locked --features dynostore
-fi
-log "tools: $(/usr/sbin/mariadbd --version 2>/dev/null || mariadbd --version) | $(tansu --version)"
+# 3. The jars (the first time on a machine: about a minute of Maven downloads).
+log "resolving the Kafka, Kafka Connect and Debezium jars (scripts/fetch-jars.sh)"
+started=$(date +%s)
+scripts/fetch-jars.sh
+log "jars ready in $(( $(date +%s) - started )) s"
+log "tools: $(/usr/sbin/mariadbd --version 2>/dev/null || mariadbd --version) | $(java -version 2>&1 | head -1)"
 
-# 3. The test suite (unit, property, fixture and integration tests).
+# 4. The test suite (unit, property, fixture and integration tests).
 log "cargo test --workspace --no-fail-fast"
 cargo test --workspace --no-fail-fast "$@"

@@ -1,5 +1,5 @@
 //! In-process pipeline tests: a real scratch MariaDB, rdkafka's in-process mock cluster,
-//! and [`run_relay`] in a task. Process-level end-to-end tests (the binary, Tansu, crashes)
+//! and [`run_relay`] in a task. Process-level end-to-end tests (the binary, Apache Kafka, crashes)
 //! live in `crates/relay/tests/`.
 
 use std::time::{Duration, Instant};

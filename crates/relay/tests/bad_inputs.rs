@@ -1,4 +1,4 @@
-//! The table of bad inputs, through the real binary against a real MariaDB (and Tansu where
+//! The table of bad inputs, through the real binary against a real MariaDB (and Apache Kafka where
 //! records flow): each bad config, unreachable server, refused login, missing grant, wrong
 //! binlog setting or unusable row gets a clear error naming what and where, or a dead
 //! letter; never a panic, never a silent loss.
@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use common::*;
 use mysql_async::prelude::Queryable;
-use outbox_testkit::tansu::{read_all, ConsumedRecord, ReadStop, TansuBroker};
+use outbox_testkit::consume::{read_all, ConsumedRecord, ReadStop};
+use outbox_testkit::kafka::KafkaBroker;
 
 /// A port nothing listens on (bound, then released).
 fn closed_port() -> u16 {
@@ -150,7 +151,7 @@ async fn bad_startup_inputs_stop_with_an_error_naming_what_and_where() {
     ];
     let mut failures = Vec::new();
     for case in cases {
-        let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &format!("127.0.0.1:{closed}")));
+        let mut relay = Relay::prepare(&RelaySetup::new(&db, &format!("127.0.0.1:{closed}")));
         let edits: Vec<(&str, &str)> = case
             .edits
             .iter()
@@ -241,8 +242,8 @@ struct RowCase {
 /// keeps running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unusable_rows_become_dead_letters_and_the_rest_flows() {
-    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
-    let broker = broker.expect("tansu starts");
+    let (db, broker) = tokio::join!(start_shop_database(), KafkaBroker::shared());
+    let broker = broker.expect("the shared Kafka broker starts");
     db.exec(&[
         "CREATE TABLE shop.outbox_raw (event_id VARCHAR(64) NOT NULL PRIMARY KEY, \
          aggregate_type VARBINARY(255) NOT NULL, aggregate_id MEDIUMTEXT NULL, \
@@ -250,7 +251,7 @@ async fn unusable_rows_become_dead_letters_and_the_rest_flows() {
     ])
     .await
     .expect("raw outbox table");
-    let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
     setup
         .extra_outbox_tables
         .push(("shop.outbox_raw".into(), "seeds".into()));
@@ -334,7 +335,7 @@ async fn unusable_rows_become_dead_letters_and_the_rest_flows() {
     relay.start();
     let letters = read_all(
         &broker.bootstrap(),
-        &["outbox.dlq"],
+        &[&dlq_topic(&db)],
         ReadStop::Count(cases.len()),
         Duration::from_secs(90),
     )
@@ -342,7 +343,7 @@ async fn unusable_rows_become_dead_letters_and_the_rest_flows() {
     .expect("read dead letters");
     let delivered = read_all(
         &broker.bootstrap(),
-        &[&topic_for("order")],
+        &[&topic_for(&db, "order")],
         ReadStop::Count(2),
         Duration::from_secs(30),
     )

@@ -7,7 +7,7 @@ mod common;
 use std::path::PathBuf;
 
 use common::*;
-use outbox_testkit::tansu::TansuBroker;
+use outbox_testkit::kafka::KafkaBroker;
 use outbox_testkit::ScratchMariadb;
 
 fn run(args: &[&str]) -> (i32, String, String) {
@@ -18,10 +18,10 @@ fn run(args: &[&str]) -> (i32, String, String) {
 /// naming Kafka when the broker is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_names_what_is_wrong_and_exits_non_zero() {
-    let (db, broker) = tokio::join!(ScratchMariadb::start(), TansuBroker::start());
+    let (db, broker) = tokio::join!(ScratchMariadb::start(), KafkaBroker::start());
     let db = db.expect("scratch MariaDB starts");
-    let mut broker = broker.expect("tansu starts");
-    let relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
+    let mut broker = broker.expect("a private Kafka broker starts");
+    let relay = Relay::prepare(&RelaySetup::new(&db, &broker.bootstrap()));
     let config = relay.config_path.to_str().unwrap().to_string();
 
     let (code, stdout, stderr) = run(&["check", "--config", &config]);
@@ -65,8 +65,8 @@ async fn check_names_what_is_wrong_and_exits_non_zero() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_with_config_routes_exactly_the_committed_events() {
     let db = start_shop_database().await;
-    let relay = Relay::prepare(&RelaySetup::new(&db.url(), "127.0.0.1:1"));
-    let mut writer = ShopWriter::connect(&db.url(), "inspect").await;
+    let relay = Relay::prepare(&RelaySetup::new(&db, "127.0.0.1:1"));
+    let mut writer = ShopWriter::connect(&db, "inspect").await;
     for index in 0..12u32 {
         let kind = ["order", "customer", "invoice"][(index % 3) as usize];
         writer
@@ -152,7 +152,10 @@ async fn inspect_with_config_routes_exactly_the_committed_events() {
 /// and does not wait for a Kafka cluster it can no longer use.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recover_of_a_truncated_file_names_the_file_and_offset() {
-    let relay = Relay::prepare(&RelaySetup::new("mysql://root@127.0.0.1:1", "127.0.0.1:1"));
+    let relay = Relay::prepare(&RelaySetup::with_url(
+        "mysql://root@127.0.0.1:1",
+        "127.0.0.1:1",
+    ));
     relay.edit_config(&[(
         "create_topics = true",
         "create_topics = true\nstartup_attempts = 1\nadmin_timeout_ms = 1000",

@@ -27,12 +27,12 @@ async fn mock_setup(prefix: &str) -> (MockSetup, CheckpointView) {
     let cluster = MockCluster::new(1).expect("mock cluster");
     let topics: Vec<String> = ALTERNATING_AGGREGATE_TYPES
         .iter()
-        .map(|kind| topic_for(kind))
+        .map(|kind| topic_for(&db, kind))
         .collect();
     for topic in &topics {
         cluster.create_topic(topic, 1, 1).expect("mock topic");
     }
-    let mut setup = RelaySetup::new(&db.url(), &cluster.bootstrap_servers());
+    let mut setup = RelaySetup::new(&db, &cluster.bootstrap_servers());
     setup.create_topics = false;
     // The mock cluster checks produce sequence numbers only for transactional producers
     // (librdkafka's rdkafka_mock.c skips the check without a TransactionalId), so with
@@ -45,7 +45,7 @@ async fn mock_setup(prefix: &str) -> (MockSetup, CheckpointView) {
         ("max.in.flight.requests.per.connection".into(), "1".into()),
     ]);
     let mut relay = Relay::prepare(&setup);
-    let mut writer = ShopWriter::connect(&db.url(), prefix).await;
+    let mut writer = ShopWriter::connect(&db, prefix).await;
     relay.start();
     for index in 0..10u32 {
         writer

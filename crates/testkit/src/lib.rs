@@ -8,6 +8,23 @@
 //!
 //! `mariadb-install-db` runs once per test process into a template directory; each server
 //! copies the template, so starting one costs about a second.
+//!
+//! Besides MariaDB, the kit runs the Java side of the integration tests:
+//! * [`kafka`]: an Apache Kafka 4.4 KRaft broker (one shared per test process, private ones
+//!   for tests that kill or freeze theirs);
+//! * [`consume`]: reading back what was produced, with a fresh rdkafka consumer or with Apache
+//!   Kafka's own console consumer;
+//! * [`connect`]: Debezium's MySQL connector + Outbox Event Router in a Kafka Connect worker,
+//!   the reference outbox-relay must match.
+//!
+//! The jars come from Maven through `scripts/fetch-jars.sh` (see [`process::jar_folders`]).
+
+pub mod connect;
+pub mod consume;
+pub mod kafka;
+pub mod process;
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use std::io;
 use std::net::TcpListener;
@@ -95,6 +112,31 @@ pub struct ScratchMariadb {
     port: u16,
     /// Options it was started with; reused by [`ScratchMariadb::restart`].
     options: ScratchOptions,
+    /// Unique among all scratch servers this process started (and, through the process id
+    /// and start time, across processes): a prefix for names a test creates on a shared
+    /// resource, such as topics on the shared Kafka broker.
+    tag: String,
+}
+
+/// Numbers scratch servers within this process for [`ScratchMariadb::tag`].
+static SERVER_SEQUENCE: AtomicU64 = AtomicU64::new(0);
+
+/// A tag no other scratch server of this or another test process has: the process id, the
+/// process's start second (pids are reused across runs against an external broker) and a
+/// sequence number.
+fn unique_tag() -> String {
+    static PROCESS_START: OnceLock<u64> = OnceLock::new();
+    let start = *PROCESS_START.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|elapsed| elapsed.as_secs() % 100_000)
+            .unwrap_or(0)
+    });
+    format!(
+        "t{}p{start}n{}",
+        std::process::id(),
+        SERVER_SEQUENCE.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 fn find_program(name: &'static str) -> Result<PathBuf, TestkitError> {
@@ -217,6 +259,7 @@ impl ScratchMariadb {
             dir,
             port: free_port()?,
             options,
+            tag: unique_tag(),
         };
         // The port was free when chosen but another process may take it before the server
         // binds it; then the server exits at once and a new port is tried.
@@ -338,6 +381,12 @@ impl ScratchMariadb {
     /// `mysql://root@127.0.0.1:PORT/DATABASE`.
     pub fn url_with_db(&self, database: &str) -> String {
         format!("mysql://root@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// A name prefix unique to this server (see the field's docs): tests put it in front of
+    /// the topics they use on the shared Kafka broker.
+    pub fn tag(&self) -> &str {
+        &self.tag
     }
 
     /// The TCP port on 127.0.0.1.
@@ -502,4 +551,3 @@ mod tests {
         assert_eq!(value, Some(42));
     }
 }
-pub mod tansu;

@@ -2,7 +2,13 @@
 //! transaction writer that remembers what it committed and rolled back, the relay binary as a
 //! child process (`outbox-relay run --config FILE`), `checkpoint show`, and the delivery
 //! verdict (no loss, no rolled-back event, duplicates identical, per-key order) computed from
-//! an independent rdkafka consumer's view ([`outbox_testkit::tansu::read_all`]).
+//! an independent rdkafka consumer's view ([`outbox_testkit::consume::read_all`]).
+//!
+//! # Topics
+//! Tests share one Kafka broker per test binary ([`KafkaBroker::shared`]), so each test's
+//! topics carry its scratch database's unique tag: `TAG.outbox.event.TYPE` ([`topic_for`])
+//! and `TAG.outbox.dlq` ([`dlq_topic`]). Tests that stop, kill or freeze their broker start a
+//! private one ([`start_shop_database_and_private_broker`]).
 //!
 //! Every failure message carries the evidence: counts, missing ids, the checkpoint, the tail of
 //! the relay's log.
@@ -13,11 +19,13 @@
 //! * `OUTBOX_TEST_RELAY_LOG=info,librdkafka=debug`: the relay's `RUST_LOG` (default `info`).
 //! * `OUTBOX_TEST_KAFKA_DEBUG=eos,msg,broker`: librdkafka's `debug` property for the relay
 //!   (its lines need `librdkafka=debug` in the log filter to show).
-//! * `TANSU_BIN=/path/to/tansu`: the broker binary (see `outbox_testkit::tansu`).
+//! * `OUTBOX_TEST_KAFKA_BOOTSTRAP=host:port`: use that cluster as the shared broker instead
+//!   of starting one (see `outbox_testkit::kafka`).
 //!
 //! # Needs
-//! A `tansu` binary (`scripts/test.sh` installs it) and MariaDB server binaries; every test
-//! starts its own scratch MariaDB and broker on free loopback ports.
+//! A JRE and the Kafka jars (`scripts/test.sh` installs them; `scripts/fetch-jars.sh` resolves
+//! the jars) and MariaDB server binaries; every test starts its own scratch MariaDB, and
+//! shares a broker on free loopback ports with the other tests of its binary.
 
 #![allow(dead_code)] // Each test binary uses a different part of the harness.
 
@@ -29,7 +37,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
-use outbox_testkit::tansu::{read_all, ConsumedRecord, ReadStop, TansuBroker};
+use outbox_testkit::consume::{console_consume, read_all, ConsumedRecord, ReadStop};
+use outbox_testkit::kafka::KafkaBroker;
 use outbox_testkit::ScratchMariadb;
 
 /// The relay binary under test.
@@ -48,9 +57,19 @@ pub const SHOP_SCHEMA: &[&str] = &[
     "CREATE TABLE shop.outbox_archive LIKE shop.outbox",
 ];
 
-/// The topic the relay's route template gives an aggregate type.
-pub fn topic_for(aggregate_type: &str) -> String {
-    format!("outbox.event.{aggregate_type}")
+/// The topic the relay's route template gives an aggregate type in the test of `db`.
+pub fn topic_for(db: &ScratchMariadb, aggregate_type: &str) -> String {
+    topic_in(db.tag(), aggregate_type)
+}
+
+/// `TAG.outbox.event.TYPE`: the topic of an aggregate type under a test's topic tag.
+pub fn topic_in(tag: &str, aggregate_type: &str) -> String {
+    format!("{tag}.outbox.event.{aggregate_type}")
+}
+
+/// The dead-letter topic of the test of `db`.
+pub fn dlq_topic(db: &ScratchMariadb) -> String {
+    format!("{}.outbox.dlq", db.tag())
 }
 
 /// Starts a scratch MariaDB with [`SHOP_SCHEMA`].
@@ -62,10 +81,18 @@ pub async fn start_shop_database() -> ScratchMariadb {
     db
 }
 
-/// Starts a scratch MariaDB with [`SHOP_SCHEMA`] and a tansu broker side by side.
-pub async fn start_shop_database_and_broker() -> (ScratchMariadb, TansuBroker) {
-    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
-    (db, broker.expect("tansu starts"))
+/// Starts a scratch MariaDB with [`SHOP_SCHEMA`], and the shared broker if it is not running
+/// yet, side by side.
+pub async fn start_shop_database_and_broker() -> (ScratchMariadb, &'static KafkaBroker) {
+    let (db, broker) = tokio::join!(start_shop_database(), KafkaBroker::shared());
+    (db, broker.expect("the shared Kafka broker starts"))
+}
+
+/// Starts a scratch MariaDB with [`SHOP_SCHEMA`] and a private Kafka broker (for tests that
+/// stop, kill or freeze it) side by side.
+pub async fn start_shop_database_and_private_broker() -> (ScratchMariadb, KafkaBroker) {
+    let (db, broker) = tokio::join!(start_shop_database(), KafkaBroker::start());
+    (db, broker.expect("a private Kafka broker starts"))
 }
 
 /// One outbox event as the test wrote it.
@@ -81,12 +108,15 @@ pub struct Event {
     pub event_type: String,
     /// `payload`: expected byte-exact as the record value.
     pub payload: String,
+    /// The test's topic tag ([`ScratchMariadb::tag`]): the event's topic is
+    /// `TAG.outbox.event.TYPE`.
+    pub topic_tag: String,
 }
 
 impl Event {
     /// The topic this event must arrive on.
     pub fn topic(&self) -> String {
-        topic_for(&self.aggregate_type)
+        topic_in(&self.topic_tag, &self.aggregate_type)
     }
 }
 
@@ -142,6 +172,8 @@ pub struct ShopWriter {
     conn: mysql_async::Conn,
     /// Makes ids unique across writers and test phases.
     prefix: String,
+    /// The test's topic tag, copied into every [`Event`] it writes.
+    topic_tag: String,
     /// Next order id / event sequence number.
     next: u64,
     /// Events of committed transactions, in commit order.
@@ -154,13 +186,14 @@ pub struct ShopWriter {
 
 impl ShopWriter {
     /// Connects to the scratch database.
-    pub async fn connect(db_url: &str, prefix: &str) -> ShopWriter {
-        let conn = mysql_async::Conn::from_url(db_url)
+    pub async fn connect(db: &ScratchMariadb, prefix: &str) -> ShopWriter {
+        let conn = mysql_async::Conn::from_url(db.url())
             .await
             .expect("writer connects");
         ShopWriter {
             conn,
             prefix: prefix.to_string(),
+            topic_tag: db.tag().to_string(),
             next: 0,
             committed: Vec::new(),
             rolled_back: Vec::new(),
@@ -210,6 +243,7 @@ impl ShopWriter {
                 }
                 .to_string(),
                 payload: tricky_payload(order_id, self.next),
+                topic_tag: self.topic_tag.clone(),
             };
             insert_event(&mut self.conn, "shop.outbox", SEEDS_EVENT_COLUMNS, &event)
                 .await
@@ -224,6 +258,7 @@ impl ShopWriter {
                 aggregate_id: aggregate_id.to_string(),
                 event_type: "Archived".to_string(),
                 payload: "{\"archived\":true}".to_string(),
+                topic_tag: self.topic_tag.clone(),
             };
             insert_event(
                 &mut self.conn,
@@ -366,13 +401,24 @@ pub struct RelaySetup {
     pub extra_outbox_tables: Vec<(String, String)>,
     /// More `[route]` lines (TOML), e.g. `payload = "require_json"`.
     pub route_extra: Vec<String>,
+    /// The test's topic tag: the route template is `TAG.outbox.event.${aggregate_type}` and
+    /// the dead-letter topic `TAG.outbox.dlq` (empty: no tag, the relay's own names).
+    pub topic_tag: String,
 }
 
 impl RelaySetup {
     /// The usual setup against `brokers`: earliest start, topics created by the relay.
     /// `OUTBOX_TEST_KAFKA_DEBUG=eos,msg,broker` adds librdkafka's `debug` property (for
     /// diagnosing a failing test from the relay log).
-    pub fn new(mysql_url: &str, brokers: &str) -> RelaySetup {
+    pub fn new(db: &ScratchMariadb, brokers: &str) -> RelaySetup {
+        let mut setup = RelaySetup::with_url(&db.url(), brokers);
+        setup.topic_tag = db.tag().to_string();
+        setup
+    }
+
+    /// [`RelaySetup::new`] for a source that is not a scratch database (an unreachable
+    /// address, for the startup-failure tests); topics keep the relay's own names.
+    pub fn with_url(mysql_url: &str, brokers: &str) -> RelaySetup {
         let mut kafka_properties = Vec::new();
         if let Ok(debug) = std::env::var("OUTBOX_TEST_KAFKA_DEBUG") {
             kafka_properties.push(("debug".to_string(), debug));
@@ -392,6 +438,7 @@ impl RelaySetup {
             metrics_listen: None,
             extra_outbox_tables: Vec::new(),
             route_extra: Vec::new(),
+            topic_tag: String::new(),
         }
     }
 }
@@ -443,8 +490,11 @@ table = "shop.outbox"
 preset = "seeds"
 {extra_outbox}
 [route]
-topic = "outbox.event.${{aggregate_type}}"
+topic = "{topic_prefix}outbox.event.${{aggregate_type}}"
 {route_extra}
+
+[dead_letter]
+topic = "{topic_prefix}outbox.dlq"
 
 [kafka]
 brokers = "{brokers}"
@@ -460,6 +510,11 @@ max_in_flight = 10000
 commit_interval_ms = {commit_interval_ms}
 {shutdown_timeout}"#,
             url = setup.mysql_url,
+            topic_prefix = if setup.topic_tag.is_empty() {
+                String::new()
+            } else {
+                format!("{}.", setup.topic_tag)
+            },
             brokers = setup.brokers,
             create_topics = setup.create_topics,
             extra_outbox = setup
@@ -834,6 +889,55 @@ pub async fn read_until_ids_then_settled(
     } else {
         records
     }
+}
+
+/// Reads the topics of `records` again with Apache Kafka's own console consumer (a client no
+/// one here wrote) and asserts it sees exactly the same records: partition, offset, key,
+/// value, headers and timestamp. Returns its records, so the delivery verdict can be computed
+/// from them too. Values must be UTF-8 text (the console consumer prints text).
+pub async fn assert_console_consumer_agrees(
+    bootstrap: &str,
+    records: &[ConsumedRecord],
+) -> Vec<ConsumedRecord> {
+    let mut by_topic: BTreeMap<&str, Vec<&ConsumedRecord>> = BTreeMap::new();
+    for record in records {
+        by_topic
+            .entry(record.topic.as_str())
+            .or_default()
+            .push(record);
+    }
+    let mut console_records = Vec::new();
+    for (topic, ours) in by_topic {
+        let theirs = console_consume(bootstrap, topic, ours.len(), Duration::from_secs(60))
+            .await
+            .expect("kafka-console-consumer runs");
+        let key = |record: &ConsumedRecord| {
+            (
+                record.partition,
+                record.offset,
+                record.key.clone(),
+                record.value.clone(),
+                record.headers.clone(),
+                record.timestamp,
+            )
+        };
+        let ours_set: BTreeSet<_> = ours.iter().map(|record| key(record)).collect();
+        let theirs_set: BTreeSet<_> = theirs.iter().map(key).collect();
+        assert_eq!(
+            ours_set.len(),
+            theirs_set.len(),
+            "{topic}: our reader saw {} records, kafka-console-consumer {}",
+            ours_set.len(),
+            theirs_set.len()
+        );
+        let differ: Vec<_> = ours_set.symmetric_difference(&theirs_set).take(5).collect();
+        assert!(
+            differ.is_empty(),
+            "{topic}: kafka-console-consumer and our reader disagree on {differ:?}"
+        );
+        console_records.extend(theirs);
+    }
+    console_records
 }
 
 /// The verdict on what the broker holds.

@@ -14,9 +14,9 @@ use mysql_async::prelude::Queryable;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purged_gap_is_recovered_from_archived_binlogs_and_the_relay_carries_on() {
     let (db, broker) = start_shop_database_and_broker().await;
-    let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
+    let mut relay = Relay::prepare(&RelaySetup::new(&db, &broker.bootstrap()));
     let config = relay.config_path.to_str().expect("utf-8 path").to_string();
-    let mut writer = ShopWriter::connect(&db.url(), "recover").await;
+    let mut writer = ShopWriter::connect(&db, "recover").await;
     relay.start();
     writer.transaction("order", "order-1", 2, true, false).await;
     let end = writer.master_position().await;
@@ -108,7 +108,7 @@ async fn a_purged_gap_is_recovered_from_archived_binlogs_and_the_relay_carries_o
     wait_for_checkpoint(&relay, &end, Duration::from_secs(30)).await;
     let records = read_until_ids_then_settled(
         &broker.bootstrap(),
-        &[topic_for("order"), topic_for("customer")],
+        &[topic_for(&db, "order"), topic_for(&db, "customer")],
         &writer.committed,
         Duration::from_secs(30),
     )

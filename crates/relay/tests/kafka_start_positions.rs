@@ -17,10 +17,13 @@ async fn write_some(writer: &mut ShopWriter, transactions: u32) {
 }
 
 /// Everything on the topics after a quiet period.
-async fn read_everything(bootstrap: &str) -> Vec<outbox_testkit::tansu::ConsumedRecord> {
+async fn read_everything(
+    db: &outbox_testkit::ScratchMariadb,
+    bootstrap: &str,
+) -> Vec<outbox_testkit::consume::ConsumedRecord> {
     let topics: Vec<String> = ALTERNATING_AGGREGATE_TYPES
         .iter()
-        .map(|kind| topic_for(kind))
+        .map(|kind| topic_for(db, kind))
         .collect();
     read_until_quiet(
         bootstrap,
@@ -35,7 +38,7 @@ async fn read_everything(bootstrap: &str) -> Vec<outbox_testkit::tansu::Consumed
 /// the new ones may arrive. Then a graceful restart with more events: the checkpoint wins.
 async fn history_is_skipped(start_for: impl FnOnce(&BinlogPoint, &str) -> String, name: &str) {
     let (db, broker) = start_shop_database_and_broker().await;
-    let mut writer = ShopWriter::connect(&db.url(), &format!("{name}-old")).await;
+    let mut writer = ShopWriter::connect(&db, &format!("{name}-old")).await;
     write_some(&mut writer, 8).await;
     let history_end = writer.master_position().await;
     let mut conn = db.conn().await.unwrap();
@@ -47,7 +50,7 @@ async fn history_is_skipped(start_for: impl FnOnce(&BinlogPoint, &str) -> String
     drop(conn);
     let history = writer.committed.clone();
 
-    let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
     setup.start = start_for(&history_end, &gtid);
     let mut relay = Relay::prepare(&setup);
     relay.start();
@@ -64,7 +67,7 @@ async fn history_is_skipped(start_for: impl FnOnce(&BinlogPoint, &str) -> String
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let mut new_writer = ShopWriter::connect(&db.url(), &format!("{name}-new")).await;
+    let mut new_writer = ShopWriter::connect(&db, &format!("{name}-new")).await;
     write_some(&mut new_writer, 8).await;
     let end = new_writer.master_position().await;
     wait_for_checkpoint(&relay, &end, Duration::from_secs(30)).await;
@@ -78,7 +81,7 @@ async fn history_is_skipped(start_for: impl FnOnce(&BinlogPoint, &str) -> String
     let end = new_writer.master_position().await;
     wait_for_checkpoint(&relay, &end, Duration::from_secs(30)).await;
 
-    let records = read_everything(&broker.bootstrap()).await;
+    let records = read_everything(&db, &broker.bootstrap()).await;
     let mut forbidden = history.clone();
     forbidden.extend(writer.rolled_back.iter().cloned());
     forbidden.extend(new_writer.rolled_back.iter().cloned());

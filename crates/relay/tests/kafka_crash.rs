@@ -41,11 +41,11 @@ async fn stream_transactions(mut writer: ShopWriter, stop: Arc<AtomicBool>) -> S
 async fn twenty_kill_nine_restarts_lose_nothing() {
     let started = Instant::now();
     let (db, broker) = start_shop_database_and_broker().await;
-    let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
     // Several partitions per topic: per-key order has to hold per partition under retries.
     setup.topic_partitions = 3;
     let mut relay = Relay::prepare(&setup);
-    let writer = ShopWriter::connect(&db.url(), "crash").await;
+    let writer = ShopWriter::connect(&db, "crash").await;
     let stop = Arc::new(AtomicBool::new(false));
     let writer_task = tokio::spawn(stream_transactions(writer, Arc::clone(&stop)));
 
@@ -78,7 +78,7 @@ async fn twenty_kill_nine_restarts_lose_nothing() {
     let end = writer.master_position().await;
     let caught_up = wait_for_checkpoint(&relay, &end, Duration::from_secs(40)).await;
 
-    let topics = vec![topic_for("order"), topic_for("customer")];
+    let topics = vec![topic_for(&db, "order"), topic_for(&db, "customer")];
     // Anything still in flight lands now; the verdict reads everything.
     let records = read_until_ids_then_settled(
         &broker.bootstrap(),
@@ -88,6 +88,14 @@ async fn twenty_kill_nine_restarts_lose_nothing() {
     )
     .await;
     let summary = assert_writer_delivery("20 x kill -9", &writer, &records, &relay);
+    // The same verdict from Kafka's own console consumer.
+    let console = assert_console_consumer_agrees(&broker.bootstrap(), &records).await;
+    assert_writer_delivery(
+        "20 x kill -9 (kafka-console-consumer)",
+        &writer,
+        &console,
+        &relay,
+    );
     let partitions_used: std::collections::BTreeSet<(String, i32)> = records
         .iter()
         .map(|record| (record.topic.clone(), record.partition))

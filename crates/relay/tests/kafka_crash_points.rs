@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use mysql_async::prelude::Queryable;
 use outbox_relay::crash_points::CRASH_AT_VARIABLE;
-use outbox_testkit::tansu::ConsumedRecord;
+use outbox_testkit::consume::ConsumedRecord;
 use outbox_testkit::ScratchMariadb;
 
 /// Waits for the relay to abort at its crash point; panics (with the log) if it exits
@@ -110,8 +110,8 @@ struct CrashOutcome {
 /// the deliveries; prints the evidence.
 async fn crash_at_then_restart(point: &str, read_first_run: bool) -> CrashOutcome {
     let (db, broker) = start_shop_database_and_broker().await;
-    let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
-    let mut writer = ShopWriter::connect(&db.url(), point).await;
+    let mut relay = Relay::prepare(&RelaySetup::new(&db, &broker.bootstrap()));
+    let mut writer = ShopWriter::connect(&db, point).await;
     let before = writer.master_position().await;
     let event = writer
         .transaction("order", "order-7", 1, true, false)

@@ -1,12 +1,12 @@
-//! End to end through real processes: scratch MariaDB -> `outbox-relay run` -> Tansu broker,
-//! read back with an independent rdkafka consumer.
+//! End to end through real processes: scratch MariaDB -> `outbox-relay run` -> Apache Kafka,
+//! read back with an independent rdkafka consumer and with Kafka's own console consumer.
 
 mod common;
 
 use std::time::Duration;
 
 use common::*;
-use outbox_testkit::tansu::{read_all, ReadStop};
+use outbox_testkit::consume::{read_all, ReadStop};
 
 /// Orders + outbox rows committed together arrive on `outbox.event.<type>`, key = aggregate
 /// id, header `id` = event id, payload byte-exact; other tables' rows and rolled-back
@@ -14,9 +14,9 @@ use outbox_testkit::tansu::{read_all, ReadStop};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn committed_outbox_rows_arrive_routed_and_byte_exact() {
     let (db, broker) = start_shop_database_and_broker().await;
-    let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
+    let mut relay = Relay::prepare(&RelaySetup::new(&db, &broker.bootstrap()));
 
-    let mut writer = ShopWriter::connect(&db.url(), "e2e").await;
+    let mut writer = ShopWriter::connect(&db, "e2e").await;
     // Written before the relay starts (start = earliest picks them up) ...
     writer.transaction("order", "order-1", 1, true, true).await;
     writer.transaction("order", "order-2", 3, true, false).await;
@@ -34,9 +34,9 @@ async fn committed_outbox_rows_arrive_routed_and_byte_exact() {
     let end = writer.master_position().await;
 
     let topics = vec![
-        topic_for("order"),
-        topic_for("customer"),
-        topic_for("ghost"),
+        topic_for(&db, "order"),
+        topic_for(&db, "customer"),
+        topic_for(&db, "ghost"),
     ];
     let records = read_until_ids(
         &broker.bootstrap(),
@@ -56,13 +56,21 @@ async fn committed_outbox_rows_arrive_routed_and_byte_exact() {
     .await;
     assert!(settled.len() >= records.len());
     let summary = assert_writer_delivery("end to end", &writer, &settled, &relay);
+    // The same verdict from Kafka's own console consumer.
+    let console = assert_console_consumer_agrees(&broker.bootstrap(), &settled).await;
+    assert_writer_delivery(
+        "end to end (kafka-console-consumer)",
+        &writer,
+        &console,
+        &relay,
+    );
     assert_eq!(
         summary.records,
         writer.committed.len(),
         "a clean run delivers each event exactly once: {summary:?}"
     );
     assert!(
-        settled.iter().all(|r| r.topic != topic_for("ghost")),
+        settled.iter().all(|r| r.topic != topic_for(&db, "ghost")),
         "rolled-back aggregate type reached Kafka"
     );
 
@@ -88,9 +96,9 @@ async fn committed_outbox_rows_arrive_routed_and_byte_exact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_restart_neither_loses_nor_duplicates() {
     let (db, broker) = start_shop_database_and_broker().await;
-    let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
-    let mut writer = ShopWriter::connect(&db.url(), "restart").await;
-    let topics = [topic_for("order"), topic_for("customer")];
+    let mut relay = Relay::prepare(&RelaySetup::new(&db, &broker.bootstrap()));
+    let mut writer = ShopWriter::connect(&db, "restart").await;
+    let topics = [topic_for(&db, "order"), topic_for(&db, "customer")];
 
     relay.start();
     for round in 0..3u32 {
@@ -174,7 +182,7 @@ async fn binary_payloads_from_a_second_outbox_table_arrive_byte_exact() {
     ])
     .await
     .unwrap();
-    let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
     setup.extra_outbox_tables = vec![("shop.outbox_binary".to_string(), "seeds".to_string())];
     let mut relay = Relay::prepare(&setup);
     relay.start();
@@ -196,14 +204,17 @@ async fn binary_payloads_from_a_second_outbox_table_arrive_byte_exact() {
         .unwrap();
         binary.push((id, payload));
     }
-    let mut writer = ShopWriter::connect(&db.url(), "text").await;
+    let mut writer = ShopWriter::connect(&db, "text").await;
     writer.transaction("order", "order-1", 2, true, false).await;
     let end = writer.master_position().await;
     wait_for_checkpoint(&relay, &end, Duration::from_secs(30)).await;
 
     let records = read_all(
         &broker.bootstrap(),
-        &[topic_for("blob").as_str(), topic_for("order").as_str()],
+        &[
+            topic_for(&db, "blob").as_str(),
+            topic_for(&db, "order").as_str(),
+        ],
         ReadStop::Count(binary.len() + writer.committed.len()),
         Duration::from_secs(20),
     )
@@ -214,7 +225,7 @@ async fn binary_payloads_from_a_second_outbox_table_arrive_byte_exact() {
             .iter()
             .find(|record| record.header_str("id").as_deref() == Some(id.as_str()))
             .unwrap_or_else(|| panic!("binary event {id} missing; got {} records", records.len()));
-        assert_eq!(record.topic, topic_for("blob"));
+        assert_eq!(record.topic, topic_for(&db, "blob"));
         assert_eq!(
             record.value.as_deref(),
             Some(payload.as_slice()),
@@ -223,7 +234,7 @@ async fn binary_payloads_from_a_second_outbox_table_arrive_byte_exact() {
     }
     let text_records: Vec<_> = records
         .iter()
-        .filter(|record| record.topic == topic_for("order"))
+        .filter(|record| record.topic == topic_for(&db, "order"))
         .cloned()
         .collect();
     assert_delivery(
@@ -252,7 +263,7 @@ async fn a_debezium_preset_table_routes_like_the_seeds_one() {
     ])
     .await
     .unwrap();
-    let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
     setup.extra_outbox_tables = vec![("shop.outbox_debezium".to_string(), "debezium".to_string())];
     let mut relay = Relay::prepare(&setup);
     relay.start();
@@ -266,6 +277,7 @@ async fn a_debezium_preset_table_routes_like_the_seeds_one() {
             aggregate_id: format!("shipment-{}", index % 3),
             event_type: "Shipped".to_string(),
             payload: tricky_payload(u64::from(index), u64::from(index)),
+            topic_tag: db.tag().to_string(),
         };
         conn.query_drop("START TRANSACTION").await.unwrap();
         insert_event(
@@ -280,7 +292,7 @@ async fn a_debezium_preset_table_routes_like_the_seeds_one() {
         debezium_events.push(event);
     }
     drop(conn);
-    let mut writer = ShopWriter::connect(&db.url(), "seeds").await;
+    let mut writer = ShopWriter::connect(&db, "seeds").await;
     writer
         .transaction("shipment", "shipment-1", 2, true, false)
         .await;
@@ -291,7 +303,7 @@ async fn a_debezium_preset_table_routes_like_the_seeds_one() {
     committed.extend(writer.committed.iter().cloned());
     let records = read_until_ids(
         &broker.bootstrap(),
-        &[topic_for("shipment")],
+        &[topic_for(&db, "shipment")],
         &committed,
         Duration::from_secs(20),
     )

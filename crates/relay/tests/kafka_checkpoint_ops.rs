@@ -30,11 +30,14 @@ async fn write_batch(writer: &mut ShopWriter, kind: &str, transactions: u32) -> 
     writer.master_position().await
 }
 
-async fn read_topics(bootstrap: &str) -> Vec<outbox_testkit::tansu::ConsumedRecord> {
+async fn read_topics(
+    db: &outbox_testkit::ScratchMariadb,
+    bootstrap: &str,
+) -> Vec<outbox_testkit::consume::ConsumedRecord> {
     let topics = [
-        topic_for("order"),
-        topic_for("customer"),
-        topic_for("invoice"),
+        topic_for(db, "order"),
+        topic_for(db, "customer"),
+        topic_for(db, "invoice"),
     ];
     read_until_quiet(
         bootstrap,
@@ -50,18 +53,18 @@ async fn read_topics(bootstrap: &str) -> Vec<outbox_testkit::tansu::ConsumedReco
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn checkpoint_set_and_reset_decide_where_the_next_run_starts() {
     let (db, broker) = start_shop_database_and_broker().await;
-    let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
+    let mut relay = Relay::prepare(&RelaySetup::new(&db, &broker.bootstrap()));
     let config = relay.config_path.display().to_string();
 
-    let mut first = ShopWriter::connect(&db.url(), "ops-a").await;
+    let mut first = ShopWriter::connect(&db, "ops-a").await;
     relay.start();
     let end_a = write_batch(&mut first, "order", 6).await;
     wait_for_checkpoint(&relay, &end_a, Duration::from_secs(30)).await;
     relay.stop_gracefully("graceful stop").await;
 
-    let mut skipped = ShopWriter::connect(&db.url(), "ops-b").await;
+    let mut skipped = ShopWriter::connect(&db, "ops-b").await;
     let end_b = write_batch(&mut skipped, "customer", 6).await;
-    let mut last = ShopWriter::connect(&db.url(), "ops-c").await;
+    let mut last = ShopWriter::connect(&db, "ops-c").await;
     let end_c = write_batch(&mut last, "invoice", 6).await;
 
     let position = format!("{}:{}", end_b.file, end_b.position);
@@ -79,7 +82,7 @@ async fn checkpoint_set_and_reset_decide_where_the_next_run_starts() {
     relay.start();
     wait_for_checkpoint(&relay, &end_c, Duration::from_secs(30)).await;
     relay.stop_gracefully("graceful stop").await;
-    let records = read_topics(&broker.bootstrap()).await;
+    let records = read_topics(&db, &broker.bootstrap()).await;
     let mut committed = first.committed.clone();
     committed.extend(last.committed.iter().cloned());
     let mut forbidden = skipped.committed.clone();
@@ -106,7 +109,7 @@ async fn checkpoint_set_and_reset_decide_where_the_next_run_starts() {
 
     relay.start();
     wait_for_checkpoint(&relay, &end_c, Duration::from_secs(30)).await;
-    let records = read_topics(&broker.bootstrap()).await;
+    let records = read_topics(&db, &broker.bootstrap()).await;
     let mut everything = first.committed.clone();
     everything.extend(skipped.committed.iter().cloned());
     everything.extend(last.committed.iter().cloned());
@@ -134,14 +137,14 @@ async fn checkpoint_set_and_reset_decide_where_the_next_run_starts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_checkpoint_store_survives_kill_nine() {
     let (db, broker) = start_shop_database_and_broker().await;
-    let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
     // The store creates its table, not the database (an operator's decision).
     db.exec(&["CREATE DATABASE outbox_relay"]).await.unwrap();
     setup.mysql_checkpoint_url = Some(db.url());
     let mut relay = Relay::prepare(&setup);
 
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = ShopWriter::connect(&db.url(), "mysqlstore").await;
+    let writer = ShopWriter::connect(&db, "mysqlstore").await;
     let streaming = {
         let stop = Arc::clone(&stop);
         tokio::spawn(async move {
@@ -193,7 +196,7 @@ async fn mysql_checkpoint_store_survives_kill_nine() {
     wait_for_checkpoint(&relay, &end, Duration::from_secs(40)).await;
     let records = read_until_ids(
         &broker.bootstrap(),
-        &[topic_for("order"), topic_for("customer")],
+        &[topic_for(&db, "order"), topic_for(&db, "customer")],
         &writer.committed,
         Duration::from_secs(30),
     )

@@ -47,10 +47,10 @@ async fn metrics_count_what_was_delivered() {
         .unwrap()
         .port();
     let address = format!("127.0.0.1:{metrics_port}");
-    let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
     setup.metrics_listen = Some(address.clone());
     let mut relay = Relay::prepare(&setup);
-    let mut writer = ShopWriter::connect(&db.url(), "metrics").await;
+    let mut writer = ShopWriter::connect(&db, "metrics").await;
     relay.start();
     for index in 0..25u32 {
         writer

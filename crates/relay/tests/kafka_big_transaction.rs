@@ -11,21 +11,22 @@ use mysql_async::prelude::Queryable;
 
 const ROWS: u32 = 20_000;
 
-fn big_event(seq: u32) -> Event {
+fn big_event(topic_tag: &str, seq: u32) -> Event {
     Event {
         id: format!("big-{seq:06}"),
         aggregate_type: "order".to_string(),
         aggregate_id: format!("order-big-{}", seq % 10),
         event_type: "BulkImported".to_string(),
         payload: format!("{{\"n\": {seq}, \"pad\": \"{}\"}}", "x".repeat(100)),
+        topic_tag: topic_tag.to_string(),
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_transaction_survives_a_kill_in_the_middle() {
     let (db, broker) = start_shop_database_and_broker().await;
-    let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
-    let mut writer = ShopWriter::connect(&db.url(), "bigbefore").await;
+    let mut relay = Relay::prepare(&RelaySetup::new(&db, &broker.bootstrap()));
+    let mut writer = ShopWriter::connect(&db, "bigbefore").await;
     writer
         .transaction("order", "order-big-1", 1, true, false)
         .await;
@@ -50,7 +51,7 @@ async fn a_huge_transaction_survives_a_kill_in_the_middle() {
         .await;
 
     let mut committed = vec![writer.committed[0].clone()];
-    committed.extend((1..=ROWS).map(big_event));
+    committed.extend((1..=ROWS).map(|seq| big_event(db.tag(), seq)));
     committed.push(writer.committed[1].clone());
 
     // Kill while the big transaction is (most likely) still being delivered.
@@ -75,7 +76,7 @@ async fn a_huge_transaction_survives_a_kill_in_the_middle() {
     let caught_up_after = restarted.elapsed();
     let records = read_until_ids_then_settled(
         &broker.bootstrap(),
-        &[topic_for("order")],
+        &[topic_for(&db, "order")],
         &committed,
         Duration::from_secs(30),
     )

@@ -1,5 +1,5 @@
 //! Dead letters and replay through real processes: scratch MariaDB -> `outbox-relay run`
-//! -> Tansu, then `outbox-relay dlq list` / `dlq replay`, read back with an independent
+//! -> Apache Kafka, then `outbox-relay dlq list` / `dlq replay`, read back with an independent
 //! rdkafka consumer.
 
 mod common;
@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use common::*;
 use mysql_async::prelude::Queryable;
-use outbox_testkit::tansu::{read_all, ConsumedRecord, ReadStop, TansuBroker};
+use outbox_testkit::consume::{read_all, ConsumedRecord, ReadStop};
+use outbox_testkit::kafka::KafkaBroker;
 
 /// The producer's `message.max.bytes` in this test: anything larger is refused at once.
 const MESSAGE_MAX_BYTES: usize = 10_000;
@@ -34,9 +35,9 @@ fn dlq(config: &std::path::Path, args: &[&str]) -> (bool, String) {
 /// and payload; the truncated one is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permanent_failures_are_dead_lettered_and_can_be_replayed() {
-    let (db, broker) = tokio::join!(start_shop_database(), TansuBroker::start());
-    let broker = broker.expect("tansu starts");
-    let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
+    let (db, broker) = tokio::join!(start_shop_database(), KafkaBroker::shared());
+    let broker = broker.expect("the shared Kafka broker starts");
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
     setup
         .kafka_properties
         .push(("message.max.bytes".into(), MESSAGE_MAX_BYTES.to_string()));
@@ -67,7 +68,7 @@ async fn permanent_failures_are_dead_lettered_and_can_be_replayed() {
     relay.start();
     let letters = read_all(
         &broker.bootstrap(),
-        &["outbox.dlq"],
+        &[&dlq_topic(&db)],
         ReadStop::Count(2),
         Duration::from_secs(60),
     )
@@ -81,7 +82,7 @@ async fn permanent_failures_are_dead_lettered_and_can_be_replayed() {
     );
     let delivered = read_all(
         &broker.bootstrap(),
-        &[&topic_for("order")],
+        &[&topic_for(&db, "order")],
         ReadStop::Count(2),
         Duration::from_secs(30),
     )
@@ -126,7 +127,7 @@ async fn permanent_failures_are_dead_lettered_and_can_be_replayed() {
     assert_eq!(header(big, "dlq.attempts").as_deref(), Some("3"));
     assert_eq!(
         header(big, "dlq.original_topic").as_deref(),
-        Some(topic_for("order").as_str())
+        Some(topic_for(&db, "order").as_str())
     );
     assert_eq!(big.key_str().as_deref(), Some("order-3"));
     assert_eq!(
@@ -159,32 +160,21 @@ async fn permanent_failures_are_dead_lettered_and_can_be_replayed() {
     // A routing failure has no original topic: replay needs --topic.
     let (ok, refused) = dlq(&relay.config_path, &["replay", "--id", "null-key-2"]);
     assert!(!ok && refused.contains("--topic"), "{refused}");
+    let replay_topic = topic_for(&db, "replayed");
     let (ok, replayed) = dlq(
         &relay.config_path,
-        &[
-            "replay",
-            "--id",
-            "null-key-2",
-            "--topic",
-            "outbox.event.replayed",
-        ],
+        &["replay", "--id", "null-key-2", "--topic", &replay_topic],
     );
     assert!(ok && replayed.contains("\"replayed\":true"), "{replayed}");
     // Twice: same id again (an idempotent consumer deduplicates by id).
     let (ok, again) = dlq(
         &relay.config_path,
-        &[
-            "replay",
-            "--id",
-            "null-key-2",
-            "--topic",
-            "outbox.event.replayed",
-        ],
+        &["replay", "--id", "null-key-2", "--topic", &replay_topic],
     );
     assert!(ok, "{again}");
     let republished = read_all(
         &broker.bootstrap(),
-        &["outbox.event.replayed"],
+        &[replay_topic.as_str()],
         ReadStop::Count(2),
         Duration::from_secs(30),
     )

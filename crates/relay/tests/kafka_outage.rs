@@ -1,5 +1,6 @@
-//! Broker outages against a real Tansu process: a frozen broker (SIGSTOP for 10 s mid-stream)
-//! and a broker killed and restarted empty on the same port.
+//! Broker outages against a real Apache Kafka process: a frozen broker (SIGSTOP for 10 s
+//! mid-stream), a broker killed (-9) and restarted with its data, and a broker killed and
+//! restarted empty on the same port.
 
 mod common;
 
@@ -40,9 +41,9 @@ async fn stream_into(writer: Arc<Mutex<ShopWriter>>, stop: Arc<AtomicBool>) {
 /// (nothing new can be acknowledged), and after SIGCONT every committed event arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_broker_holds_the_checkpoint_and_loses_nothing() {
-    let (db, mut broker) = start_shop_database_and_broker().await;
-    let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
-    let writer = Arc::new(Mutex::new(ShopWriter::connect(&db.url(), "freeze").await));
+    let (db, mut broker) = start_shop_database_and_private_broker().await;
+    let mut relay = Relay::prepare(&RelaySetup::new(&db, &broker.bootstrap()));
+    let writer = Arc::new(Mutex::new(ShopWriter::connect(&db, "freeze").await));
     // Warm up: a first event delivered proves the relay and topics are in place.
     let first = writer
         .lock()
@@ -57,7 +58,7 @@ async fn frozen_broker_holds_the_checkpoint_and_loses_nothing() {
     relay.start();
     let warmup = read_until_ids(
         &broker.bootstrap(),
-        &[topic_for("order")],
+        &[topic_for(&db, "order")],
         &first,
         Duration::from_secs(30),
     )
@@ -131,7 +132,7 @@ async fn frozen_broker_holds_the_checkpoint_and_loses_nothing() {
     let caught_up = wait_for_checkpoint(&relay, &end, Duration::from_secs(60)).await;
     assert!(caught_up.position > held.position);
 
-    let topics = vec![topic_for("order"), topic_for("customer")];
+    let topics = vec![topic_for(&db, "order"), topic_for(&db, "customer")];
     let records = read_until_ids(
         &broker.bootstrap(),
         &topics,
@@ -162,8 +163,8 @@ async fn frozen_broker_holds_the_checkpoint_and_loses_nothing() {
 /// producer when deliveries keep failing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_restarted_empty_gets_everything_after_the_checkpoint() {
-    let (db, mut broker) = start_shop_database_and_broker().await;
-    let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
+    let (db, mut broker) = start_shop_database_and_private_broker().await;
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
     // librdkafka's idempotence state changes in the relay log: evidence if the relay gets stuck.
     setup.kafka_properties.push(("debug".into(), "eos".into()));
     // Deliveries to the dead broker time out sooner, so the test does not wait the default 30 s.
@@ -172,8 +173,8 @@ async fn broker_restarted_empty_gets_everything_after_the_checkpoint() {
         .push(("message.timeout.ms".into(), "5000".into()));
     setup.log_filter = "info,librdkafka=debug".into();
     let mut relay = Relay::prepare(&setup);
-    let mut writer = ShopWriter::connect(&db.url(), "lost").await;
-    let topics = vec![topic_for("order"), topic_for("customer")];
+    let mut writer = ShopWriter::connect(&db, "lost").await;
+    let topics = vec![topic_for(&db, "order"), topic_for(&db, "customer")];
 
     relay.start();
     for index in 0..30u32 {
@@ -243,7 +244,7 @@ async fn broker_restarted_empty_gets_everything_after_the_checkpoint() {
              Checkpoint: {}. The relay log has {} delivery timeouts (MessageTimedOut) and {} \
              'unknown producer id' lines: a new empty broker does not know the producer id the \
              relay's producer got from the old one, so resending through the same producer never \
-             succeeds (see outbox_testkit::tansu docs); the relay has to recreate its producer. \
+             succeeds (see outbox_testkit::kafka docs); the relay has to recreate its producer. \
              Relay log tail:\n{}",
             writer.committed.len() - before_outage,
             stuck.raw,
@@ -305,17 +306,20 @@ async fn broker_restarted_empty_gets_everything_after_the_checkpoint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_topic_without_create_topics_is_named_and_nothing_is_skipped() {
     let (db, broker) = start_shop_database_and_broker().await;
-    broker.create_topic(&topic_for("order"), 1).await.unwrap();
-    let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
+    broker
+        .create_topic(&topic_for(&db, "order"), 1)
+        .await
+        .unwrap();
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
     setup.create_topics = false;
     let mut relay = Relay::prepare(&setup);
-    let mut writer = ShopWriter::connect(&db.url(), "notopic").await;
+    let mut writer = ShopWriter::connect(&db, "notopic").await;
     relay.start();
     writer.transaction("order", "order-1", 1, true, false).await;
     let end_ok = writer.master_position().await;
     let delivered = wait_for_checkpoint(&relay, &end_ok, Duration::from_secs(30)).await;
 
-    let missing_topic = topic_for("refund");
+    let missing_topic = topic_for(&db, "refund");
     writer
         .transaction("refund", "refund-1", 1, true, false)
         .await;
@@ -345,7 +349,7 @@ async fn missing_topic_without_create_topics_is_named_and_nothing_is_skipped() {
     wait_for_checkpoint(&relay, &end, Duration::from_secs(60)).await;
     let records = read_until_ids(
         &broker.bootstrap(),
-        &[topic_for("order"), missing_topic.clone()],
+        &[topic_for(&db, "order"), missing_topic.clone()],
         &writer.committed,
         Duration::from_secs(30),
     )
@@ -359,4 +363,59 @@ async fn missing_topic_without_create_topics_is_named_and_nothing_is_skipped() {
     );
     relay.stop_gracefully("graceful stop").await;
     writer.close().await;
+}
+
+/// The broker crashes (kill -9) mid-stream and comes back with its data on the same port,
+/// as a real broker restart does: the relay waits out the outage and delivers everything,
+/// with per-key order kept and nothing from rolled-back transactions; the checkpoint does not
+/// move while the broker is down and catches up after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_killed_and_restarted_with_its_data_loses_nothing() {
+    let (db, mut broker) = start_shop_database_and_private_broker().await;
+    let mut relay = Relay::prepare(&RelaySetup::new(&db, &broker.bootstrap()));
+    let writer = Arc::new(Mutex::new(ShopWriter::connect(&db, "crashed").await));
+    relay.start();
+    let stop = Arc::new(AtomicBool::new(false));
+    let streaming = tokio::spawn(stream_into(writer.clone(), stop.clone()));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    broker.kill();
+    // Acks that arrived before the kill may still be committed within a commit interval;
+    // after that, nothing can move the checkpoint until the broker is back.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after_kill = relay.checkpoint();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    relay.assert_running("while the broker was down");
+    let during = relay.checkpoint();
+    assert_eq!(
+        during.position, after_kill.position,
+        "the checkpoint moved while the broker was dead: {} -> {}",
+        after_kill.raw, during.raw
+    );
+    broker
+        .restart()
+        .await
+        .expect("the broker restarts with its data");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    streaming.await.expect("writer task");
+
+    let mut writer = writer.lock().await;
+    let end = writer.master_position().await;
+    wait_for_checkpoint(&relay, &end, Duration::from_secs(90)).await;
+    let topics = vec![topic_for(&db, "order"), topic_for(&db, "customer")];
+    let records = read_until_ids_then_settled(
+        &broker.bootstrap(),
+        &topics,
+        &writer.committed,
+        Duration::from_secs(30),
+    )
+    .await;
+    let summary = assert_writer_delivery("broker kill -9 and restart", &writer, &records, &relay);
+    eprintln!(
+        "broker restart test: {} committed events ({} rolled back), {summary:?}",
+        writer.committed.len(),
+        writer.rolled_back.len()
+    );
+    relay.stop_gracefully("graceful stop").await;
 }

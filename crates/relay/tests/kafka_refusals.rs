@@ -14,8 +14,8 @@ use common::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purged_binlog_after_the_checkpoint_is_refused_not_skipped() {
     let (db, broker) = start_shop_database_and_broker().await;
-    let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
-    let mut writer = ShopWriter::connect(&db.url(), "purge").await;
+    let mut relay = Relay::prepare(&RelaySetup::new(&db, &broker.bootstrap()));
+    let mut writer = ShopWriter::connect(&db, "purge").await;
     relay.start();
     writer.transaction("order", "order-1", 2, true, false).await;
     let end = writer.master_position().await;
@@ -44,7 +44,7 @@ async fn purged_binlog_after_the_checkpoint_is_refused_not_skipped() {
     let log_errors = log_count(&relay, "ERROR") + log_count(&relay, "error:");
     let records = read_until_quiet(
         &broker.bootstrap(),
-        &[topic_for("order")],
+        &[topic_for(&db, "order")],
         Duration::from_millis(1000),
         Duration::from_secs(10),
     )
@@ -111,8 +111,8 @@ async fn purged_binlog_after_the_checkpoint_is_refused_not_skipped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_checkpoint_file_is_refused() {
     let (db, broker) = start_shop_database_and_broker().await;
-    let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
-    let mut writer = ShopWriter::connect(&db.url(), "corrupt").await;
+    let mut relay = Relay::prepare(&RelaySetup::new(&db, &broker.bootstrap()));
+    let mut writer = ShopWriter::connect(&db, "corrupt").await;
     writer.transaction("order", "order-1", 2, true, false).await;
     std::fs::write(&relay.checkpoint_path, b"{\"format\": 1, \"binlog_file\": ").unwrap();
 
@@ -145,7 +145,7 @@ async fn a_corrupt_checkpoint_file_is_refused() {
     };
     let records = read_until_quiet(
         &broker.bootstrap(),
-        &[topic_for("order")],
+        &[topic_for(&db, "order")],
         Duration::from_millis(500),
         Duration::from_secs(5),
     )

@@ -12,10 +12,10 @@ use common::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn source_server_crash_and_restart_loses_nothing() {
     let (mut db, broker) = start_shop_database_and_broker().await;
-    let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
+    let mut relay = Relay::prepare(&RelaySetup::new(&db, &broker.bootstrap()));
     relay.start();
 
-    let mut before = ShopWriter::connect(&db.url(), "src-before").await;
+    let mut before = ShopWriter::connect(&db, "src-before").await;
     for index in 0..40u32 {
         let kind = if matches!(index % 3, 0) {
             "customer"
@@ -38,7 +38,7 @@ async fn source_server_crash_and_restart_loses_nothing() {
     let restarted_at = Instant::now();
     db.restart().await.expect("MariaDB restarts");
 
-    let mut after = ShopWriter::connect(&db.url(), "src-after").await;
+    let mut after = ShopWriter::connect(&db, "src-after").await;
     for index in 0..40u32 {
         let kind = if matches!(index % 3, 1) {
             "customer"
@@ -64,7 +64,7 @@ async fn source_server_crash_and_restart_loses_nothing() {
     committed.extend(after.committed.iter().cloned());
     let mut forbidden = before.must_not_arrive();
     forbidden.extend(after.rolled_back.iter().cloned());
-    let topics = [topic_for("order"), topic_for("customer")];
+    let topics = [topic_for(&db, "order"), topic_for(&db, "customer")];
     let records = read_until_ids(
         &broker.bootstrap(),
         &topics,
@@ -94,11 +94,11 @@ async fn source_server_crash_and_restart_loses_nothing() {
 /// the broker thaws, a new relay process delivers everything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_a_frozen_broker_keeps_the_checkpoint_honest() {
-    let (db, mut broker) = start_shop_database_and_broker().await;
-    let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
+    let (db, mut broker) = start_shop_database_and_private_broker().await;
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
     setup.shutdown_timeout_ms = Some(2000);
     let mut relay = Relay::prepare(&setup);
-    let mut writer = ShopWriter::connect(&db.url(), "stopfrozen").await;
+    let mut writer = ShopWriter::connect(&db, "stopfrozen").await;
     relay.start();
     // Both topics exist before the freeze, so the records written during it are really in
     // flight to the frozen broker when the stop comes.
@@ -152,7 +152,7 @@ async fn sigterm_during_a_frozen_broker_keeps_the_checkpoint_honest() {
     relay.start();
     let end = writer.master_position().await;
     wait_for_checkpoint(&relay, &end, Duration::from_secs(60)).await;
-    let topics = [topic_for("order"), topic_for("customer")];
+    let topics = [topic_for(&db, "order"), topic_for(&db, "customer")];
     // Whatever the frozen broker had already received before the stop may come twice; give
     // late records a moment so the verdict sees them.
     let records = read_until_ids_then_settled(
@@ -183,11 +183,11 @@ async fn sigterm_during_a_frozen_broker_keeps_the_checkpoint_honest() {
 /// the unacknowledged event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_while_a_topic_is_being_created_on_a_frozen_broker_exits_in_time() {
-    let (db, mut broker) = start_shop_database_and_broker().await;
-    let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
+    let (db, mut broker) = start_shop_database_and_private_broker().await;
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
     setup.shutdown_timeout_ms = Some(2000);
     let mut relay = Relay::prepare(&setup);
-    let mut writer = ShopWriter::connect(&db.url(), "stopcreate").await;
+    let mut writer = ShopWriter::connect(&db, "stopcreate").await;
     relay.start();
     writer.transaction("order", "order-1", 1, true, false).await;
     let end_before = writer.master_position().await;
@@ -223,11 +223,11 @@ async fn sigterm_while_a_topic_is_being_created_on_a_frozen_broker_exits_in_time
 /// at once with status 130, and the checkpoint stays at what Kafka acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_sigterm_exits_at_once_without_passing_unacked_events() {
-    let (db, mut broker) = start_shop_database_and_broker().await;
-    let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
+    let (db, mut broker) = start_shop_database_and_private_broker().await;
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
     setup.shutdown_timeout_ms = Some(60_000);
     let mut relay = Relay::prepare(&setup);
-    let mut writer = ShopWriter::connect(&db.url(), "twosignals").await;
+    let mut writer = ShopWriter::connect(&db, "twosignals").await;
     relay.start();
     writer.transaction("order", "order-1", 1, true, false).await;
     let end_before = writer.master_position().await;

@@ -48,8 +48,7 @@ fn consumer(bootstrap: &str) -> BaseConsumer {
 
 /// Reads partition 0 of `topic` from the start until `expected` records arrived, then for
 /// two more seconds (to catch extras); each record as (header `id`, value length, value
-/// FNV-1a 64). (Tansu's high watermark lags behind its memory storage, so counting by
-/// watermark would undercount.)
+/// FNV-1a 64).
 fn read_records(
     consumer: &BaseConsumer,
     topic: &str,
@@ -133,7 +132,7 @@ async fn run_until_checkpoint(relay: &mut Relay, end: &BinlogPoint, limit: Durat
 async fn a_million_row_transaction_flows_with_bounded_memory() {
     const ROWS: u32 = 1_000_000;
     let (db, broker) = start_shop_database_and_broker().await;
-    let mut relay = Relay::prepare(&RelaySetup::new(&db.url(), &broker.bootstrap()));
+    let mut relay = Relay::prepare(&RelaySetup::new(&db, &broker.bootstrap()));
     relay.edit_config(&[(
         "max_in_flight = 10000",
         "max_in_flight = 10000\nmax_in_flight_bytes = 67108864",
@@ -165,7 +164,7 @@ async fn a_million_row_transaction_flows_with_bounded_memory() {
     let consumer = consumer(&broker.bootstrap());
     let records = read_records(
         &consumer,
-        &topic_for("order"),
+        &topic_for(&db, "order"),
         ROWS as usize,
         Duration::from_secs(300),
     );
@@ -221,11 +220,11 @@ async fn settled_peak_rss(pid: u32, quiet: Duration, limit: Duration) -> u64 {
 async fn sixty_four_mib_payloads_wait_for_the_in_flight_byte_budget() {
     const EVENTS: usize = 6;
     const PAYLOAD_BYTES: usize = 64 * 1024 * 1024;
-    let (db, mut broker) = start_shop_database_and_broker().await;
+    let (db, mut broker) = start_shop_database_and_private_broker().await;
     db.exec(&["SET GLOBAL max_allowed_packet = 1073741824"])
         .await
         .expect("raise max_allowed_packet");
-    let mut setup = RelaySetup::new(&db.url(), &broker.bootstrap());
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
     setup
         .kafka_properties
         .push(("message.max.bytes".into(), "100000000".into()));
@@ -235,7 +234,7 @@ async fn sixty_four_mib_payloads_wait_for_the_in_flight_byte_budget() {
         "max_in_flight = 10000\nmax_in_flight_bytes = 134217728",
     )]);
     // A first small event: the topic exists and the producer is connected.
-    let mut writer = ShopWriter::connect(&db.url(), "small").await;
+    let mut writer = ShopWriter::connect(&db, "small").await;
     writer
         .transaction("order", "order-small", 1, true, false)
         .await;
@@ -286,7 +285,7 @@ async fn sixty_four_mib_payloads_wait_for_the_in_flight_byte_budget() {
     let consumer = consumer(&broker.bootstrap());
     let seen = read_records(
         &consumer,
-        &topic_for("order"),
+        &topic_for(&db, "order"),
         EVENTS + 1,
         Duration::from_secs(120),
     );
