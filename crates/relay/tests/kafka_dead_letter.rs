@@ -201,3 +201,75 @@ async fn permanent_failures_are_dead_lettered_and_can_be_replayed() {
     let status = relay.terminate(Duration::from_secs(20)).await;
     assert!(status.success(), "{status}");
 }
+
+/// A record the *broker* rejects for good (the topic's `max.message.bytes` is below the
+/// record, while the client's limit is not) is dead-lettered like a client-side rejection;
+/// the events after it flow and the checkpoint passes it. (With librdkafka's gapless
+/// guarantee on, the broker's MSG_SIZE_TOO_LARGE used to surface as a fatal producer error:
+/// the relay rebuilt its producer and resent the record forever, the checkpoint frozen.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_the_broker_rejects_for_good_is_dead_lettered() {
+    let (db, broker) = start_shop_database_and_broker().await;
+    broker
+        .create_topic_with_config(
+            &topic_for(&db, "order"),
+            1,
+            &[("max.message.bytes", "4096")],
+        )
+        .await
+        .expect("topic with a small record limit");
+    let mut relay = Relay::prepare(&RelaySetup::new(&db, &broker.bootstrap()));
+    let mut conn = db.conn().await.expect("connect");
+    let big_payload = format!("{{\"blob\":\"{}\"}}", "y".repeat(20_000));
+    for (event_id, payload) in [
+        ("small-1", "{\"n\":1}".to_string()),
+        ("broker-rejects-2", big_payload.clone()),
+        ("small-3", "{\"n\":3}".to_string()),
+    ] {
+        conn.exec_drop(
+            "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES (?, 'order', 'order-1', 'order_created', ?)",
+            (event_id, payload),
+        )
+        .await
+        .unwrap();
+    }
+    let end = master_position(&mut conn).await;
+    conn.disconnect().await.unwrap();
+
+    relay.start();
+    let letters = read_all(
+        &broker.bootstrap(),
+        &[&dlq_topic(&db)],
+        ReadStop::Count(1),
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        letters.len(),
+        1,
+        "one dead letter for the record the broker rejects; relay log:\n{}",
+        relay.log_tail(40)
+    );
+    assert_eq!(
+        header(&letters[0], "id").as_deref(),
+        Some("broker-rejects-2")
+    );
+    assert_eq!(
+        header(&letters[0], "dlq.error_class").as_deref(),
+        Some("message_too_large")
+    );
+    let delivered = read_all(
+        &broker.bootstrap(),
+        &[&topic_for(&db, "order")],
+        ReadStop::Count(2),
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
+    let ids: Vec<_> = delivered.iter().filter_map(|r| header(r, "id")).collect();
+    assert_eq!(ids, vec!["small-1", "small-3"], "later events flow");
+    wait_for_checkpoint(&relay, &end, Duration::from_secs(30)).await;
+    relay.stop_gracefully("after the broker's rejection").await;
+}
