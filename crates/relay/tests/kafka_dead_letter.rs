@@ -14,6 +14,24 @@ use outbox_testkit::kafka::KafkaBroker;
 /// The producer's `message.max.bytes` in this test: anything larger is refused at once.
 const MESSAGE_MAX_BYTES: usize = 10_000;
 
+/// Inserts `order` events `(event_id, aggregate_id, payload)`, each in its own autocommit
+/// transaction, and returns the server's binlog position after them.
+async fn insert_order_events(
+    conn: &mut mysql_async::Conn,
+    events: &[(&str, Option<&str>, String)],
+) -> BinlogPoint {
+    for (event_id, aggregate_id, payload) in events {
+        conn.exec_drop(
+            "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES (?, 'order', ?, 'order_created', ?)",
+            (event_id, aggregate_id, payload),
+        )
+        .await
+        .unwrap();
+    }
+    master_position(conn).await
+}
+
 fn header(record: &ConsumedRecord, name: &str) -> Option<String> {
     record.header_str(name)
 }
@@ -48,21 +66,16 @@ async fn permanent_failures_are_dead_lettered_and_can_be_replayed() {
         .await
         .unwrap();
     let big_payload = format!("{{\"blob\":\"{}\"}}", "x".repeat(MESSAGE_MAX_BYTES * 3));
-    for (event_id, aggregate_id, payload) in [
-        ("good-1", Some("order-1"), "{\"n\":1}".to_string()),
-        ("null-key-2", None, "{\"n\":2}".to_string()),
-        ("too-big-3", Some("order-3"), big_payload.clone()),
-        ("good-4", Some("order-4"), "{\"n\":4}".to_string()),
-    ] {
-        conn.exec_drop(
-            "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
-             VALUES (?, 'order', ?, 'order_created', ?)",
-            (event_id, aggregate_id, payload),
-        )
-        .await
-        .unwrap();
-    }
-    let end = master_position(&mut conn).await;
+    let end = insert_order_events(
+        &mut conn,
+        &[
+            ("good-1", Some("order-1"), "{\"n\":1}".to_string()),
+            ("null-key-2", None, "{\"n\":2}".to_string()),
+            ("too-big-3", Some("order-3"), big_payload.clone()),
+            ("good-4", Some("order-4"), "{\"n\":4}".to_string()),
+        ],
+    )
+    .await;
     conn.disconnect().await.unwrap();
 
     relay.start();
@@ -221,20 +234,15 @@ async fn a_record_the_broker_rejects_for_good_is_dead_lettered() {
     let mut relay = Relay::prepare(&RelaySetup::new(&db, &broker.bootstrap()));
     let mut conn = db.conn().await.expect("connect");
     let big_payload = format!("{{\"blob\":\"{}\"}}", "y".repeat(20_000));
-    for (event_id, payload) in [
-        ("small-1", "{\"n\":1}".to_string()),
-        ("broker-rejects-2", big_payload.clone()),
-        ("small-3", "{\"n\":3}".to_string()),
-    ] {
-        conn.exec_drop(
-            "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
-             VALUES (?, 'order', 'order-1', 'order_created', ?)",
-            (event_id, payload),
-        )
-        .await
-        .unwrap();
-    }
-    let end = master_position(&mut conn).await;
+    let end = insert_order_events(
+        &mut conn,
+        &[
+            ("small-1", Some("order-1"), "{\"n\":1}".to_string()),
+            ("broker-rejects-2", Some("order-1"), big_payload),
+            ("small-3", Some("order-1"), "{\"n\":3}".to_string()),
+        ],
+    )
+    .await;
     conn.disconnect().await.unwrap();
 
     relay.start();

@@ -27,7 +27,6 @@ pub mod process;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use std::io;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -224,12 +223,7 @@ fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {
 }
 
 fn free_port() -> Result<u16, TestkitError> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(io_err("finding a free port"))?;
-    let port = listener
-        .local_addr()
-        .map_err(io_err("finding a free port"))?
-        .port();
-    Ok(port)
+    process::loopback_port_free_now().map_err(io_err("finding a free port"))
 }
 
 impl ScratchMariadb {

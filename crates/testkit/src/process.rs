@@ -112,12 +112,13 @@ pub(crate) fn kafka_err(
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.
 pub(crate) fn free_port() -> Result<u16, HarnessError> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(io_err("finding a free port"))?;
-    let port = listener
-        .local_addr()
-        .map_err(io_err("finding a free port"))?
-        .port();
-    Ok(port)
+    loopback_port_free_now().map_err(io_err("finding a free port"))
+}
+
+/// Binds port 0 on 127.0.0.1 and returns the port the kernel chose (free until someone else
+/// binds it: callers retry when a server exits at once).
+pub(crate) fn loopback_port_free_now() -> io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// Sends a signal with the `kill` program (no libc dependency in this crate).
