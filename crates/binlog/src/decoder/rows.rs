@@ -413,6 +413,21 @@ pub(crate) fn decode_value(
             let len = read_length(reader, *length_bytes)?;
             Value::Bytes(reader.bytes(len)?.to_vec())
         }
+        ColumnKind::Vector { length_bytes } => {
+            let len = read_length(reader, *length_bytes)?;
+            let bytes = reader.bytes(len)?;
+            if len % 4 != 0 {
+                return Err(format!(
+                    "a VECTOR value of {len} bytes is not a whole number of 4-byte floats"
+                ));
+            }
+            Value::Vector(
+                bytes
+                    .chunks_exact(4)
+                    .map(|float| f32::from_le_bytes([float[0], float[1], float[2], float[3]]))
+                    .collect(),
+            )
+        }
         ColumnKind::Enum { bytes, names } => {
             let index = le_uint(reader.bytes(usize::from(*bytes))?);
             match names {

@@ -763,3 +763,102 @@ fn statement_based_changes_of_watched_tables_are_errors() {
         "{error}"
     );
 }
+
+/// A MySQL 9 TABLE_MAP body for `shop.vectors (id INT, label VARCHAR(10), v VECTOR(3))`
+/// with full metadata as MySQL 9 writes it: the VECTOR column counts among the character
+/// columns (binary charset 63 in DEFAULT_CHARSET), and its dimensions come in
+/// VECTOR_DIMENSIONALITY (field 13). `vector_type` replaces the VECTOR type code.
+fn vector_table_map_body(table_id: u64, vector_type: u8) -> Vec<u8> {
+    let mut body = table_id.to_le_bytes()[..6].to_vec();
+    body.extend_from_slice(&[0, 0]);
+    body.push(4);
+    body.extend_from_slice(b"shop\0");
+    body.push(7);
+    body.extend_from_slice(b"vectors\0");
+    body.push(3); // columns
+    body.extend_from_slice(&[3, 15, vector_type]); // LONG, VARCHAR, VECTOR (242)
+    body.extend_from_slice(&[3, 10, 0, 4]); // metadata: VARCHAR(10); VECTOR length size 4
+    body.push(0b110); // nullable bitmap
+    body.extend_from_slice(&[1, 1, 0]); // SIGNEDNESS: signed
+    body.extend_from_slice(&[2, 3, 45, 1, 63]); // DEFAULT_CHARSET 45; character column 1: 63
+    let mut names = Vec::new();
+    for name in ["id", "label", "v"] {
+        names.push(name.len() as u8);
+        names.extend_from_slice(name.as_bytes());
+    }
+    body.push(4); // COLUMN_NAME
+    body.push(names.len() as u8);
+    body.extend_from_slice(&names);
+    body.extend_from_slice(&[13, 1, 3]); // VECTOR_DIMENSIONALITY: 3
+    body
+}
+
+#[test]
+fn mysql9_vector_columns_decode_to_their_floats() {
+    let table = TableName::new("shop", "vectors");
+    let mut decoder = Decoder::new(TableFilter::tables([table.clone()]), "b.000001".into());
+    let floats = [1.5f32, -0.25, 3.0e38];
+    let mut rows = 9u64.to_le_bytes()[..6].to_vec();
+    rows.extend_from_slice(&1u16.to_le_bytes()); // STMT_END_F
+    rows.extend_from_slice(&2u16.to_le_bytes()); // v2 extra data: none
+    rows.push(3);
+    rows.push(0b111);
+    rows.push(0); // NULL bitmap
+    rows.extend_from_slice(&7i32.to_le_bytes());
+    rows.push(2);
+    rows.extend_from_slice(b"ab");
+    rows.extend_from_slice(&12u32.to_le_bytes());
+    for float in floats {
+        rows.extend_from_slice(&float.to_le_bytes());
+    }
+    let items = push_all(
+        &mut decoder,
+        &[
+            event(code::ANONYMOUS_GTID, 100, &[0u8; 42]),
+            event(code::QUERY, 150, &query_body("BEGIN")),
+            event(code::TABLE_MAP, 250, &vector_table_map_body(9, 242)),
+            event(code::WRITE_ROWS, 300, &rows),
+            event(code::XID, 331, &1u64.to_le_bytes()),
+        ],
+    )
+    .unwrap();
+    let StreamItem::Row(change) = &items[0] else {
+        panic!("expected a row, got {items:?}");
+    };
+    let after = change.after.as_ref().unwrap();
+    assert_eq!(after.get("id"), Some(&crate::Value::Int(7)));
+    assert_eq!(after.get("label"), Some(&crate::Value::Text("ab".into())));
+    assert_eq!(after.get("v"), Some(&crate::Value::Vector(floats.to_vec())));
+    // The stored bytes come back exactly, and `inspect` (serde) prints a float array.
+    assert_eq!(
+        crate::Value::vector_bytes(&floats),
+        rows[rows.len() - 12..].to_vec()
+    );
+    assert_eq!(
+        serde_json::to_value(after.get("v").unwrap()).unwrap(),
+        serde_json::json!({"Vector": [1.5, -0.25, 3.0e38]})
+    );
+}
+
+#[test]
+fn an_unknown_column_type_names_code_table_and_column() {
+    let table = TableName::new("shop", "vectors");
+    let mut decoder = Decoder::new(TableFilter::tables([table.clone()]), "b.000001".into());
+    let error = push_all(
+        &mut decoder,
+        &[
+            event(code::ANONYMOUS_GTID, 100, &[0u8; 42]),
+            event(code::QUERY, 150, &query_body("BEGIN")),
+            event(code::TABLE_MAP, 250, &vector_table_map_body(9, 243)),
+        ],
+    )
+    .unwrap_err();
+    let text = error.to_string();
+    assert!(
+        matches!(&error, BinlogError::RowImageMismatch { table: t, .. } if *t == table),
+        "{text}"
+    );
+    assert!(text.contains("type code 243"), "{text}");
+    assert!(text.contains("column 3 `v`"), "{text}");
+    assert!(text.contains("shop.vectors"), "{text}");
+}
