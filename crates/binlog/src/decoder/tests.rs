@@ -862,3 +862,106 @@ fn an_unknown_column_type_names_code_table_and_column() {
     assert!(text.contains("column 3 `v`"), "{text}");
     assert!(text.contains("shop.vectors"), "{text}");
 }
+
+#[test]
+fn ddl_inside_executable_comments_is_ddl() {
+    assert_eq!(
+        classify_query(b"/*!40000 ALTER TABLE `outbox` DISABLE KEYS */"),
+        QueryKind::Statement { ddl: true }
+    );
+    assert_eq!(
+        classify_query(b"/*!ALTER TABLE outbox MODIFY a INT AFTER b*/"),
+        QueryKind::Statement { ddl: true }
+    );
+    assert_eq!(
+        classify_query(b"/*M!100100 RENAME TABLE a TO b */"),
+        QueryKind::Statement { ddl: true }
+    );
+    assert_eq!(
+        classify_query(b"/* plain */ /*!50003 CREATE*/ /*!50017 DEFINER=`x`@`%`*/ TRIGGER t"),
+        QueryKind::Statement { ddl: true }
+    );
+    assert_eq!(
+        classify_query(b"/*!40101 SET NAMES utf8 */"),
+        QueryKind::Statement { ddl: false }
+    );
+}
+
+#[test]
+fn the_forward_scan_recognises_ddl_naming_a_table() {
+    for ddl in [
+        "ALTER TABLE outbox MODIFY a VARCHAR(20) AFTER b",
+        "alter table `shop`.`Outbox` add x int",
+        "/*!40000 ALTER TABLE `outbox` ADD y INT */",
+        "RENAME TABLE outbox TO outbox_old, outbox_new TO outbox",
+        "DROP TABLE IF EXISTS outbox",
+        "CREATE TABLE outbox (id INT)",
+    ] {
+        assert!(is_ddl_naming_table(ddl.as_bytes(), "outbox"), "{ddl}");
+    }
+    for other in [
+        "ALTER TABLE outbox_archive ADD x INT",
+        "DROP TABLE outbox_old",
+        "TRUNCATE TABLE outbox",
+        "INSERT INTO outbox VALUES (1)",
+        "BEGIN",
+        "ALTER TABLE my_outbox ADD x INT",
+    ] {
+        assert!(!is_ddl_naming_table(other.as_bytes(), "outbox"), "{other}");
+    }
+}
+
+#[test]
+fn looked_up_names_are_refused_when_the_binlog_types_do_not_fit() {
+    let outbox = TableName::new("shop", "outbox");
+    let mut decoder = Decoder::new(TableFilter::tables([outbox.clone()]), "b.000001".into());
+    let mut out = VecDeque::new();
+    decoder
+        .push(
+            &event(code::MARIADB_GTID, 100, &mariadb_gtid_body(1, 0, 0)),
+            &mut out,
+        )
+        .unwrap();
+    let map = event(code::TABLE_MAP, 200, &table_map_body(7, "outbox"));
+    assert_eq!(
+        decoder.push(&map, &mut out).unwrap(),
+        PushOutcome::NeedColumnNames(outbox.clone())
+    );
+    // The map logs (INT, VARCHAR); information_schema now says (VARCHAR, INT).
+    decoder.set_looked_up_columns(
+        &outbox,
+        vec![
+            LookedUpColumn::new("body".into(), "varchar".into()),
+            LookedUpColumn::new("id".into(), "int".into()),
+        ],
+    );
+    let error = decoder.push(&map, &mut out).unwrap_err();
+    let text = error.to_string();
+    assert!(
+        matches!(error, BinlogError::RowImageMismatch { .. }),
+        "{text}"
+    );
+    assert!(text.contains("shop.outbox"), "{text}");
+    assert!(text.contains("binlog_row_metadata=FULL"), "{text}");
+
+    // Types that fit are accepted.
+    let mut decoder = Decoder::new(TableFilter::tables([outbox.clone()]), "b.000001".into());
+    decoder
+        .push(
+            &event(code::MARIADB_GTID, 100, &mariadb_gtid_body(1, 0, 0)),
+            &mut out,
+        )
+        .unwrap();
+    assert!(matches!(
+        decoder.push(&map, &mut out).unwrap(),
+        PushOutcome::NeedColumnNames(_)
+    ));
+    decoder.set_looked_up_columns(
+        &outbox,
+        vec![
+            LookedUpColumn::new("id".into(), "int".into()),
+            LookedUpColumn::new("body".into(), "varchar".into()),
+        ],
+    );
+    assert_eq!(decoder.push(&map, &mut out).unwrap(), PushOutcome::Consumed);
+}
