@@ -49,6 +49,7 @@ mod raw_event;
 mod reader;
 mod rows;
 mod table_map;
+mod vanished;
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -67,6 +68,7 @@ use self::rows::RowsKind;
 use self::table_map::TablePlan;
 use crate::error::BinlogError;
 use crate::gtid::Gtid;
+use crate::internal_events::InternalEvent;
 use crate::types::{
     BinlogPosition, ColumnNames, Commit, Flavor, Heartbeat, RowChange, RowOperation, StreamItem,
     TableFilter, TableName,
@@ -259,6 +261,11 @@ impl Decoder {
     pub(crate) fn with_positional_column_names(mut self) -> Decoder {
         self.positional_names = true;
         self
+    }
+
+    /// Which tables' rows are decoded.
+    pub(crate) fn filter(&self) -> &TableFilter {
+        &self.filter
     }
 
     /// The flavor, once the format description event told it.
@@ -823,15 +830,19 @@ impl Decoder {
         // mysql_common validates the event; the statement is the body's tail (its last
         // field), taken from the event bytes so the parsed event need not be kept.
         let data = event.data();
-        let query_len = event
+        let parsed = event
             .parse::<QueryEvent<'_>>(&self.format)
-            .map_err(|e| self.malformed(code::QUERY, start, e.to_string()))?
-            .query_raw()
-            .len();
+            .map_err(|e| self.malformed(code::QUERY, start, e.to_string()))?;
+        let query_len = parsed.query_raw().len();
         let query = data
             .get(data.len().saturating_sub(query_len)..)
             .unwrap_or_default();
         let kind = classify_query(query);
+        // The default database, for unqualified names in DDL (only DDL pays the copy).
+        let default_db = match kind {
+            QueryKind::Statement { ddl: true } => parsed.schema().into_owned(),
+            _ => String::new(),
+        };
         let timestamp = event.header().timestamp();
         match (kind, self.group) {
             (QueryKind::Begin, Group::Idle | Group::AwaitingStatement) => {
@@ -855,6 +866,7 @@ impl Decoder {
             (QueryKind::Statement { ddl }, group) => {
                 if ddl {
                     self.forget_names_mentioned_in(query);
+                    self.report_vanished_watched_tables(query, &default_db, start);
                 } else if self.is_statement_dml_on_watched_table(query) {
                     return Err(self.unsupported(
                         code::QUERY,
@@ -895,6 +907,33 @@ impl Decoder {
         self.filter
             .watched()
             .any(|table| text.contains(&table.table.to_lowercase()))
+    }
+
+    /// Reports every watched table the DDL statement leaves without a table of its name
+    /// (`decoder/vanished.rs`); reading goes on.
+    fn report_vanished_watched_tables(&self, query: &[u8], default_db: &str, start: u64) {
+        let watched: Vec<&TableName> = self.filter.watched().collect();
+        if watched.is_empty() {
+            return;
+        }
+        let statement = skip_leading_noise(query);
+        let gone = vanished::watched_tables_gone_after(statement, default_db, &watched);
+        if gone.is_empty() {
+            return;
+        }
+        let position = self.position(start);
+        let text: String = String::from_utf8_lossy(statement)
+            .chars()
+            .take(200)
+            .collect();
+        for table in &gone {
+            crate::internal_events::WatchedTableVanished {
+                table,
+                position: &position,
+                statement: &text,
+            }
+            .emit();
+        }
     }
 
     /// Forgets cached column names of every table the DDL statement mentions by name, so

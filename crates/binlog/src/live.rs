@@ -695,6 +695,50 @@ impl BinlogReader {
         }
     }
 
+    /// Checks that every watched table exists under the exact name the binlog gives it
+    /// (`lower_case_table_names` honoured: the names as the server stores them); a missing
+    /// one is the definite [`BinlogError::WatchedTableMissing`] naming the closest existing
+    /// table. Run once at startup: a table that vanishes later (a drop, a rename without a
+    /// swap) is only reported (`WatchedTableVanished`), so a rename swap never stops a
+    /// running relay. Watching every table checks nothing.
+    pub async fn verify_watched_tables(&mut self) -> Result<(), BinlogError> {
+        let watched: Vec<TableName> = self.decoder.filter().watched().cloned().collect();
+        if watched.is_empty() {
+            return Ok(());
+        }
+        let position = self.position_text();
+        let mut conn = match self.side_connection.take() {
+            Some(conn) => conn,
+            None => {
+                self.endpoint
+                    .connect(self.connect_timeout, &position)
+                    .await?
+            }
+        };
+        let lookup = crate::watched_tables::missing_tables(&mut conn, &watched);
+        let (missing, lower_case_table_names) =
+            match tokio::time::timeout(self.connect_timeout, lookup).await {
+                Ok(Ok(found)) => found,
+                Ok(Err(error)) => return Err(self.endpoint.connect_error(error, &position)),
+                Err(_) => {
+                    return Err(BinlogError::ConnectTimeout {
+                        server: self.endpoint.address.clone(),
+                        position,
+                        waited: self.connect_timeout,
+                    })
+                }
+            };
+        self.side_connection = Some(conn);
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(BinlogError::WatchedTableMissing {
+            server: self.endpoint.address.clone(),
+            message: crate::watched_tables::describe(&missing, lower_case_table_names),
+            tables: missing.into_iter().map(|missing| missing.table).collect(),
+        })
+    }
+
     /// The server family (from the version string).
     pub fn flavor(&self) -> Flavor {
         self.identity.flavor

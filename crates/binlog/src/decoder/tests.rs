@@ -965,3 +965,59 @@ fn looked_up_names_are_refused_when_the_binlog_types_do_not_fit() {
     );
     assert_eq!(decoder.push(&map, &mut out).unwrap(), PushOutcome::Consumed);
 }
+
+/// `outbox_binlog_watched_table_vanished_total` as registered for the relay.
+fn vanished_counter() -> f64 {
+    let registry = prometheus::Registry::new();
+    crate::internal_events::register_metrics(&registry).unwrap();
+    registry
+        .gather()
+        .iter()
+        .find(|family| family.name() == "outbox_binlog_watched_table_vanished_total")
+        .map(|family| family.get_metric()[0].get_counter().get_value())
+        .expect("the counter is registered")
+}
+
+#[test]
+fn a_ddl_that_makes_a_watched_table_vanish_is_counted_and_reading_goes_on() {
+    let outbox = TableName::new("shop", "outbox");
+    let mut decoder = Decoder::new(TableFilter::tables([outbox.clone()]), "b.000001".into());
+    let before = vanished_counter();
+    // The rename swap keeps the table: not counted, the transactions commit.
+    let items = push_all(
+        &mut decoder,
+        &[
+            event(code::MARIADB_GTID, 100, &mariadb_gtid_body(1, 0, 1)),
+            event(
+                code::QUERY,
+                200,
+                &query_body("RENAME TABLE outbox TO outbox_old, outbox_new TO outbox"),
+            ),
+        ],
+    )
+    .unwrap();
+    assert!(matches!(&items[..], [StreamItem::Commit(_)]), "{items:?}");
+    let after_swap = vanished_counter();
+    assert_eq!(after_swap, before, "the swap is not counted");
+    // A drop is counted (no other test of this crate drops a watched table).
+    let items = push_all(
+        &mut decoder,
+        &[
+            event(code::MARIADB_GTID, 300, &mariadb_gtid_body(2, 0, 1)),
+            event(
+                code::QUERY,
+                400,
+                &query_body("/*!40000 DROP TABLE `outbox` */"),
+            ),
+            event(code::MARIADB_GTID, 500, &mariadb_gtid_body(3, 0, 1)),
+            event(
+                code::QUERY,
+                600,
+                &query_body("CREATE TABLE outbox (id INT)"),
+            ),
+        ],
+    )
+    .unwrap();
+    assert_eq!(items.len(), 2, "both statements commit: {items:?}");
+    assert_eq!(vanished_counter(), after_swap + 1.0);
+}
