@@ -21,8 +21,12 @@
 //!   watched tables are decoded with a plan precomputed per TABLE_MAP.
 //! * When a watched table's TABLE_MAP has no column names (binlog_row_metadata=MINIMAL) and
 //!   none are cached, `push` returns [`PushOutcome::NeedColumnNames`] without consuming the
-//!   event; the caller looks the names up, calls [`Decoder::set_column_names`] and pushes the
-//!   same event again. Names are forgotten when a DDL statement mentions the table. When the
+//!   event; the caller looks the names (and types) up, calls
+//!   [`Decoder::set_looked_up_columns`] and pushes the same event again. Names are forgotten
+//!   when a DDL statement mentions the table (also inside an executable comment
+//!   `/*!...*/`); every TABLE_MAP that uses looked-up names must have binlog column types
+//!   that fit the looked-up types, else it is a [`BinlogError::RowImageMismatch`] (the
+//!   caller also makes sure no DDL on the table lies between the event and the lookup). When the
 //!   TABLE_MAP is inside a compressed transaction, the same TRANSACTION_PAYLOAD event is
 //!   pushed again: the decoder kept the decompressed events and continues with the inner
 //!   event that asked (the ones before it are not decoded twice). Any other event pushed
@@ -39,11 +43,13 @@
 
 mod charset;
 mod events;
+mod looked_up;
 mod payload;
 mod raw_event;
 mod reader;
 mod rows;
 mod table_map;
+mod vanished;
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -53,6 +59,7 @@ use mysql_common::binlog::consts::{BinlogChecksumAlg, BinlogVersion};
 use mysql_common::binlog::events::{FormatDescriptionEvent, GtidEvent, QueryEvent};
 
 pub(crate) use self::events::parse_rotate;
+pub(crate) use self::looked_up::LookedUpColumn;
 pub(crate) use self::raw_event::{carries_checksum, EventHeader, RawEvent, HEADER_LEN};
 
 use self::events::{code, event_name};
@@ -61,6 +68,7 @@ use self::rows::RowsKind;
 use self::table_map::TablePlan;
 use crate::error::BinlogError;
 use crate::gtid::Gtid;
+use crate::internal_events::InternalEvent;
 use crate::types::{
     BinlogPosition, ColumnNames, Commit, Flavor, Heartbeat, RowChange, RowOperation, StreamItem,
     TableFilter, TableName,
@@ -73,8 +81,8 @@ pub(crate) enum PushOutcome {
     Consumed,
     /// A TABLE_MAP of a watched table carries no column names (binlog_row_metadata=MINIMAL,
     /// MySQL 8's default) and none are cached: the caller must look them up
-    /// (information_schema.COLUMNS ordered by ORDINAL_POSITION), call set_column_names, and
-    /// push the SAME event again.
+    /// (information_schema.COLUMNS ordered by ORDINAL_POSITION), call
+    /// set_looked_up_columns, and push the SAME event again.
     NeedColumnNames(TableName),
 }
 
@@ -175,7 +183,7 @@ pub(crate) struct Decoder {
     /// TABLE_MAPs by table id.
     tables: TablesById,
     /// Column names looked up by the caller (MINIMAL metadata), or positional names.
-    column_names: HashMap<TableName, ColumnNames>,
+    column_names: HashMap<TableName, KnownColumns>,
     /// Name columns `@1`, `@2`, ... when a map has no names (file source: no server to ask).
     positional_names: bool,
     /// Transaction state.
@@ -198,6 +206,16 @@ pub(crate) struct Decoder {
     /// A fresh CRC32 hasher, cloned per event: `Hasher::new` detects CPU features on every
     /// call, a clone does not.
     crc32_start: crc32fast::Hasher,
+}
+
+/// Column names of a table not named by its TABLE_MAPs, until a DDL statement mentions it.
+struct KnownColumns {
+    /// The names, in table order.
+    names: ColumnNames,
+    /// The columns as information_schema described them (`None` for positional names or
+    /// names set without types): every TABLE_MAP using the names must have binlog types
+    /// that fit these, or the names may belong to another definition of the table.
+    looked_up: Option<Arc<[LookedUpColumn]>>,
 }
 
 /// How many table ids are remembered before the map is cleared (at a commit or rotate).
@@ -245,6 +263,11 @@ impl Decoder {
         self
     }
 
+    /// Which tables' rows are decoded.
+    pub(crate) fn filter(&self) -> &TableFilter {
+        &self.filter
+    }
+
     /// The flavor, once the format description event told it.
     pub(crate) fn flavor(&self) -> Option<Flavor> {
         self.flavor
@@ -265,10 +288,32 @@ impl Decoder {
         &self.current_file
     }
 
-    /// Column names of `table` in table order, as looked up from the server.
+    /// Column names of `table` in table order, without types to check them against (tests).
+    #[cfg(test)]
     pub(crate) fn set_column_names(&mut self, table: &TableName, names: Vec<String>) {
-        self.column_names
-            .insert(table.clone(), ColumnNames::from(names));
+        self.column_names.insert(
+            table.clone(),
+            KnownColumns {
+                names: ColumnNames::from(names),
+                looked_up: None,
+            },
+        );
+    }
+
+    /// Columns of `table` in table order, as looked up from the server's information_schema
+    /// (names and types; TABLE_MAPs using them are checked against the types).
+    pub(crate) fn set_looked_up_columns(
+        &mut self,
+        table: &TableName,
+        columns: Vec<LookedUpColumn>,
+    ) {
+        self.column_names.insert(
+            table.clone(),
+            KnownColumns {
+                names: columns.iter().map(|column| column.name.clone()).collect(),
+                looked_up: Some(columns.into()),
+            },
+        );
     }
 
     /// Switches to another file without a ROTATE event (the file source opening the next
@@ -785,15 +830,19 @@ impl Decoder {
         // mysql_common validates the event; the statement is the body's tail (its last
         // field), taken from the event bytes so the parsed event need not be kept.
         let data = event.data();
-        let query_len = event
+        let parsed = event
             .parse::<QueryEvent<'_>>(&self.format)
-            .map_err(|e| self.malformed(code::QUERY, start, e.to_string()))?
-            .query_raw()
-            .len();
+            .map_err(|e| self.malformed(code::QUERY, start, e.to_string()))?;
+        let query_len = parsed.query_raw().len();
         let query = data
             .get(data.len().saturating_sub(query_len)..)
             .unwrap_or_default();
         let kind = classify_query(query);
+        // The default database, for unqualified names in DDL (only DDL pays the copy).
+        let default_db = match kind {
+            QueryKind::Statement { ddl: true } => parsed.schema().into_owned(),
+            _ => String::new(),
+        };
         let timestamp = event.header().timestamp();
         match (kind, self.group) {
             (QueryKind::Begin, Group::Idle | Group::AwaitingStatement) => {
@@ -817,6 +866,7 @@ impl Decoder {
             (QueryKind::Statement { ddl }, group) => {
                 if ddl {
                     self.forget_names_mentioned_in(query);
+                    self.report_vanished_watched_tables(query, &default_db, start);
                 } else if self.is_statement_dml_on_watched_table(query) {
                     return Err(self.unsupported(
                         code::QUERY,
@@ -857,6 +907,33 @@ impl Decoder {
         self.filter
             .watched()
             .any(|table| text.contains(&table.table.to_lowercase()))
+    }
+
+    /// Reports every watched table the DDL statement leaves without a table of its name
+    /// (`decoder/vanished.rs`); reading goes on.
+    fn report_vanished_watched_tables(&self, query: &[u8], default_db: &str, start: u64) {
+        let watched: Vec<&TableName> = self.filter.watched().collect();
+        if watched.is_empty() {
+            return;
+        }
+        let statement = skip_leading_noise(query);
+        let gone = vanished::watched_tables_gone_after(statement, default_db, &watched);
+        if gone.is_empty() {
+            return;
+        }
+        let position = self.position(start);
+        let text: String = String::from_utf8_lossy(statement)
+            .chars()
+            .take(200)
+            .collect();
+        for table in &gone {
+            crate::internal_events::WatchedTableVanished {
+                table,
+                position: &position,
+                statement: &text,
+            }
+            .emit();
+        }
     }
 
     /// Forgets cached column names of every table the DDL statement mentions by name, so
@@ -927,15 +1004,24 @@ impl Decoder {
         let Some(plan) = mapped.plan.clone() else {
             return Ok(PushOutcome::Consumed);
         };
+        let mut looked_up = None;
         let names = match &plan.names_from_metadata {
             Some(names) => names.clone(),
             None => match self.column_names.get(&*plan.table) {
-                Some(names) => names.clone(),
+                Some(known) => {
+                    looked_up = known.looked_up.clone();
+                    known.names.clone()
+                }
                 None if self.positional_names => {
                     let names: ColumnNames =
                         (1..=plan.columns.len()).map(|i| format!("@{i}")).collect();
-                    self.column_names
-                        .insert(TableName::clone(&plan.table), names.clone());
+                    self.column_names.insert(
+                        TableName::clone(&plan.table),
+                        KnownColumns {
+                            names: names.clone(),
+                            looked_up: None,
+                        },
+                    );
                     names
                 }
                 None => {
@@ -952,11 +1038,23 @@ impl Decoder {
                 position: self.position(start),
                 reason: format!(
                     "the binlog has {} columns but {} column names are known ({}); the table \
-                     was probably altered after this event was written",
+                     was probably altered after this event was written; set \
+                     binlog_row_metadata=FULL on the server so events carry their own column \
+                     names",
                     plan.columns.len(),
                     names.len(),
                     names.join(", ")
                 ),
+            });
+        }
+        if let Some(reason) = looked_up
+            .as_deref()
+            .and_then(|columns| looked_up::type_mismatch(columns, &plan.type_codes))
+        {
+            return Err(BinlogError::RowImageMismatch {
+                table: TableName::clone(&plan.table),
+                position: self.position(start),
+                reason,
             });
         }
         if let Some(mapped) = self.tables.get_mut(&table_id) {
@@ -1156,14 +1254,22 @@ enum QueryKind {
     },
 }
 
-/// Skips leading whitespace and comments (`/* */`, `-- `, `#`) of a statement.
+/// Skips leading whitespace and comments (`/* */`, `-- `, `#`) of a statement. An
+/// executable comment (`/*!40000 ALTER ...*/`, MariaDB's `/*M!100100 ...*/`) is statement
+/// text the server runs: its opening and version number are skipped and its text returned,
+/// so `/*!ALTER TABLE t ...*/` classifies as the ALTER it is.
 fn skip_leading_noise(mut query: &[u8]) -> &[u8] {
     loop {
         let trimmed = query.trim_ascii_start();
         if let Some(rest) = trimmed.strip_prefix(b"/*") {
-            // MySQL executable comments `/*!40000 ... */` hold statement text; keep them.
-            if rest.first() == Some(&b'!') {
-                return trimmed;
+            let executable = rest
+                .strip_prefix(b"!")
+                .or_else(|| rest.strip_prefix(b"M!"))
+                .or_else(|| rest.strip_prefix(b"m!"));
+            if let Some(inner) = executable {
+                let digits = inner.iter().take_while(|b| b.is_ascii_digit()).count();
+                query = &inner[digits..];
+                continue;
             }
             match rest.windows(2).position(|w| w == b"*/") {
                 Some(end) => query = &rest[end + 2..],
@@ -1178,6 +1284,39 @@ fn skip_leading_noise(mut query: &[u8]) -> &[u8] {
             return trimmed;
         }
     }
+}
+
+/// True when `statement` (a QUERY event's text) is a DDL statement that may change the
+/// columns of a table named `table` (in any database): ALTER, CREATE, DROP or RENAME, also
+/// inside an executable comment, naming `table` as a whole identifier (case-insensitive:
+/// over-matching only costs a stop). TRUNCATE keeps the columns and does not count. Used by
+/// the live reader's forward scan (`live/ddl_scan.rs`).
+pub(crate) fn is_ddl_naming_table(statement: &[u8], table: &str) -> bool {
+    let text = skip_leading_noise(statement);
+    if starts_with_word(text, b"TRUNCATE")
+        || classify_query(statement) != (QueryKind::Statement { ddl: true })
+    {
+        return false;
+    }
+    mentions_identifier(&text.to_ascii_lowercase(), table.to_lowercase().as_bytes())
+}
+
+/// True when `name` occurs in `text` as a whole identifier: not preceded or followed by a
+/// character an unquoted identifier may contain (ASCII letters, digits, `_`, `$`, and any
+/// non-ASCII byte). Quotes, dots, spaces, commas and parentheses delimit.
+fn mentions_identifier(text: &[u8], name: &[u8]) -> bool {
+    if name.is_empty() {
+        return false;
+    }
+    let is_identifier_byte =
+        |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80;
+    text.windows(name.len()).enumerate().any(|(at, window)| {
+        window == name
+            && (at == 0 || !is_identifier_byte(text[at - 1]))
+            && text
+                .get(at + name.len())
+                .is_none_or(|&b| !is_identifier_byte(b))
+    })
 }
 
 fn starts_with_word(text: &[u8], word: &[u8]) -> bool {

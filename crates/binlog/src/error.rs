@@ -237,6 +237,18 @@ pub enum BinlogError {
         /// What is wrong with it.
         message: String,
     },
+    /// A watched table does not exist under the name the binlog gives it (startup check:
+    /// its rows would be skipped silently). Definite: the config must name it as the server
+    /// does (`message` names the closest existing table and `lower_case_table_names`).
+    #[error("watched tables on {server} do not resolve: {message}")]
+    WatchedTableMissing {
+        /// `host:port` of the server.
+        server: String,
+        /// The configured names that do not exist.
+        tables: Vec<TableName>,
+        /// One sentence per table: what is wrong and the fix.
+        message: String,
+    },
     /// The replication stream carried bytes the client library could not parse as a
     /// packet or event (bad event header, checksum mismatch detected by the library, packet
     /// larger than 1 GiB). Definite: reconnecting would read the same bytes again.

@@ -17,6 +17,7 @@
 //! | `outbox_binlog_column_name_lookups_total` | counter | `information_schema` column-name lookups |
 //! | `outbox_binlog_stream_errors_total{transient}` | counter | errors the live reader returned |
 //! | `outbox_binlog_reader_connects_total` | counter | live readers connected |
+//! | `outbox_binlog_watched_table_vanished_total` | counter | DDL statements after which a watched table no longer exists (a drop, a rename without a swap): alert on any increase, its rows are no longer written |
 //!
 //! # Cost
 //! The hot path emits in batches: [`BinlogEventsReceived`] once per read-ahead batch (up to
@@ -57,6 +58,8 @@ struct BinlogMetrics {
     stream_errors: IntCounterVec,
     /// `outbox_binlog_reader_connects_total`.
     reader_connects: IntCounter,
+    /// `outbox_binlog_watched_table_vanished_total`.
+    watched_table_vanished: IntCounter,
 }
 
 impl BinlogMetrics {
@@ -101,6 +104,10 @@ impl BinlogMetrics {
                 "outbox_binlog_reader_connects_total",
                 "Live binlog readers connected.",
             )?,
+            watched_table_vanished: IntCounter::new(
+                "outbox_binlog_watched_table_vanished_total",
+                "DDL statements read after which a watched table no longer exists (drop, rename without a swap).",
+            )?,
         })
     }
 }
@@ -128,6 +135,7 @@ pub fn register_metrics(registry: &Registry) -> Result<(), prometheus::Error> {
             Box::new(metrics.column_name_lookups.clone()),
             Box::new(metrics.stream_errors.clone()),
             Box::new(metrics.reader_connects.clone()),
+            Box::new(metrics.watched_table_vanished.clone()),
         ]
     })
 }
@@ -277,6 +285,35 @@ impl InternalEvent for ColumnNamesLookedUp<'_> {
         tracing::debug!(table = %self.table, columns = self.columns, "column names from information_schema");
         if let Some(metrics) = metrics() {
             metrics.column_name_lookups.inc();
+        }
+    }
+}
+
+/// A DDL statement in the binlog left a watched table without a table of its name (a drop,
+/// a rename without a swap): nothing is lost yet, but the application can no longer write
+/// outbox rows there. Logged at error level and counted so an alert fires; the reader goes
+/// on (a table created again under the name is read again).
+#[derive(Debug)]
+pub struct WatchedTableVanished<'a> {
+    /// The watched table that no longer exists.
+    pub table: &'a TableName,
+    /// Where the DDL statement is (`file:offset` of its event).
+    pub position: &'a crate::BinlogPosition,
+    /// The statement (cut to 200 characters), for the operator.
+    pub statement: &'a str,
+}
+
+impl InternalEvent for WatchedTableVanished<'_> {
+    fn emit(self) {
+        tracing::error!(
+            table = %self.table,
+            position = %self.position,
+            statement = self.statement,
+            "a DDL statement left a watched table without a table of its name: its outbox rows \
+             can no longer be written; check the application and the [[outbox]] config"
+        );
+        if let Some(metrics) = metrics() {
+            metrics.watched_table_vanished.inc();
         }
     }
 }

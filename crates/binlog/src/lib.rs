@@ -29,6 +29,7 @@ mod gtid;
 mod internal_events;
 mod live;
 mod types;
+mod watched_tables;
 
 pub use checks::{check_server, ServerIdentity, ServerReport, SettingCheck, Severity};
 pub use error::BinlogError;

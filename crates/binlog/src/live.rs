@@ -73,6 +73,7 @@
 //! normally: reconnecting would only kick the other reader off in turn.
 
 mod connection;
+mod ddl_scan;
 #[cfg(test)]
 mod fake_server;
 #[cfg(test)]
@@ -90,7 +91,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
 use crate::checks::{inspect_server, ServerIdentity};
-use crate::decoder::{Decoder, PushOutcome};
+use crate::decoder::{Decoder, EventHeader, LookedUpColumn, PushOutcome};
 use crate::internal_events::{
     ColumnNamesLookedUp, InternalEvent, ItemsHandedOut, ReaderConnected, StreamError,
 };
@@ -432,9 +433,21 @@ impl BinlogReader {
                     // The index stays: if this future is dropped during the lookup, the
                     // next call pushes the same event again.
                     self.event_waits_for_column_names = true;
-                    match self.column_names(&table).await {
-                        Ok(names) => self.decoder.set_column_names(&table, names),
-                        Err(error) => return Err(self.fail(error)),
+                    // Where the event ends (the next event starts): the forward scan for
+                    // DDL on the table begins there.
+                    let (event_start, event_end) =
+                        EventHeader::read(event).map_or((0, 0), |header| {
+                            let end = u64::from(header.log_pos());
+                            (end.saturating_sub(u64::from(header.event_size())), end)
+                        });
+                    let event_end = BinlogPosition::new(self.decoder.current_file(), event_end);
+                    match self.column_names(&table, &event_end).await {
+                        Ok(columns) => self.decoder.set_looked_up_columns(&table, columns),
+                        Err(ColumnLookupFailure::Error(error)) => return Err(self.fail(error)),
+                        Err(ColumnLookupFailure::DdlAhead(ddl)) => {
+                            let error = self.ddl_ahead_error(table, event_start, ddl);
+                            return Err(self.fail(error));
+                        }
                     }
                 }
                 Err(source) => {
@@ -521,14 +534,23 @@ impl BinlogReader {
         }
     }
 
-    /// Column names of `table` in `ORDINAL_POSITION` order, from `information_schema` on the
-    /// side connection (for servers that log `binlog_row_metadata=MINIMAL` or less). A side
-    /// connection that went stale while idle (server `wait_timeout`, killed) is replaced once.
-    async fn column_names(&mut self, table: &TableName) -> Result<Vec<String>, BinlogError> {
+    /// Columns of `table` in `ORDINAL_POSITION` order, from `information_schema` on the
+    /// side connection (for servers that log `binlog_row_metadata=MINIMAL` or less), once a
+    /// forward scan from `event_end` found no DDL on the table after the event
+    /// (`live/ddl_scan.rs`). A side connection that went stale while idle (server
+    /// `wait_timeout`, killed) is replaced once.
+    async fn column_names(
+        &mut self,
+        table: &TableName,
+        event_end: &BinlogPosition,
+    ) -> Result<Vec<LookedUpColumn>, ColumnLookupFailure> {
         let position = self.position_text();
         match self.side_connection.take() {
-            Some(reused) => match self.lookup_column_names(reused, table, &position).await {
-                Err(error) if error.is_transient() => {
+            Some(reused) => match self
+                .lookup_column_names(reused, table, event_end, &position)
+                .await
+            {
+                Err(ColumnLookupFailure::Error(error)) if error.is_transient() => {
                     tracing::debug!(
                         server = %self.endpoint.address,
                         %error,
@@ -538,7 +560,8 @@ impl BinlogReader {
                         .endpoint
                         .connect(self.connect_timeout, &position)
                         .await?;
-                    self.lookup_column_names(fresh, table, &position).await
+                    self.lookup_column_names(fresh, table, event_end, &position)
+                        .await
                 }
                 result => result,
             },
@@ -547,42 +570,94 @@ impl BinlogReader {
                     .endpoint
                     .connect(self.connect_timeout, &position)
                     .await?;
-                self.lookup_column_names(fresh, table, &position).await
+                self.lookup_column_names(fresh, table, event_end, &position)
+                    .await
             }
+        }
+    }
+
+    /// The definite error for an event whose looked-up names may not be its own: a DDL on
+    /// the table lies between it and the lookup.
+    fn ddl_ahead_error(
+        &self,
+        table: TableName,
+        event_start: u64,
+        ddl: ddl_scan::DdlAhead,
+    ) -> BinlogError {
+        BinlogError::FromServer {
+            server: self.endpoint.address.clone(),
+            source: Box::new(BinlogError::RowImageMismatch {
+                table,
+                position: BinlogPosition::new(self.decoder.current_file(), event_start),
+                reason: format!(
+                    "the event's TABLE_MAP carries no column names (binlog_row_metadata=MINIMAL) \
+                     and the table's current names cannot be its own: a DDL on the table at {} \
+                     (`{}`) lies between the event and now. Set binlog_row_metadata=FULL on \
+                     the server so events carry their own column names; the events written \
+                     before that must be handled by hand (e.g. start after them)",
+                    ddl.position, ddl.statement
+                ),
+            }),
         }
     }
 
     /// One `information_schema.COLUMNS` query on `conn`; keeps `conn` as the side connection
     /// when it succeeds.
+    /// Then scans the binlog from `event_end` for DDL on the table (each query within
+    /// `connect_timeout`).
     async fn lookup_column_names(
         &mut self,
         mut conn: Conn,
         table: &TableName,
+        event_end: &BinlogPosition,
         position: &str,
-    ) -> Result<Vec<String>, BinlogError> {
-        let lookup = conn.exec::<String, _, _>(
-            "SELECT COLUMN_NAME FROM information_schema.COLUMNS \
+    ) -> Result<Vec<LookedUpColumn>, ColumnLookupFailure> {
+        let timeout = self.connect_timeout;
+        let timed_out = || {
+            ColumnLookupFailure::Error(BinlogError::ConnectTimeout {
+                server: self.endpoint.address.clone(),
+                position: position.to_owned(),
+                waited: timeout,
+            })
+        };
+        // First the names, then the scan up to the binlog's end as it is after the lookup
+        // (the order matters: see `live/ddl_scan.rs`).
+        let lookup = conn.exec::<(String, String), _, _>(
+            "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS \
              WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
             (table.database.as_str(), table.table.as_str()),
         );
-        let names = match tokio::time::timeout(self.connect_timeout, lookup).await {
-            Ok(Ok(names)) => names,
-            Ok(Err(error)) => return Err(self.endpoint.connect_error(error, position)),
-            Err(_) => {
-                return Err(BinlogError::ConnectTimeout {
-                    server: self.endpoint.address.clone(),
-                    position: position.to_owned(),
-                    waited: self.connect_timeout,
-                })
-            }
+        let columns = match tokio::time::timeout(timeout, lookup).await {
+            Ok(Ok(columns)) => columns,
+            Ok(Err(error)) => return Err(self.endpoint.connect_error(error, position).into()),
+            Err(_) => return Err(timed_out()),
         };
+        let files = match tokio::time::timeout(timeout, start::binary_log_files(&mut conn)).await {
+            Ok(Ok(files)) => files,
+            Ok(Err(error)) => return Err(self.endpoint.connect_error(error, position).into()),
+            Err(_) => return Err(timed_out()),
+        };
+        let ddl_ahead =
+            match ddl_scan::find_ddl_ahead(&mut conn, &files, event_end, table, timeout).await {
+                Ok(found) => found,
+                Err(ddl_scan::ScanFailure::Query(error)) => {
+                    return Err(self.endpoint.connect_error(error, position).into())
+                }
+                Err(ddl_scan::ScanFailure::PageTimedOut) => return Err(timed_out()),
+            };
         self.side_connection = Some(conn);
         ColumnNamesLookedUp {
             table,
-            columns: names.len(),
+            columns: columns.len(),
         }
         .emit();
-        Ok(names)
+        if let Some(ddl) = ddl_ahead {
+            return Err(ColumnLookupFailure::DdlAhead(ddl));
+        }
+        Ok(columns
+            .into_iter()
+            .map(|(name, data_type)| LookedUpColumn::new(name, data_type))
+            .collect())
     }
 
     async fn explain(&mut self, error: mysql_async::Error) -> BinlogError {
@@ -620,6 +695,50 @@ impl BinlogReader {
         }
     }
 
+    /// Checks that every watched table exists under the exact name the binlog gives it
+    /// (`lower_case_table_names` honoured: the names as the server stores them); a missing
+    /// one is the definite [`BinlogError::WatchedTableMissing`] naming the closest existing
+    /// table. Run once at startup: a table that vanishes later (a drop, a rename without a
+    /// swap) is only reported (`WatchedTableVanished`), so a rename swap never stops a
+    /// running relay. Watching every table checks nothing.
+    pub async fn verify_watched_tables(&mut self) -> Result<(), BinlogError> {
+        let watched: Vec<TableName> = self.decoder.filter().watched().cloned().collect();
+        if watched.is_empty() {
+            return Ok(());
+        }
+        let position = self.position_text();
+        let mut conn = match self.side_connection.take() {
+            Some(conn) => conn,
+            None => {
+                self.endpoint
+                    .connect(self.connect_timeout, &position)
+                    .await?
+            }
+        };
+        let lookup = crate::watched_tables::missing_tables(&mut conn, &watched);
+        let (missing, lower_case_table_names) =
+            match tokio::time::timeout(self.connect_timeout, lookup).await {
+                Ok(Ok(found)) => found,
+                Ok(Err(error)) => return Err(self.endpoint.connect_error(error, &position)),
+                Err(_) => {
+                    return Err(BinlogError::ConnectTimeout {
+                        server: self.endpoint.address.clone(),
+                        position,
+                        waited: self.connect_timeout,
+                    })
+                }
+            };
+        self.side_connection = Some(conn);
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(BinlogError::WatchedTableMissing {
+            server: self.endpoint.address.clone(),
+            message: crate::watched_tables::describe(&missing, lower_case_table_names),
+            tables: missing.into_iter().map(|missing| missing.table).collect(),
+        })
+    }
+
     /// The server family (from the version string).
     pub fn flavor(&self) -> Flavor {
         self.identity.flavor
@@ -654,6 +773,21 @@ impl BinlogReader {
 
     fn position_text(&self) -> String {
         self.resume_point().to_string()
+    }
+}
+
+/// Why column names for a MINIMAL-metadata TABLE_MAP could not be used.
+#[derive(Debug)]
+enum ColumnLookupFailure {
+    /// The lookup or scan failed (transient or definite as the error says).
+    Error(BinlogError),
+    /// A DDL on the table lies after the event: the looked-up names may not be its own.
+    DdlAhead(ddl_scan::DdlAhead),
+}
+
+impl From<BinlogError> for ColumnLookupFailure {
+    fn from(error: BinlogError) -> Self {
+        ColumnLookupFailure::Error(error)
     }
 }
 

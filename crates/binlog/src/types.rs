@@ -153,6 +153,9 @@ pub enum Value {
     Bytes(Vec<u8>),
     /// A MySQL `JSON` column (binary JSON decoded to a JSON document).
     Json(serde_json::Value),
+    /// A MySQL 9 `VECTOR` column: its 32-bit floats in order. Lossless: the stored bytes are
+    /// these floats little-endian ([`Value::vector_bytes`]), bit patterns kept.
+    Vector(Vec<f32>),
     /// DATETIME (no time zone).
     DateTime(DateTime),
     /// DATE (time fields are zero).
@@ -177,6 +180,16 @@ pub enum Value {
         /// Microseconds 0-999999.
         micros: u32,
     },
+}
+
+impl Value {
+    /// The bytes MySQL stores for a [`Value::Vector`]: each float little-endian, in order.
+    pub fn vector_bytes(floats: &[f32]) -> Vec<u8> {
+        floats
+            .iter()
+            .flat_map(|float| float.to_le_bytes())
+            .collect()
+    }
 }
 
 /// Column names of a table, shared by every row of that table (cheap to clone).

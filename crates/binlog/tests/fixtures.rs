@@ -217,6 +217,11 @@ fn mariadb_outbox_file_decodes_every_value_gtid_and_position() {
     );
 }
 
+/// A JSON document parsed from text (numbers keep their digits: `arbitrary_precision`).
+fn json_text(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap()
+}
+
 #[test]
 fn mysql9_binary_json_decodes_to_documents() {
     let items = read_ok("json-opaque.binlog", TableFilter::all());
@@ -247,12 +252,17 @@ fn mysql9_binary_json_decodes_to_documents() {
             serde_json::json!({"b": "2012-03-18"}),
             serde_json::json!({"c": "2012-03-18 11:30:45.000000"}),
             serde_json::json!({"c": "87:31:46.654321"}),
-            serde_json::json!({"d": "123.456"}),
-            serde_json::json!({"e": "9.00"}),
+            // DECIMALs stay numbers with all their digits, as MySQL prints them.
+            json_text(r#"{"d": 123.456}"#),
+            json_text(r#"{"e": 9.00}"#),
             serde_json::json!({"e": [0, 1, true, false]}),
             serde_json::json!({"e": null}),
         ]
     );
+    // The payload text keeps MySQL's types and digits (`9.00`, not `9` or `"9.00"`).
+    let printed: Vec<String> = documents.iter().map(|d| d.to_string()).collect();
+    assert_eq!(printed[4], r#"{"d":123.456}"#);
+    assert_eq!(printed[5], r#"{"e":9.00}"#);
     assert_eq!(
         rows(&items)[0].table.as_ref(),
         &TableName::new("foo", "test")

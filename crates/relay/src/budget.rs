@@ -89,6 +89,7 @@ fn value_bytes(value: &Value) -> usize {
             Value::Decimal(text) | Value::Text(text) => text.len(),
             Value::UndecodableText { bytes, .. } | Value::Bytes(bytes) => bytes.len(),
             Value::Json(json) => json_bytes(json),
+            Value::Vector(floats) => floats.len() * 4,
             _ => 0,
         }
 }

@@ -335,10 +335,16 @@ pub async fn run_relay(
         }
         (connected, _) => connected?,
     };
-    let Some(reader) = connected else {
+    let Some(mut reader) = connected else {
         tracing::info!("shutdown requested before the source connected");
         return Ok(RelaySummary::default());
     };
+    // Every [[outbox]] table must exist as the binlog names it, or its rows would be
+    // skipped silently (ARCHITECTURE.md, invariant 4c).
+    reader
+        .verify_watched_tables()
+        .await
+        .map_err(RelayError::Source)?;
     let identity = source_identity(&reader);
     SourceConnected {
         server: &redacted,

@@ -13,6 +13,7 @@
 //! | `Time` | `[-]HH:MM:SS[.ffffff]` (hours may exceed 23) |
 //! | `Timestamp` | RFC 3339 UTC, `2024-05-06T07:08:09Z` (`.ffffff` when micros ≠ 0) |
 //! | `Bytes` | per [`BinaryEncoding`]: UTF-8 text, lowercase hex, canonical UUID, or raw bytes |
+//! | `Vector` | raw bytes only (its floats little-endian, as MySQL stores them); no text form |
 //! | `Null` | never rendered: a NULL required column is an error |
 //! | `UndecodableText` | never rendered: always an error |
 
@@ -52,6 +53,7 @@ pub(crate) fn value_type_name(value: &Value) -> &'static str {
         Value::UndecodableText { .. } => "undecodable text",
         Value::Bytes(_) => "binary",
         Value::Json(_) => "JSON",
+        Value::Vector(_) => "VECTOR",
         Value::DateTime(_) => "DATETIME",
         Value::Date(_) => "DATE",
         Value::Time { .. } => "TIME",
@@ -75,6 +77,7 @@ pub fn render_value_text(
                 length: bytes.len(),
             })
         }
+        Value::Vector(_) => return Err(unusable_value_error(value, "text")),
         Value::Text(text) => Cow::Borrowed(text.as_str()),
         Value::Decimal(text) => Cow::Borrowed(text.as_str()),
         Value::Int(number) => Cow::Owned(number.to_string()),
@@ -124,6 +127,7 @@ pub fn render_value_bytes(
 ) -> Result<Cow<'_, [u8]>, RoutingErrorKind> {
     match (value, encoding) {
         (Value::Bytes(bytes), BinaryEncoding::Raw) => Ok(Cow::Borrowed(bytes.as_slice())),
+        (Value::Vector(floats), BinaryEncoding::Raw) => Ok(Cow::Owned(Value::vector_bytes(floats))),
         _ => Ok(match render_value_text(value, encoding)? {
             Cow::Borrowed(text) => Cow::Borrowed(text.as_bytes()),
             Cow::Owned(text) => Cow::Owned(text.into_bytes()),

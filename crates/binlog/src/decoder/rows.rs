@@ -413,6 +413,21 @@ pub(crate) fn decode_value(
             let len = read_length(reader, *length_bytes)?;
             Value::Bytes(reader.bytes(len)?.to_vec())
         }
+        ColumnKind::Vector { length_bytes } => {
+            let len = read_length(reader, *length_bytes)?;
+            let bytes = reader.bytes(len)?;
+            if len % 4 != 0 {
+                return Err(format!(
+                    "a VECTOR value of {len} bytes is not a whole number of 4-byte floats"
+                ));
+            }
+            Value::Vector(
+                bytes
+                    .chunks_exact(4)
+                    .map(|float| f32::from_le_bytes([float[0], float[1], float[2], float[3]]))
+                    .collect(),
+            )
+        }
         ColumnKind::Enum { bytes, names } => {
             let index = le_uint(reader.bytes(usize::from(*bytes))?);
             match names {
@@ -576,7 +591,41 @@ pub(crate) fn decode_json(bytes: &[u8]) -> Result<serde_json::Value, String> {
     let dom = value
         .parse()
         .map_err(|e| format!("binary JSON does not parse: {e}"))?;
-    Ok(serde_json::Value::from(dom))
+    json_dom_to_document(dom)
+}
+
+/// A parsed binary JSON document as MySQL prints it (`JSON_EXTRACT`, the mysql client): a
+/// DECIMAL stays a JSON number with every digit of its scale (`9.00`, never `"9.00"`;
+/// serde_json's `arbitrary_precision` keeps the text); dates, times and datetimes are the
+/// strings MySQL prints (`"2012-03-18"`, `"87:31:46.654321"`, `"2012-03-18 11:30:45.000000"`);
+/// any other opaque value is MySQL's `"base64:type<N>:<data>"`. mysql_common's own
+/// conversion would turn decimals into strings, changing the payload's JSON types.
+fn json_dom_to_document(
+    dom: mysql_common::binlog::jsonb::JsonDom,
+) -> Result<serde_json::Value, String> {
+    use mysql_common::binlog::jsonb::{JsonContainer, JsonDom, JsonNumber, JsonScalar};
+    Ok(match dom {
+        JsonDom::Container(JsonContainer::Array(elements)) => serde_json::Value::Array(
+            elements
+                .into_iter()
+                .map(json_dom_to_document)
+                .collect::<Result<_, _>>()?,
+        ),
+        JsonDom::Container(JsonContainer::Object(members)) => serde_json::Value::Object(
+            members
+                .into_iter()
+                .map(|(key, value)| Ok((key, json_dom_to_document(value)?)))
+                .collect::<Result<_, String>>()?,
+        ),
+        JsonDom::Scalar(JsonScalar::Number(JsonNumber::Decimal(decimal))) => {
+            let text = decimal.to_string();
+            let number: serde_json::Number = text.parse().map_err(|e| {
+                format!("binary JSON holds a DECIMAL {text:?} that is not a JSON number: {e}")
+            })?;
+            serde_json::Value::Number(number)
+        }
+        other => serde_json::Value::from(other),
+    })
 }
 
 #[cfg(test)]

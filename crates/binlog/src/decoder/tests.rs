@@ -763,3 +763,261 @@ fn statement_based_changes_of_watched_tables_are_errors() {
         "{error}"
     );
 }
+
+/// A MySQL 9 TABLE_MAP body for `shop.vectors (id INT, label VARCHAR(10), v VECTOR(3))`
+/// with full metadata as MySQL 9 writes it: the VECTOR column counts among the character
+/// columns (binary charset 63 in DEFAULT_CHARSET), and its dimensions come in
+/// VECTOR_DIMENSIONALITY (field 13). `vector_type` replaces the VECTOR type code.
+fn vector_table_map_body(table_id: u64, vector_type: u8) -> Vec<u8> {
+    let mut body = table_id.to_le_bytes()[..6].to_vec();
+    body.extend_from_slice(&[0, 0]);
+    body.push(4);
+    body.extend_from_slice(b"shop\0");
+    body.push(7);
+    body.extend_from_slice(b"vectors\0");
+    body.push(3); // columns
+    body.extend_from_slice(&[3, 15, vector_type]); // LONG, VARCHAR, VECTOR (242)
+    body.extend_from_slice(&[3, 10, 0, 4]); // metadata: VARCHAR(10); VECTOR length size 4
+    body.push(0b110); // nullable bitmap
+    body.extend_from_slice(&[1, 1, 0]); // SIGNEDNESS: signed
+    body.extend_from_slice(&[2, 3, 45, 1, 63]); // DEFAULT_CHARSET 45; character column 1: 63
+    let mut names = Vec::new();
+    for name in ["id", "label", "v"] {
+        names.push(name.len() as u8);
+        names.extend_from_slice(name.as_bytes());
+    }
+    body.push(4); // COLUMN_NAME
+    body.push(names.len() as u8);
+    body.extend_from_slice(&names);
+    body.extend_from_slice(&[13, 1, 3]); // VECTOR_DIMENSIONALITY: 3
+    body
+}
+
+#[test]
+fn mysql9_vector_columns_decode_to_their_floats() {
+    let table = TableName::new("shop", "vectors");
+    let mut decoder = Decoder::new(TableFilter::tables([table.clone()]), "b.000001".into());
+    let floats = [1.5f32, -0.25, 3.0e38];
+    let mut rows = 9u64.to_le_bytes()[..6].to_vec();
+    rows.extend_from_slice(&1u16.to_le_bytes()); // STMT_END_F
+    rows.extend_from_slice(&2u16.to_le_bytes()); // v2 extra data: none
+    rows.push(3);
+    rows.push(0b111);
+    rows.push(0); // NULL bitmap
+    rows.extend_from_slice(&7i32.to_le_bytes());
+    rows.push(2);
+    rows.extend_from_slice(b"ab");
+    rows.extend_from_slice(&12u32.to_le_bytes());
+    for float in floats {
+        rows.extend_from_slice(&float.to_le_bytes());
+    }
+    let items = push_all(
+        &mut decoder,
+        &[
+            event(code::ANONYMOUS_GTID, 100, &[0u8; 42]),
+            event(code::QUERY, 150, &query_body("BEGIN")),
+            event(code::TABLE_MAP, 250, &vector_table_map_body(9, 242)),
+            event(code::WRITE_ROWS, 300, &rows),
+            event(code::XID, 331, &1u64.to_le_bytes()),
+        ],
+    )
+    .unwrap();
+    let StreamItem::Row(change) = &items[0] else {
+        panic!("expected a row, got {items:?}");
+    };
+    let after = change.after.as_ref().unwrap();
+    assert_eq!(after.get("id"), Some(&crate::Value::Int(7)));
+    assert_eq!(after.get("label"), Some(&crate::Value::Text("ab".into())));
+    assert_eq!(after.get("v"), Some(&crate::Value::Vector(floats.to_vec())));
+    // The stored bytes come back exactly, and `inspect` (serde) prints a float array.
+    assert_eq!(
+        crate::Value::vector_bytes(&floats),
+        rows[rows.len() - 12..].to_vec()
+    );
+    assert_eq!(
+        serde_json::to_value(after.get("v").unwrap()).unwrap(),
+        serde_json::json!({"Vector": [1.5, -0.25, 3.0e38]})
+    );
+}
+
+#[test]
+fn an_unknown_column_type_names_code_table_and_column() {
+    let table = TableName::new("shop", "vectors");
+    let mut decoder = Decoder::new(TableFilter::tables([table.clone()]), "b.000001".into());
+    let error = push_all(
+        &mut decoder,
+        &[
+            event(code::ANONYMOUS_GTID, 100, &[0u8; 42]),
+            event(code::QUERY, 150, &query_body("BEGIN")),
+            event(code::TABLE_MAP, 250, &vector_table_map_body(9, 243)),
+        ],
+    )
+    .unwrap_err();
+    let text = error.to_string();
+    assert!(
+        matches!(&error, BinlogError::RowImageMismatch { table: t, .. } if *t == table),
+        "{text}"
+    );
+    assert!(text.contains("type code 243"), "{text}");
+    assert!(text.contains("column 3 `v`"), "{text}");
+    assert!(text.contains("shop.vectors"), "{text}");
+}
+
+#[test]
+fn ddl_inside_executable_comments_is_ddl() {
+    assert_eq!(
+        classify_query(b"/*!40000 ALTER TABLE `outbox` DISABLE KEYS */"),
+        QueryKind::Statement { ddl: true }
+    );
+    assert_eq!(
+        classify_query(b"/*!ALTER TABLE outbox MODIFY a INT AFTER b*/"),
+        QueryKind::Statement { ddl: true }
+    );
+    assert_eq!(
+        classify_query(b"/*M!100100 RENAME TABLE a TO b */"),
+        QueryKind::Statement { ddl: true }
+    );
+    assert_eq!(
+        classify_query(b"/* plain */ /*!50003 CREATE*/ /*!50017 DEFINER=`x`@`%`*/ TRIGGER t"),
+        QueryKind::Statement { ddl: true }
+    );
+    assert_eq!(
+        classify_query(b"/*!40101 SET NAMES utf8 */"),
+        QueryKind::Statement { ddl: false }
+    );
+}
+
+#[test]
+fn the_forward_scan_recognises_ddl_naming_a_table() {
+    for ddl in [
+        "ALTER TABLE outbox MODIFY a VARCHAR(20) AFTER b",
+        "alter table `shop`.`Outbox` add x int",
+        "/*!40000 ALTER TABLE `outbox` ADD y INT */",
+        "RENAME TABLE outbox TO outbox_old, outbox_new TO outbox",
+        "DROP TABLE IF EXISTS outbox",
+        "CREATE TABLE outbox (id INT)",
+    ] {
+        assert!(is_ddl_naming_table(ddl.as_bytes(), "outbox"), "{ddl}");
+    }
+    for other in [
+        "ALTER TABLE outbox_archive ADD x INT",
+        "DROP TABLE outbox_old",
+        "TRUNCATE TABLE outbox",
+        "INSERT INTO outbox VALUES (1)",
+        "BEGIN",
+        "ALTER TABLE my_outbox ADD x INT",
+    ] {
+        assert!(!is_ddl_naming_table(other.as_bytes(), "outbox"), "{other}");
+    }
+}
+
+#[test]
+fn looked_up_names_are_refused_when_the_binlog_types_do_not_fit() {
+    let outbox = TableName::new("shop", "outbox");
+    let mut decoder = Decoder::new(TableFilter::tables([outbox.clone()]), "b.000001".into());
+    let mut out = VecDeque::new();
+    decoder
+        .push(
+            &event(code::MARIADB_GTID, 100, &mariadb_gtid_body(1, 0, 0)),
+            &mut out,
+        )
+        .unwrap();
+    let map = event(code::TABLE_MAP, 200, &table_map_body(7, "outbox"));
+    assert_eq!(
+        decoder.push(&map, &mut out).unwrap(),
+        PushOutcome::NeedColumnNames(outbox.clone())
+    );
+    // The map logs (INT, VARCHAR); information_schema now says (VARCHAR, INT).
+    decoder.set_looked_up_columns(
+        &outbox,
+        vec![
+            LookedUpColumn::new("body".into(), "varchar".into()),
+            LookedUpColumn::new("id".into(), "int".into()),
+        ],
+    );
+    let error = decoder.push(&map, &mut out).unwrap_err();
+    let text = error.to_string();
+    assert!(
+        matches!(error, BinlogError::RowImageMismatch { .. }),
+        "{text}"
+    );
+    assert!(text.contains("shop.outbox"), "{text}");
+    assert!(text.contains("binlog_row_metadata=FULL"), "{text}");
+
+    // Types that fit are accepted.
+    let mut decoder = Decoder::new(TableFilter::tables([outbox.clone()]), "b.000001".into());
+    decoder
+        .push(
+            &event(code::MARIADB_GTID, 100, &mariadb_gtid_body(1, 0, 0)),
+            &mut out,
+        )
+        .unwrap();
+    assert!(matches!(
+        decoder.push(&map, &mut out).unwrap(),
+        PushOutcome::NeedColumnNames(_)
+    ));
+    decoder.set_looked_up_columns(
+        &outbox,
+        vec![
+            LookedUpColumn::new("id".into(), "int".into()),
+            LookedUpColumn::new("body".into(), "varchar".into()),
+        ],
+    );
+    assert_eq!(decoder.push(&map, &mut out).unwrap(), PushOutcome::Consumed);
+}
+
+/// `outbox_binlog_watched_table_vanished_total` as registered for the relay.
+fn vanished_counter() -> f64 {
+    let registry = prometheus::Registry::new();
+    crate::internal_events::register_metrics(&registry).unwrap();
+    registry
+        .gather()
+        .iter()
+        .find(|family| family.name() == "outbox_binlog_watched_table_vanished_total")
+        .map(|family| family.get_metric()[0].get_counter().get_value())
+        .expect("the counter is registered")
+}
+
+#[test]
+fn a_ddl_that_makes_a_watched_table_vanish_is_counted_and_reading_goes_on() {
+    let outbox = TableName::new("shop", "outbox");
+    let mut decoder = Decoder::new(TableFilter::tables([outbox.clone()]), "b.000001".into());
+    let before = vanished_counter();
+    // The rename swap keeps the table: not counted, the transactions commit.
+    let items = push_all(
+        &mut decoder,
+        &[
+            event(code::MARIADB_GTID, 100, &mariadb_gtid_body(1, 0, 1)),
+            event(
+                code::QUERY,
+                200,
+                &query_body("RENAME TABLE outbox TO outbox_old, outbox_new TO outbox"),
+            ),
+        ],
+    )
+    .unwrap();
+    assert!(matches!(&items[..], [StreamItem::Commit(_)]), "{items:?}");
+    let after_swap = vanished_counter();
+    assert_eq!(after_swap, before, "the swap is not counted");
+    // A drop is counted (no other test of this crate drops a watched table).
+    let items = push_all(
+        &mut decoder,
+        &[
+            event(code::MARIADB_GTID, 300, &mariadb_gtid_body(2, 0, 1)),
+            event(
+                code::QUERY,
+                400,
+                &query_body("/*!40000 DROP TABLE `outbox` */"),
+            ),
+            event(code::MARIADB_GTID, 500, &mariadb_gtid_body(3, 0, 1)),
+            event(
+                code::QUERY,
+                600,
+                &query_body("CREATE TABLE outbox (id INT)"),
+            ),
+        ],
+    )
+    .unwrap();
+    assert_eq!(items.len(), 2, "both statements commit: {items:?}");
+    assert_eq!(vanished_counter(), after_swap + 1.0);
+}
