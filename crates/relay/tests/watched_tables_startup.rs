@@ -15,7 +15,7 @@ async fn a_watched_table_the_binlog_names_differently_stops_run_at_startup() {
     let db = start_shop_database().await;
     let cluster: MockCluster<'static, DefaultProducerContext> =
         MockCluster::new(1).expect("mock cluster");
-    let mut setup = RelaySetup::new(&db.url(), &cluster.bootstrap_servers());
+    let mut setup = RelaySetup::new(&db, &cluster.bootstrap_servers());
     setup.create_topics = false;
     let mut relay = Relay::prepare(&setup);
     relay.edit_config(&[("table = \"shop.outbox\"", "table = \"shop.Outbox\"")]);
