@@ -431,6 +431,10 @@ pub struct KafkaConfig {
     pub properties: BTreeMap<String, String>,
 }
 
+/// The values `kafka.compression` accepts; every one is compiled into this build's
+/// librdkafka (a test creates a producer with each).
+pub const KAFKA_COMPRESSIONS: &[&str] = &["none", "gzip", "snappy", "lz4", "zstd"];
+
 fn default_topic_partitions() -> i32 {
     1
 }
@@ -666,12 +670,13 @@ impl RelayConfig {
                 "is empty: list at least one `host:port`",
             ));
         }
-        if !["none", "gzip", "snappy", "lz4", "zstd"].contains(&kafka.compression.as_str()) {
+        if !KAFKA_COMPRESSIONS.contains(&kafka.compression.as_str()) {
             return Err(invalid(
                 "kafka.compression",
                 format!(
-                    "`{}` is not one of none, gzip, snappy, lz4, zstd",
-                    kafka.compression
+                    "`{}` is not one of {}",
+                    kafka.compression,
+                    KAFKA_COMPRESSIONS.join(", ")
                 ),
             ));
         }
@@ -700,6 +705,23 @@ impl RelayConfig {
                 "kafka.properties.\"bootstrap.servers\"",
                 "set `kafka.brokers` instead",
             ));
+        }
+        // Every property through librdkafka itself: an unknown name, a malformed value or a
+        // codec this build lacks is refused now, with librdkafka's reason, not at the first
+        // client creation.
+        if let Err(error) =
+            crate::sink::check_client_properties(&crate::sink::producer_properties(kafka))
+        {
+            let key = match error.property.as_deref() {
+                Some(property) if kafka.properties.contains_key(property) => {
+                    format!("kafka.properties.\"{property}\"")
+                }
+                Some("compression.type") => "kafka.compression".to_owned(),
+                Some("linger.ms") => "kafka.linger_ms".to_owned(),
+                Some("batch.num.messages") => "kafka.batch_num_messages".to_owned(),
+                _ => "kafka.properties".to_owned(),
+            };
+            return Err(invalid(&key, error.to_string()));
         }
 
         let checkpoint = &self.checkpoint;
@@ -982,6 +1004,35 @@ commit_max_transactions = 1000
         let config = RelayConfig::parse(text).unwrap();
         assert_eq!(config.kafka.compression, "lz4");
         assert_eq!(config.dead_letter.topic, "outbox.dlq");
+    }
+
+    /// Issue 11 item 12: a property librdkafka refuses is refused at config load, naming
+    /// the key and librdkafka's own reason.
+    #[test]
+    fn an_invalid_kafka_property_is_refused_at_load_with_librdkafkas_reason() {
+        for (properties, key, reason) in [
+            (
+                "\"linger.ms\" = \"soon\"",
+                "kafka.properties.\"linger.ms\"",
+                "Invalid value for configuration property \"queue.buffering.max.ms\" (`linger.ms` = `soon`)",
+            ),
+            (
+                "\"no.such.property\" = \"1\"",
+                "kafka.properties.\"no.such.property\"",
+                "No such configuration property: \"no.such.property\"",
+            ),
+        ] {
+            let text = MINIMAL.replacen(
+                "brokers = \"127.0.0.1:9092\"",
+                &format!("brokers = \"127.0.0.1:9092\"\n[kafka.properties]\n{properties}"),
+                1,
+            );
+            let error = RelayConfig::parse(&text).expect_err(properties).to_string();
+            assert!(
+                error.contains(key) && error.contains(reason),
+                "`{error}` does not name {key} and `{reason}`"
+            );
+        }
     }
 
     #[test]

@@ -42,7 +42,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
 
 use crate::config::{DeadLetterConfig, KafkaConfig};
@@ -57,7 +56,9 @@ mod tests;
 mod topics;
 
 pub use classify::{classify_delivery_error, FailureKind};
-pub use producer::producer_properties;
+pub use producer::{
+    check_client_properties, create_kafka_client, producer_properties, KafkaClientError,
+};
 pub use task::run_kafka_sink;
 
 /// A record ready for Kafka, independent of how it was routed.
@@ -144,14 +145,6 @@ impl KafkaSinkSettings {
             ..Self::from_config(&config.kafka, &config.pipeline)
         }
     }
-
-    fn client_config(&self) -> ClientConfig {
-        let mut config = ClientConfig::new();
-        for (key, value) in &self.client_properties {
-            config.set(key, value);
-        }
-        config
-    }
 }
 
 /// Why the sink stopped.
@@ -159,7 +152,7 @@ impl KafkaSinkSettings {
 pub enum SinkError {
     /// The producer or admin client could not be created (bad property, usually).
     #[error("cannot create the Kafka client: {0}; check [kafka] and [kafka.properties]")]
-    Client(#[source] KafkaError),
+    Client(#[source] KafkaClientError),
     /// A topic does not exist and `kafka.create_topics` is off.
     #[error(
         "Kafka topic `{topic}` does not exist; create it, or set `kafka.create_topics = true`"

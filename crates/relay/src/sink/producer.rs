@@ -1,8 +1,11 @@
-//! The producer: its librdkafka properties, and putting one record in its queue.
+//! The producer: its librdkafka properties, creating Kafka clients (with librdkafka's own
+//! reason when that fails), and putting one record in its queue.
 
 use std::collections::BTreeMap;
 
 use futures_util::FutureExt;
+use rdkafka::client::ClientContext;
+use rdkafka::config::{ClientConfig, FromClientConfigAndContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -33,6 +36,74 @@ pub fn producer_properties(kafka: &KafkaConfig) -> Vec<(String, String)> {
         properties.insert((*key).into(), (*value).into());
     }
     properties.into_iter().collect()
+}
+
+/// librdkafka refused a client configuration; `reason` is librdkafka's own words.
+#[derive(Debug, thiserror::Error)]
+#[error("librdkafka refused the configuration: {reason}")]
+pub struct KafkaClientError {
+    /// librdkafka's message, with the property and value it names (e.g. `Unsupported value
+    /// "zstd" for configuration property "compression.codec": libzstd not available at
+    /// build time`): without it the operator cannot tell which setting is wrong.
+    pub reason: String,
+    /// The property librdkafka refused while setting it, when it was a single one
+    /// (`None` for a combination refused when the client was created).
+    pub property: Option<String>,
+}
+
+impl KafkaClientError {
+    /// The reason inside a client-creation error of rdkafka.
+    pub fn from_kafka_error(error: &KafkaError) -> Self {
+        match error {
+            KafkaError::ClientConfig(_, description, key, value) => Self {
+                reason: format!("{description} (`{key}` = `{value}`)"),
+                property: Some(key.clone()),
+            },
+            KafkaError::ClientCreation(message) => Self {
+                reason: message.clone(),
+                property: None,
+            },
+            other => Self {
+                reason: other.to_string(),
+                property: None,
+            },
+        }
+    }
+}
+
+fn client_config(properties: &[(String, String)]) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    for (key, value) in properties {
+        config.set(key, value);
+    }
+    config
+}
+
+/// Creates a Kafka client (producer, admin client) from `properties` with `context`; every
+/// client the relay makes from `[kafka]` goes through here, so a refusal always carries
+/// librdkafka's reason.
+pub fn create_kafka_client<C, T>(
+    properties: &[(String, String)],
+    context: C,
+) -> Result<T, KafkaClientError>
+where
+    C: ClientContext,
+    T: FromClientConfigAndContext<C>,
+{
+    client_config(properties)
+        .create_with_context(context)
+        .map_err(|error| KafkaClientError::from_kafka_error(&error))
+}
+
+/// Checks every property against librdkafka without creating a client (no threads, no
+/// connections): an unknown property, a malformed value, or a codec this build lacks is
+/// refused with librdkafka's reason. Combinations librdkafka checks only when a client is
+/// created are reported by [`create_kafka_client`].
+pub fn check_client_properties(properties: &[(String, String)]) -> Result<(), KafkaClientError> {
+    client_config(properties)
+        .create_native_config()
+        .map(drop)
+        .map_err(|error| KafkaClientError::from_kafka_error(&error))
 }
 
 pub(super) type DeliveryOutcome = (u64, u64, Result<(), KafkaError>);

@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 
 use super::classify::{classify_delivery_error, FailureKind};
 use super::dead_lettering::{on_permanent_failure, Pending, PermanentAction};
+use super::producer::create_kafka_client;
 use super::producer::{enqueue, RelayProducer};
 use super::topics::{reach_cluster_at_startup, TopicManager};
 use super::{KafkaSinkSettings, SinkError, SinkItem, SinkSummary};
@@ -35,10 +36,9 @@ where
     T: Send + 'static,
     F: FnMut(T) + Send,
 {
-    let mut producer: RelayProducer = settings
-        .client_config()
-        .create_with_context(RelayClientContext::default())
-        .map_err(SinkError::Client)?;
+    let mut producer: RelayProducer =
+        create_kafka_client(&settings.client_properties, RelayClientContext::default())
+            .map_err(SinkError::Client)?;
     if !reach_cluster_at_startup(&producer, &settings, &mut shutdown).await? {
         return Ok(SinkSummary::default());
     }
@@ -144,9 +144,7 @@ where
                 resend_timer = None;
                 if let Some((reason, kind)) = recreate_reason.take() {
                     ProducerRecreated { reason: &reason, kind, resending: pending.len() }.emit(&metrics);
-                    let fresh = settings
-                        .client_config()
-                        .create_with_context(RelayClientContext::default())
+                    let fresh = create_kafka_client(&settings.client_properties, RelayClientContext::default())
                         .map_err(SinkError::Client)?;
                     let old = std::mem::replace(&mut producer, fresh);
                     // Dropping a producer purges and flushes for up to 500 ms: not on the runtime.

@@ -8,6 +8,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::Producer;
 
+use super::producer::create_kafka_client;
 use super::producer::RelayProducer;
 use super::{KafkaSinkSettings, SinkError};
 use crate::backoff::Backoff;
@@ -42,9 +43,7 @@ impl TopicManager {
     pub(super) fn new(settings: &KafkaSinkSettings) -> Result<Self, SinkError> {
         let admin = if settings.create_topics {
             Some(
-                settings
-                    .client_config()
-                    .create_with_context(RelayClientContext::default())
+                create_kafka_client(&settings.client_properties, RelayClientContext::default())
                     .map_err(SinkError::Client)?,
             )
         } else {
