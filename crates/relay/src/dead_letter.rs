@@ -156,7 +156,8 @@ pub fn kafka_error_class(error: &KafkaError) -> &'static str {
             | C::ClusterAuthorizationFailed
             | C::TransactionalIdAuthorizationFailed,
         ) => "authorization",
-        Some(C::InvalidTopic) => "invalid_topic",
+        // A partition beyond the topic's count: the topic cannot take the record as routed.
+        Some(C::InvalidTopic | C::UnknownPartition) => "invalid_topic",
         Some(C::InvalidMessage | C::InvalidRecord) => "corrupt_record",
         _ => "other",
     }
@@ -952,6 +953,7 @@ mod tests {
         assert_eq!(class(C::MessageSizeTooLarge), "message_too_large");
         assert_eq!(class(C::TopicAuthorizationFailed), "authorization");
         assert_eq!(class(C::InvalidTopic), "invalid_topic");
+        assert_eq!(class(C::UnknownPartition), "invalid_topic");
         assert_eq!(class(C::InvalidRecord), "corrupt_record");
         assert_eq!(class(C::UnsupportedVersion), "other");
     }

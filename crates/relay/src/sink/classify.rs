@@ -32,7 +32,10 @@ pub fn classify_delivery_error(error: &KafkaError) -> FailureKind {
             | C::UnsupportedCompressionType
             | C::UnsupportedForMessageFormat
             | C::InvalidRequiredAcks
-            | C::PolicyViolation,
+            | C::PolicyViolation
+            // An explicit partition beyond the topic's partition count (librdkafka's
+            // `_UNKNOWN_PARTITION`): the same record fails the same way every time.
+            | C::UnknownPartition,
         ) => FailureKind::Permanent,
         _ => FailureKind::Transient,
     }

@@ -587,6 +587,7 @@ fn error_classes() {
         (C::Fatal, FailureKind::Fatal),
         (C::MessageSizeTooLarge, FailureKind::Permanent),
         (C::TopicAuthorizationFailed, FailureKind::Permanent),
+        (C::UnknownPartition, FailureKind::Permanent),
     ] {
         assert_eq!(
             classify_delivery_error(&KafkaError::MessageProduction(code)),
@@ -640,4 +641,77 @@ fn a_refused_kafka_client_names_librdkafkas_reason() {
         let error = SinkError::Client(created.err().expect(key)).to_string();
         assert!(error.contains(reason), "`{error}` does not say `{reason}`");
     }
+}
+
+/// Runs the sink over `records` (tickets 0, 1, ...), all sent at once; returns what it
+/// returned (within `limit`) and the reported tickets, sorted.
+async fn run_records(
+    settings: KafkaSinkSettings,
+    records: Vec<OutboundRecord>,
+    metrics: Arc<Metrics>,
+    limit: Duration,
+) -> (Result<SinkSummary, SinkError>, Vec<u32>) {
+    let delivered = Arc::new(Mutex::new(Vec::new()));
+    let (tx, rx) = mpsc::channel(records.len().max(1));
+    let controller = ShutdownController::new();
+    let sink_delivered = delivered.clone();
+    let sink = tokio::spawn(run_kafka_sink(
+        settings,
+        rx,
+        move |ticket: u32| sink_delivered.lock().unwrap().push(ticket),
+        metrics,
+        controller.subscribe(),
+    ));
+    for (ticket, record) in (0u32..).zip(records) {
+        tx.send(SinkItem {
+            record,
+            ticket,
+            origin: RecordOrigin::default(),
+        })
+        .await
+        .unwrap();
+    }
+    drop(tx);
+    let result = match tokio::time::timeout(limit, sink).await {
+        Ok(joined) => joined.unwrap(),
+        Err(_) => panic!("the sink did not finish within {limit:?}"),
+    };
+    let mut tickets = delivered.lock().unwrap().clone();
+    tickets.sort_unstable();
+    (result, tickets)
+}
+
+/// Issue 11 item 3: a partition beyond the topic's partition count is permanent: one dead
+/// letter, and the records after it flow (it used to be retried forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_beyond_the_topic_is_dead_lettered_and_later_records_flow() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("sink.parts", 2, 1).unwrap();
+    cluster.create_topic("outbox.dlq", 1, 1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let metrics = Metrics::new();
+    let mut beyond = record("sink.parts", 0);
+    beyond.partition = Some(7);
+    let records = vec![beyond, record("sink.parts", 1), record("sink.parts", 2)];
+    let (result, tickets) = run_records(
+        dead_letter_settings(&brokers),
+        records,
+        metrics.clone(),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(result.unwrap().delivered, 3);
+    assert_eq!(tickets, vec![0, 1, 2]);
+    let letters = read_topic(&brokers, "outbox.dlq", 1).await;
+    assert_eq!(letters.len(), 1, "one dead letter");
+    assert_eq!(letters[0].header("id"), Some("event-0"));
+    assert_eq!(
+        metrics
+            .dead_lettered
+            .with_label_values(&["invalid_topic"])
+            .get(),
+        1
+    );
+    let delivered = read_topic(&brokers, "sink.parts", 2).await;
+    assert_eq!(delivered.len(), 2, "the later records flow");
 }
