@@ -13,8 +13,13 @@
 //!   delivery timeout (librdkafka already retried for `message.timeout.ms`; a broker that
 //!   restarted empty no longer knows the producer id, so that producer never recovers),
 //!   rebuild the producer and resend every unacked record in input order.
-//! * Permanent errors (record too large, authorization, invalid topic, corrupt record),
-//!   whether reported on delivery or at once by the producer, are resent up to
+//! * A delivery report is classified by its own error code first: a permanent rejection
+//!   stays permanent even when it also made the producer fatal (with
+//!   `enable.gapless.guarantee` every broker-side rejection does); the producer is then
+//!   rebuilt as well.
+//! * Permanent errors (record too large, authorization, invalid topic, a partition beyond
+//!   the topic's count, corrupt record, policy violation), whether reported on delivery or
+//!   at once by the producer, are resent up to
 //!   `dead_letter.max_attempts` times (with backoff), then the record is replaced by its
 //!   dead letter ([`crate::dead_letter`]) on `dead_letter.topic` under the same ticket, so
 //!   the ticket is reported only once the dead letter is acked. With dead letters off, for

@@ -94,10 +94,22 @@ where
                         }
                     }
                     Err(error) if sent_generation == generation && pending.contains_key(&sequence) => {
+                        // The report's own code first: with enable.gapless.guarantee a broker's
+                        // permanent rejection also makes the producer fatal
+                        // (_GAPLESS_GUARANTEE), but the record is still rejected for good
+                        // and must be dead-lettered, not resent forever.
                         let fatal = producer.client().fatal_error();
-                        let kind = if fatal.is_some() { FailureKind::Fatal } else { classify_delivery_error(&error) };
+                        let kind = match (classify_delivery_error(&error), &fatal) {
+                            (FailureKind::Permanent, _) => FailureKind::Permanent,
+                            (_, Some(_)) => FailureKind::Fatal,
+                            (kind, None) => kind,
+                        };
                         match kind {
                             FailureKind::Permanent => {
+                                if let Some((code, message)) = &fatal {
+                                    // The producer is unusable after it: rebuild before the resend.
+                                    recreate_reason = Some((format!("fatal {code:?} after a permanent rejection: {message}"), "fatal"));
+                                }
                                 let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
                                 if matches!(action, PermanentAction::DeadLettered) {
                                     topics.ensure(&settings.dead_letter.topic, &producer, &metrics).await?;

@@ -10,29 +10,45 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use tokio::sync::mpsc;
 
-fn settings(brokers: &str) -> KafkaSinkSettings {
+/// The `[kafka]` keys every sink test adds to `brokers`: short backoffs and timeouts so
+/// faults resolve in seconds.
+const TEST_KAFKA_KEYS: &str = "linger_ms = 1\nmessage_timeout_ms = 1000\nretry_initial_backoff_ms = 50\nretry_max_backoff_ms = 200\nadmin_timeout_ms = 5000";
+
+/// Sink settings for `brokers` built the way production builds them
+/// ([`KafkaSinkSettings::from_config`], so with every protected producer property), plus
+/// `extra_kafka` lines in `[kafka]`; dead letters off.
+fn settings_with(brokers: &str, extra_kafka: &str) -> KafkaSinkSettings {
+    let kafka: KafkaConfig = toml::from_str(&format!(
+        "brokers = \"{brokers}\"\n{TEST_KAFKA_KEYS}\n{extra_kafka}"
+    ))
+    .unwrap();
+    let pipeline: crate::config::PipelineConfig =
+        toml::from_str("max_in_flight = 16\nshutdown_timeout_ms = 5000").unwrap();
     KafkaSinkSettings {
         startup_attempts: 0,
-        client_properties: vec![
-            ("bootstrap.servers".into(), brokers.into()),
-            ("enable.idempotence".into(), "true".into()),
-            ("acks".into(), "all".into()),
-            ("linger.ms".into(), "1".into()),
-            ("message.timeout.ms".into(), "1000".into()),
-        ],
-        create_topics: false,
-        topic_partitions: 1,
-        topic_replication_factor: 1,
-        topic_config: BTreeMap::new(),
-        admin_timeout: Duration::from_secs(5),
-        retry_initial_backoff: Duration::from_millis(50),
-        retry_max_backoff: Duration::from_millis(200),
-        max_in_flight: 16,
-        drain_timeout: Duration::from_secs(5),
         dead_letter: DeadLetterConfig {
             enabled: false,
             ..DeadLetterConfig::default()
         },
+        ..KafkaSinkSettings::from_config(&kafka, &pipeline)
+    }
+}
+
+fn settings(brokers: &str) -> KafkaSinkSettings {
+    settings_with(brokers, "")
+}
+
+/// The sink tests run with the producer properties production uses.
+#[test]
+fn sink_tests_use_the_production_producer_properties() {
+    let properties: BTreeMap<String, String> =
+        settings("b:1").client_properties.into_iter().collect();
+    for (key, value) in crate::config::PROTECTED_KAFKA_PROPERTIES {
+        assert_eq!(
+            properties.get(*key).map(String::as_str),
+            Some(*value),
+            "{key}"
+        );
     }
 }
 
@@ -714,4 +730,101 @@ async fn a_partition_beyond_the_topic_is_dead_lettered_and_later_records_flow() 
     );
     let delivered = read_topic(&brokers, "sink.parts", 2).await;
     assert_eq!(delivered.len(), 2, "the later records flow");
+}
+
+/// A sink with dead letters on over `topic` (and `outbox.dlq`) whose next `count` produce
+/// requests fail with `error`: record 0 is sent alone (until its ticket is reported), then
+/// records 1..=3.
+async fn first_record_rejected(error: RDKafkaRespErr, count: usize) -> RejectionRun {
+    let topic = "sink.rejected";
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic(topic, 1, 1).unwrap();
+    cluster.create_topic("outbox.dlq", 1, 1).unwrap();
+    cluster.request_errors(RDKafkaApiKey::Produce, &vec![error; count]);
+    let brokers = cluster.bootstrap_servers();
+    let metrics = Metrics::new();
+    let delivered = Arc::new(Mutex::new(Vec::new()));
+    let (tx, rx) = mpsc::channel(4);
+    let controller = ShutdownController::new();
+    let sink_delivered = delivered.clone();
+    let sink = tokio::spawn(run_kafka_sink(
+        dead_letter_settings(&brokers),
+        rx,
+        move |ticket: u32| sink_delivered.lock().unwrap().push(ticket),
+        metrics.clone(),
+        controller.subscribe(),
+    ));
+    let send = |n: u32| SinkItem {
+        record: record(topic, n),
+        ticket: n,
+        origin: RecordOrigin::default(),
+    };
+    tx.send(send(0)).await.unwrap();
+    let waited = std::time::Instant::now();
+    while delivered.lock().unwrap().is_empty() && waited.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for n in 1..=3 {
+        tx.send(send(n)).await.unwrap();
+    }
+    drop(tx);
+    let result = match tokio::time::timeout(Duration::from_secs(30), sink).await {
+        Ok(joined) => joined.unwrap(),
+        Err(_) => panic!("the sink did not finish"),
+    };
+    let mut tickets = delivered.lock().unwrap().clone();
+    tickets.sort_unstable();
+    RejectionRun {
+        _cluster: cluster,
+        brokers,
+        result,
+        tickets,
+        metrics,
+        delivered_during_outage: None,
+    }
+}
+
+/// Asserts one dead letter of event 0 with `class`, and events 1..=3 on the topic.
+async fn assert_one_dead_letter_then_flow(run: RejectionRun, class: &str) {
+    assert_eq!(run.result.unwrap().delivered, 4);
+    assert_eq!(run.tickets, vec![0, 1, 2, 3]);
+    assert_eq!(
+        run.metrics.dead_lettered.with_label_values(&[class]).get(),
+        1
+    );
+    let letters = read_topic(&run.brokers, "outbox.dlq", 1).await;
+    assert_eq!(letters.len(), 1, "one dead letter");
+    assert_eq!(letters[0].header("id"), Some("event-0"));
+    assert_eq!(letters[0].header("dlq.error_class"), Some(class));
+    let later = read_topic(&run.brokers, "sink.rejected", 3).await;
+    let ids: Vec<_> = later.iter().filter_map(|r| r.header("id")).collect();
+    assert_eq!(
+        ids,
+        vec!["event-1", "event-2", "event-3"],
+        "later events flow"
+    );
+}
+
+/// Issue 11 item 2: a broker's TOPIC_AUTHORIZATION_FAILED with the production producer
+/// (enable.gapless.guarantee makes it fatal) is dead-lettered, not resent forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_authorization_rejection_is_dead_lettered_and_later_events_flow() {
+    let run = first_record_rejected(
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+        3,
+    )
+    .await;
+    assert!(
+        run.metrics.producer_recreations.get() > 0,
+        "gapless: rebuilt"
+    );
+    assert_one_dead_letter_then_flow(run, "authorization").await;
+}
+
+/// Issue 11 item 2: a broker's MSG_SIZE_TOO_LARGE (a topic `max.message.bytes` below the
+/// client's limit) is dead-lettered, not resent forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_size_rejection_is_dead_lettered_and_later_events_flow() {
+    let run = first_record_rejected(RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE, 3).await;
+    assert_one_dead_letter_then_flow(run, "message_too_large").await;
 }
