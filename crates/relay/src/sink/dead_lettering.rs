@@ -25,6 +25,9 @@ pub(super) struct Pending<T> {
     pub(super) permanent_failures: u32,
     /// When the first permanent failure happened (ms since the epoch), for the dead letter.
     pub(super) first_failure_ms: i64,
+    /// When the record was last handed to the current producer; `None` while it waits for
+    /// a resend. The stall watchdog measures the oldest one.
+    pub(super) sent_at: Option<tokio::time::Instant>,
 }
 
 /// What to do after a permanent failure that did not stop the sink.

@@ -4,15 +4,18 @@
 //! # Delivery contract
 //! * A record is reported (its ticket passed to `on_delivered`) only after Kafka
 //!   acknowledged it. Every record taken from the input is kept until then.
-//! * Transient failures (timeouts, broker down, leader changes) are retried without limit,
-//!   with bounded exponential backoff plus jitter. While any record waits for a resend, no
-//!   new record is taken, and waiting records are resent in input order, so per-key order
-//!   holds as far as librdkafka's own idempotent retries allow (a resend after a reported
-//!   failure may duplicate, never lose).
-//! * A fatal producer error (librdkafka's `Fatal`, e.g. an idempotence sequence gap), and a
-//!   delivery timeout (librdkafka already retried for `message.timeout.ms`; a broker that
-//!   restarted empty no longer knows the producer id, so that producer never recovers),
-//!   rebuild the producer and resend every unacked record in input order.
+//! * librdkafka retries every send without a time limit (`message.timeout.ms = 0`,
+//!   protected): a record never expires while a younger one of its partition is retried,
+//!   so outages (broker down, leader changes, retriable broker errors) cost no order.
+//! * The producer is replaced, and every unacked record resent in input order, when it can
+//!   no longer deliver in order by itself: a fatal producer error (an idempotence gap, or a
+//!   broker rejection under `enable.gapless.guarantee`), a failed delivery librdkafka gave
+//!   up on, or the stall watchdog: the oldest unacked record had no ack for
+//!   `stall_timeout` (a producer whose id the cluster forgot never recovers by itself).
+//!   No new input is taken from the request on; the old producer is purged (its queue and
+//!   requests in flight, voiding their late acks) and every delivery report it owes is
+//!   awaited first, so nothing of the old producer can land after a resend of the new one
+//!   (a purged record may have landed already: a duplicate, never a loss).
 //! * A delivery report is classified by its own error code first: a permanent rejection
 //!   stays permanent even when it also made the producer fatal (with
 //!   `enable.gapless.guarantee` every broker-side rejection does); the producer is then
@@ -35,12 +38,13 @@
 //! When the shutdown signal fires the sink takes no new input and waits up to
 //! `drain_timeout` for the records in flight; those still unacked at the deadline are
 //! abandoned (never reported), which keeps them out of the checkpoint.
-
 //!
 //! # Layout
 //! * `producer`: the librdkafka properties, client construction, and enqueueing one record;
 //! * `classify`: what a delivery error means (retry, rebuild, permanent);
 //! * `dead_lettering`: the dead-letter policy applied to a permanent failure;
+//! * `rebuild`: replacing the producer without reordering (purge, drain, rebuild) and the
+//!   stall watchdog's deadline;
 //! * `topics`: reaching the cluster at startup, checking and creating topics;
 //! * `task`: [`run_kafka_sink`], the loop that ties them together.
 
@@ -55,6 +59,7 @@ use crate::dead_letter::RecordOrigin;
 mod classify;
 mod dead_lettering;
 mod producer;
+mod rebuild;
 mod task;
 #[cfg(test)]
 mod tests;
@@ -122,6 +127,10 @@ pub struct KafkaSinkSettings {
     /// Metadata requests at startup before the sink gives up on an unreachable cluster
     /// (0 = forever).
     pub startup_attempts: u32,
+    /// How long the oldest unacked record may go without an ack before the producer is
+    /// purged and rebuilt and every unacked record resent in input order (librdkafka's own
+    /// delivery timeout is infinite).
+    pub stall_timeout: Duration,
 }
 
 impl KafkaSinkSettings {
@@ -140,6 +149,7 @@ impl KafkaSinkSettings {
             drain_timeout: pipeline.shutdown_timeout(),
             dead_letter: DeadLetterConfig::default(),
             startup_attempts: kafka.startup_attempts,
+            stall_timeout: Duration::from_millis(kafka.stall_timeout_ms),
         }
     }
 

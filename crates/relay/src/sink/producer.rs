@@ -25,10 +25,6 @@ pub fn producer_properties(kafka: &KafkaConfig) -> Vec<(String, String)> {
         "batch.num.messages".into(),
         kafka.batch_num_messages.to_string(),
     );
-    properties.insert(
-        "message.timeout.ms".into(),
-        kafka.message_timeout_ms.to_string(),
-    );
     for (key, value) in &kafka.properties {
         properties.insert(key.clone(), value.clone());
     }

@@ -1,23 +1,28 @@
 //! The sink task: takes records from the input, keeps every unacked one, and reacts to
-//! each delivery report (ack, resend in order, rebuild, dead letter, stop).
+//! each delivery report (ack, resend in order, rebuild, dead letter, stop) and to the
+//! stall watchdog.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer;
 use tokio::sync::mpsc;
+use tokio::time::{Instant, Sleep};
 
 use super::classify::{classify_delivery_error, FailureKind};
 use super::dead_lettering::{on_permanent_failure, Pending, PermanentAction};
-use super::producer::create_kafka_client;
-use super::producer::{enqueue, RelayProducer};
+use super::producer::{create_kafka_client, enqueue, RelayProducer};
+use super::rebuild::{purge_producer, stall_deadline, Rebuild};
 use super::topics::{reach_cluster_at_startup, TopicManager};
 use super::{KafkaSinkSettings, SinkError, SinkItem, SinkSummary};
 use crate::backoff::Backoff;
 use crate::internal_events::{
-    DeliveryFailedTransient, InFlightChanged, InternalEvent, ProducerRecreated, RecordsDelivered,
+    DeliveryFailedTransient, InFlightChanged, InternalEvent, ProducerRecreated, ProducerStalled,
+    RecordsDelivered,
 };
 use crate::kafka_context::RelayClientContext;
 use crate::metrics::Metrics;
@@ -49,30 +54,70 @@ where
     let mut deliveries = FuturesUnordered::new();
     let mut waiting_for_resend: BTreeSet<u64> = BTreeSet::new();
     let mut backoff = Backoff::new(settings.retry_initial_backoff, settings.retry_max_backoff);
-    let mut resend_timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    let mut resend_timer: Option<Pin<Box<Sleep>>> = None;
     let mut input_open = true;
-    // Set when the producer must be rebuilt before the next resend: (reason, metric kind).
-    let mut recreate_reason: Option<(String, &'static str)> = None;
-    let mut drain_deadline: Option<tokio::time::Instant> = None;
+    // Set from the moment the producer must be replaced until the new one exists.
+    let mut rebuild: Option<Rebuild> = None;
+    let mut drain_deadline: Option<Instant> = None;
     let mut summary = SinkSummary::default();
 
     loop {
-        if !input_open && pending.is_empty() {
+        if (!input_open || drain_deadline.is_some()) && pending.is_empty() {
             break;
         }
-        if drain_deadline.is_some() && pending.is_empty() {
-            break;
+        if let Some(request) = rebuild.as_mut() {
+            if request.drain_until.is_none() {
+                purge_producer(&producer).await;
+                request.drain_until = Some(Instant::now() + settings.admin_timeout);
+            }
+        }
+        let drained = rebuild.as_ref().is_some_and(|request| {
+            deliveries.is_empty()
+                || request
+                    .drain_until
+                    .is_some_and(|until| Instant::now() >= until)
+        });
+        if drained {
+            if let Some(request) = rebuild.take() {
+                ProducerRecreated {
+                    reason: &request.reason,
+                    kind: request.kind,
+                    resending: pending.len(),
+                }
+                .emit(&metrics);
+                let fresh =
+                    create_kafka_client(&settings.client_properties, RelayClientContext::default())
+                        .map_err(SinkError::Client)?;
+                let old = std::mem::replace(&mut producer, fresh);
+                // Reports the old producer still owes (past the drain deadline only) are
+                // dropped with it: their records are resent below.
+                deliveries = FuturesUnordered::new();
+                // Dropping a producer flushes for up to 500 ms: not on the runtime.
+                tokio::task::spawn_blocking(move || drop(old));
+                generation += 1;
+                for item in pending.values_mut() {
+                    item.sent_at = None;
+                }
+                waiting_for_resend = pending.keys().copied().collect();
+                resend_timer = Some(Box::pin(tokio::time::sleep(request.resend_after)));
+            }
         }
         let accepting = input_open
             && drain_deadline.is_none()
+            && rebuild.is_none()
             && waiting_for_resend.is_empty()
             && pending.len() < settings.max_in_flight;
-        let deadline_sleep = async {
-            match drain_deadline {
-                Some(deadline) => tokio::time::sleep_until(deadline).await,
-                None => std::future::pending().await,
-            }
+        let stall_at = match rebuild {
+            Some(_) => None,
+            None => stall_deadline(
+                pending.values().find_map(|item| item.sent_at),
+                settings.stall_timeout,
+            ),
         };
+        let rebuild_drain_until = rebuild.as_ref().and_then(|request| request.drain_until);
+        let deadline_sleep = sleep_until_or_forever(drain_deadline);
+        let stall_sleep = sleep_until_or_forever(stall_at);
+        let rebuild_drain_sleep = sleep_until_or_forever(rebuild_drain_until);
         let resend_due = async {
             match resend_timer.as_mut() {
                 Some(timer) => timer.await,
@@ -94,6 +139,9 @@ where
                         }
                     }
                     Err(error) if sent_generation == generation && pending.contains_key(&sequence) => {
+                        if let Some(item) = pending.get_mut(&sequence) {
+                            item.sent_at = None;
+                        }
                         // The report's own code first: with enable.gapless.guarantee a broker's
                         // permanent rejection also makes the producer fatal
                         // (_GAPLESS_GUARANTEE), but the record is still rejected for good
@@ -106,44 +154,43 @@ where
                         };
                         match kind {
                             FailureKind::Permanent => {
-                                if let Some((code, message)) = &fatal {
-                                    // The producer is unusable after it: rebuild before the resend.
-                                    recreate_reason = Some((format!("fatal {code:?} after a permanent rejection: {message}"), "fatal"));
-                                }
                                 let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
                                 if matches!(action, PermanentAction::DeadLettered) {
                                     topics.ensure(&settings.dead_letter.topic, &producer, &metrics).await?;
                                 }
-                                waiting_for_resend.insert(sequence);
-                                if resend_timer.is_none() {
-                                    resend_timer = Some(Box::pin(tokio::time::sleep(backoff.next_delay())));
+                                match (&fatal, rebuild.is_some()) {
+                                    (_, true) => {
+                                        // Resent with everything else once the new producer exists.
+                                    }
+                                    (Some((code, message)), false) => {
+                                        // The producer is unusable after it: rebuild before the resend.
+                                        rebuild = Some(Rebuild::new(format!("fatal {code:?} after a permanent rejection: {message}"), "fatal", backoff.next_delay()));
+                                    }
+                                    (None, false) => {
+                                        waiting_for_resend.insert(sequence);
+                                        if resend_timer.is_none() {
+                                            resend_timer = Some(Box::pin(tokio::time::sleep(backoff.next_delay())));
+                                        }
+                                    }
                                 }
+                            }
+                            _ if rebuild.is_some() => {
+                                // A report of the producer being replaced (purged, or failed with
+                                // it): its record is resent once the new producer exists.
                             }
                             FailureKind::Fatal => {
                                 let reason = fatal.map(|(code, message)| format!("fatal {code:?}: {message}")).unwrap_or_else(|| format!("fatal: {error}"));
-                                recreate_reason = Some((reason, "fatal"));
-                                waiting_for_resend.insert(sequence);
-                                if resend_timer.is_none() {
-                                    resend_timer = Some(Box::pin(tokio::time::sleep(backoff.next_delay())));
-                                }
+                                rebuild = Some(Rebuild::new(reason, "fatal", backoff.next_delay()));
                             }
                             FailureKind::Transient => {
-                                if error.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageTimedOut) && recreate_reason.is_none() {
-                                    // librdkafka retried for message.timeout.ms already. A producer
-                                    // whose id the cluster forgot (broker restarted empty) never
-                                    // recovers by itself: start over with a fresh one.
-                                    recreate_reason = Some((format!("delivery timed out: {error}"), "timeout"));
-                                }
-                                let first_failure = waiting_for_resend.is_empty();
-                                waiting_for_resend.insert(sequence);
-                                if first_failure || resend_timer.is_none() {
-                                    let delay = backoff.next_delay();
-                                    let topic = pending.get(&sequence).map(|p| p.record.topic.as_str()).unwrap_or("");
-                                    DeliveryFailedTransient { topic, error: &error, retry_in: delay, waiting: waiting_for_resend.len() }.emit(&metrics);
-                                    resend_timer = Some(Box::pin(tokio::time::sleep(delay)));
-                                } else {
-                                    metrics.delivery_errors.with_label_values(&["transient"]).inc();
-                                }
+                                // librdkafka retries without a time limit, so a failure it
+                                // reports is one it gave up on, while younger records of the
+                                // same partition may still be in the producer: resending this one
+                                // alone could put it behind them. Replace the whole producer.
+                                let delay = backoff.next_delay();
+                                let topic = pending.get(&sequence).map(|p| p.record.topic.as_str()).unwrap_or("");
+                                DeliveryFailedTransient { topic, error: &error, retry_in: delay, waiting: pending.len() }.emit(&metrics);
+                                rebuild = Some(Rebuild::new(format!("delivery failed: {error}"), "failure", delay));
                             }
                         }
                     }
@@ -152,47 +199,48 @@ where
                     }
                 }
             }
-            _ = resend_due => {
+            _ = rebuild_drain_sleep => {
+                // The loop top replaces the producer now that the drain deadline passed.
+                tracing::warn!(unreported = deliveries.len(), "the replaced Kafka producer did not report every purged record in time; dropping it and resending them");
+            }
+            _ = stall_sleep => {
+                let oldest = pending.values().find(|item| item.sent_at.is_some());
+                let topic = oldest.map(|item| item.record.topic.clone()).unwrap_or_default();
+                ProducerStalled { topic: &topic, stall_timeout: settings.stall_timeout, unacked: pending.len() }.emit(&metrics);
+                rebuild = Some(Rebuild::new(
+                    format!("no ack for {:?} (oldest unacked record for topic `{topic}`)", settings.stall_timeout),
+                    "stall",
+                    Duration::ZERO,
+                ));
+            }
+            _ = resend_due, if rebuild.is_none() => {
                 resend_timer = None;
-                if let Some((reason, kind)) = recreate_reason.take() {
-                    ProducerRecreated { reason: &reason, kind, resending: pending.len() }.emit(&metrics);
-                    let fresh = create_kafka_client(&settings.client_properties, RelayClientContext::default())
-                        .map_err(SinkError::Client)?;
-                    let old = std::mem::replace(&mut producer, fresh);
-                    // Dropping a producer purges and flushes for up to 500 ms: not on the runtime.
-                    // Its outstanding deliveries then fail (ignored: older generation) or
-                    // succeed (accepted: a real ack).
-                    tokio::task::spawn_blocking(move || drop(old));
-                    generation += 1;
-                    waiting_for_resend = pending.keys().copied().collect();
-                }
                 let due: Vec<u64> = std::mem::take(&mut waiting_for_resend).into_iter().collect();
-                for sequence in due {
-                    let enqueued = pending.get(&sequence).map(|item| enqueue(&producer, &item.record, sequence, generation));
-                    if let Some(Err(error)) = enqueued.as_ref().filter(|r| matches!(r, Err(e) if classify_delivery_error(e) == FailureKind::Permanent)) {
-                        let error = error.clone();
-                        let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
-                        if matches!(action, PermanentAction::DeadLettered) {
-                            topics.ensure(&settings.dead_letter.topic, &producer, &metrics).await?;
+                for (index, &sequence) in due.iter().enumerate() {
+                    let Some(item) = pending.get_mut(&sequence) else { continue };
+                    match enqueue(&producer, &item.record, sequence, generation) {
+                        Ok(delivery) => {
+                            item.sent_at = Some(Instant::now());
+                            deliveries.push(delivery);
                         }
-                        waiting_for_resend.insert(sequence);
-                        if resend_timer.is_none() {
-                            resend_timer = Some(Box::pin(tokio::time::sleep(backoff.next_delay())));
-                        }
-                        continue;
-                    }
-                    if let (Some(item), Some(enqueued)) = (pending.get(&sequence), enqueued) {
-                        match enqueued {
-                            Ok(delivery) => deliveries.push(delivery),
-                            Err(error) => {
-                                // Queue full or similar: try again after the next delay.
-                                waiting_for_resend.insert(sequence);
-                                if resend_timer.is_none() {
-                                    let delay = backoff.next_delay();
-                                    DeliveryFailedTransient { topic: &item.record.topic, error: &error, retry_in: delay, waiting: waiting_for_resend.len() }.emit(&metrics);
-                                    resend_timer = Some(Box::pin(tokio::time::sleep(delay)));
-                                }
+                        Err(error) if classify_delivery_error(&error) == FailureKind::Permanent => {
+                            let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
+                            if matches!(action, PermanentAction::DeadLettered) {
+                                topics.ensure(&settings.dead_letter.topic, &producer, &metrics).await?;
                             }
+                            waiting_for_resend.insert(sequence);
+                            if resend_timer.is_none() {
+                                resend_timer = Some(Box::pin(tokio::time::sleep(backoff.next_delay())));
+                            }
+                        }
+                        Err(error) => {
+                            // Queue full or similar: this one and every later one wait for the
+                            // next delay, so none overtakes it.
+                            waiting_for_resend.extend(due[index..].iter().copied());
+                            let delay = backoff.next_delay();
+                            DeliveryFailedTransient { topic: &item.record.topic, error: &error, retry_in: delay, waiting: waiting_for_resend.len() }.emit(&metrics);
+                            resend_timer = Some(Box::pin(tokio::time::sleep(delay)));
+                            break;
                         }
                     }
                 }
@@ -203,7 +251,7 @@ where
                 break;
             }
             _ = shutdown.recv(), if drain_deadline.is_none() => {
-                drain_deadline = Some(tokio::time::Instant::now() + settings.drain_timeout);
+                drain_deadline = Some(Instant::now() + settings.drain_timeout);
                 tracing::info!(in_flight = pending.len(), "sink draining records in flight");
             }
             received = input.recv(), if accepting => {
@@ -217,16 +265,20 @@ where
                                 ensured = topics.ensure(&item.record.topic, &producer, &metrics) => ensured?,
                                 _ = shutdown_for_topic.recv() => {
                                     // The record was never sent: not reported, so not checkpointed.
-                                    drain_deadline = Some(tokio::time::Instant::now() + settings.drain_timeout);
+                                    drain_deadline = Some(Instant::now() + settings.drain_timeout);
                                     continue;
                                 }
                             }
                         }
                         let sequence = next_sequence;
                         next_sequence += 1;
-                        let mut permanent_at_enqueue = None;
+                        let mut permanent_at_enqueue: Option<KafkaError> = None;
+                        let mut sent_at = None;
                         match enqueue(&producer, &item.record, sequence, generation) {
-                            Ok(delivery) => deliveries.push(delivery),
+                            Ok(delivery) => {
+                                sent_at = Some(Instant::now());
+                                deliveries.push(delivery);
+                            }
                             Err(error) if classify_delivery_error(&error) == FailureKind::Permanent => {
                                 // E.g. larger than message.max.bytes: the producer refuses at once.
                                 permanent_at_enqueue = Some(error);
@@ -240,7 +292,7 @@ where
                                 }
                             }
                         }
-                        pending.insert(sequence, Pending { record: item.record, ticket: item.ticket, origin: item.origin, permanent_failures: 0, first_failure_ms: 0 });
+                        pending.insert(sequence, Pending { record: item.record, ticket: item.ticket, origin: item.origin, permanent_failures: 0, first_failure_ms: 0, sent_at });
                         InFlightChanged { in_flight: pending.len() }.emit(&metrics);
                         if let Some(error) = permanent_at_enqueue {
                             let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
@@ -263,4 +315,12 @@ where
     .emit(&metrics);
     tokio::task::spawn_blocking(move || drop(producer));
     Ok(summary)
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until_or_forever(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
 }
