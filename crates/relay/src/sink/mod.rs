@@ -30,7 +30,10 @@
 //!   the sink stops with [`SinkError::Permanent`] naming the topic; nothing is skipped.
 //! * Before the first send to a topic the sink checks that it exists, creating it through
 //!   the admin API when `create_topics` is set, otherwise failing with
-//!   [`SinkError::TopicMissing`]. Known topics are cached.
+//!   [`SinkError::TopicMissing`]. Known topics are cached. Every metadata and admin
+//!   request is bounded (`admin_timeout`), and waiting for a topic (the first record's, or
+//!   the dead-letter topic's when a record is dead-lettered) gives way to shutdown: the
+//!   record then stays unreported.
 //! * At most `max_in_flight` records are unacked at any time; the bounded input channel
 //!   then applies backpressure upstream.
 //!

@@ -155,8 +155,12 @@ where
                         match kind {
                             FailureKind::Permanent => {
                                 let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
-                                if matches!(action, PermanentAction::DeadLettered) {
-                                    topics.ensure(&settings.dead_letter.topic, &producer, &metrics).await?;
+                                if matches!(action, PermanentAction::DeadLettered)
+                                    && !ensure_dead_letter_topic(&mut topics, &settings, &producer, &metrics, &shutdown).await?
+                                {
+                                    // Shutdown came first: the dead letter stays unsent and unreported.
+                                    drain_deadline.get_or_insert_with(|| Instant::now() + settings.drain_timeout);
+                                    continue;
                                 }
                                 match (&fatal, rebuild.is_some()) {
                                     (_, true) => {
@@ -225,8 +229,11 @@ where
                         }
                         Err(error) if classify_delivery_error(&error) == FailureKind::Permanent => {
                             let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
-                            if matches!(action, PermanentAction::DeadLettered) {
-                                topics.ensure(&settings.dead_letter.topic, &producer, &metrics).await?;
+                            if matches!(action, PermanentAction::DeadLettered)
+                                && !ensure_dead_letter_topic(&mut topics, &settings, &producer, &metrics, &shutdown).await?
+                            {
+                                drain_deadline.get_or_insert_with(|| Instant::now() + settings.drain_timeout);
+                                continue;
                             }
                             waiting_for_resend.insert(sequence);
                             if resend_timer.is_none() {
@@ -296,8 +303,11 @@ where
                         InFlightChanged { in_flight: pending.len() }.emit(&metrics);
                         if let Some(error) = permanent_at_enqueue {
                             let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
-                            if matches!(action, PermanentAction::DeadLettered) {
-                                topics.ensure(&settings.dead_letter.topic, &producer, &metrics).await?;
+                            if matches!(action, PermanentAction::DeadLettered)
+                                && !ensure_dead_letter_topic(&mut topics, &settings, &producer, &metrics, &shutdown).await?
+                            {
+                                drain_deadline.get_or_insert_with(|| Instant::now() + settings.drain_timeout);
+                                continue;
                             }
                             waiting_for_resend.insert(sequence);
                             if resend_timer.is_none() {
@@ -315,6 +325,25 @@ where
     .emit(&metrics);
     tokio::task::spawn_blocking(move || drop(producer));
     Ok(summary)
+}
+
+/// Makes sure the dead-letter topic exists (checked, or created with
+/// `kafka.create_topics`) before a dead letter is sent; `false` when shutdown fired first.
+/// Each metadata or admin request is bounded by `kafka.admin_timeout_ms`, and while the
+/// cluster is unreachable the retries wait for shutdown too: a half-open connection or a
+/// long outage cannot hold the sink past the drain deadline.
+async fn ensure_dead_letter_topic(
+    topics: &mut TopicManager,
+    settings: &KafkaSinkSettings,
+    producer: &RelayProducer,
+    metrics: &Metrics,
+    shutdown: &Shutdown,
+) -> Result<bool, SinkError> {
+    let mut shutdown = shutdown.clone();
+    tokio::select! {
+        ensured = topics.ensure(&settings.dead_letter.topic, producer, metrics) => ensured.map(|()| true),
+        _ = shutdown.recv() => Ok(false),
+    }
 }
 
 /// Sleeps until `deadline`, or forever without one.

@@ -905,3 +905,70 @@ async fn a_stalled_record_lands_before_a_younger_record_of_its_key() {
     assert!(a < b, "A (event-0) must land below B (event-1): {ids:?}");
     assert!(metrics.producer_stalls.get() >= 1);
 }
+
+/// Issue 11 item 5: creating the dead-letter topic inside the sink loop, with the cluster
+/// gone, must not hold the sink past shutdown: it stops within the drain timeout, the
+/// record unreported (so outside the checkpoint).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_to_create_the_dead_letter_topic_honours_shutdown() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("sink.unreachable", 1, 1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let mut settings = dead_letter_settings(&brokers);
+    settings.create_topics = true;
+    settings.admin_timeout = Duration::from_millis(500);
+    settings.drain_timeout = Duration::from_secs(2);
+    settings.dead_letter.max_attempts = 1;
+    settings
+        .client_properties
+        .push(("message.max.bytes".into(), "10000".into()));
+    let metrics = Metrics::new();
+    let delivered = Arc::new(Mutex::new(Vec::new()));
+    let (tx, rx) = mpsc::channel(4);
+    let controller = ShutdownController::new();
+    let sink_delivered = delivered.clone();
+    let sink = tokio::spawn(run_kafka_sink(
+        settings,
+        rx,
+        move |ticket: u32| sink_delivered.lock().unwrap().push(ticket),
+        metrics.clone(),
+        controller.subscribe(),
+    ));
+    let item = |record: OutboundRecord, ticket: u32| SinkItem {
+        record,
+        ticket,
+        origin: RecordOrigin::default(),
+    };
+    tx.send(item(record("sink.unreachable", 0), 0))
+        .await
+        .unwrap();
+    let waited = std::time::Instant::now();
+    while delivered.lock().unwrap().is_empty() && waited.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(*delivered.lock().unwrap(), vec![0]);
+    // The cluster goes away; a record the producer refuses at once (above
+    // message.max.bytes) needs the dead-letter topic, which does not exist yet.
+    cluster.broker_down(1).unwrap();
+    let mut big = record("sink.unreachable", 1);
+    big.payload = Some(vec![b'z'; 50_000]);
+    tx.send(item(big, 1)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let asked = std::time::Instant::now();
+    controller.trigger();
+    let summary = match tokio::time::timeout(Duration::from_secs(10), sink).await {
+        Ok(joined) => joined.unwrap().unwrap(),
+        Err(_) => panic!("the sink ignored shutdown while creating the dead-letter topic"),
+    };
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(summary.delivered, 1);
+    assert_eq!(
+        summary.abandoned, 1,
+        "the dead-lettered record stays unreported"
+    );
+    assert_eq!(*delivered.lock().unwrap(), vec![0]);
+}

@@ -136,7 +136,17 @@ impl TopicManager {
         let options = AdminOptions::new()
             .operation_timeout(Some(self.timeout))
             .request_timeout(Some(self.timeout));
-        match admin.create_topics([&new_topic], &options).await {
+        // librdkafka bounds the request itself; the outer bound (twice that) guards against a
+        // reply that never comes, e.g. over a half-open connection.
+        let created = tokio::time::timeout(
+            self.timeout.saturating_mul(2),
+            admin.create_topics([&new_topic], &options),
+        )
+        .await
+        .unwrap_or(Err(KafkaError::AdminOp(
+            RDKafkaErrorCode::OperationTimedOut,
+        )));
+        match created {
             Ok(results) => {
                 match results.into_iter().next() {
                     None | Some(Ok(_)) => Ok(true),
@@ -240,9 +250,13 @@ async fn topic_exists(
                 .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()),
         )
     });
-    match lookup.await {
-        Ok(result) => result,
-        Err(join_error) => Err(KafkaError::MetadataFetch(match join_error.is_cancelled() {
+    // fetch_metadata honours `timeout`; the outer bound guards against a call that does not.
+    match tokio::time::timeout(timeout.saturating_mul(2), lookup).await {
+        Err(_elapsed) => Err(KafkaError::MetadataFetch(
+            RDKafkaErrorCode::OperationTimedOut,
+        )),
+        Ok(Ok(result)) => result,
+        Ok(Err(join_error)) => Err(KafkaError::MetadataFetch(match join_error.is_cancelled() {
             true => RDKafkaErrorCode::OperationTimedOut,
             false => RDKafkaErrorCode::Fail,
         })),
