@@ -572,6 +572,11 @@ pub struct CheckpointConfig {
     /// MySQL store: row key, so several relays can share one table.
     #[serde(default = "default_connector")]
     pub connector: String,
+    /// MySQL store: how long one operation (a commit, a load) may take before it fails as
+    /// transient and is retried at the next commit: a hung server or a half-open
+    /// connection must not hold the relay or its shutdown.
+    #[serde(default = "default_checkpoint_operation_timeout_ms")]
+    pub operation_timeout_ms: u64,
 }
 
 fn default_store() -> String {
@@ -585,6 +590,9 @@ fn default_checkpoint_table() -> String {
 }
 fn default_connector() -> String {
     "default".to_owned()
+}
+fn default_checkpoint_operation_timeout_ms() -> u64 {
+    10_000
 }
 
 /// `[metrics]`: the Prometheus endpoint.
@@ -878,7 +886,13 @@ impl RelayConfig {
     fn check_lower_bounds(&self) -> Result<(), ConfigError> {
         let wide = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
         let (source, kafka, pipeline) = (&self.source, &self.kafka, &self.pipeline);
-        let bounds: [(&str, i64, i64, i64); 11] = [
+        let bounds: [(&str, i64, i64, i64); 12] = [
+            (
+                "checkpoint.operation_timeout_ms",
+                wide(self.checkpoint.operation_timeout_ms),
+                1,
+                wide(default_checkpoint_operation_timeout_ms()),
+            ),
             (
                 "source.heartbeat_interval_ms",
                 wide(source.heartbeat_interval_ms),
