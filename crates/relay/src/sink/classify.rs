@@ -6,11 +6,14 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 /// How a failed delivery is handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailureKind {
-    /// Retry after a backoff.
+    /// Not the record's fault. Refused at enqueue (queue full): resent in order after a
+    /// backoff. Reported on delivery (librdkafka, which retries without a time limit, gave
+    /// up on it): the producer is replaced and everything unacked resent in input order.
     Transient,
-    /// Rebuild the producer, resend everything unacked.
+    /// The producer is unusable: replace it, resend everything unacked in input order.
     Fatal,
-    /// Stop the relay.
+    /// The record is rejected for good: resent within `dead_letter.max_attempts`, then
+    /// dead-lettered, or the relay stops (see `dead_letter.fail_on`).
     Permanent,
 }
 
