@@ -62,6 +62,6 @@ pub use checkpoint::{
 pub use committer::{CheckpointCommitter, CommitPolicy};
 pub use file_store::FileCheckpointStore;
 pub use internal_events::register_metrics;
-pub use mysql_store::MysqlCheckpointStore;
+pub use mysql_store::{MysqlCheckpointStore, DEFAULT_OPERATION_TIMEOUT};
 pub use store::{CheckpointStore, CheckpointStoreError, SharedCheckpointStore, StoreFuture};
 pub use tracker::{AckError, AckToken, AckTracker};

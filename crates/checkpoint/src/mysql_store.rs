@@ -25,18 +25,32 @@
 //! durable when it returns as far as the server's `innodb_flush_log_at_trx_commit=1`
 //! (the default) makes it so.
 //!
+//! # Timeouts
+//! Every operation (getting a connection, the statement) is bounded by the store's
+//! operation timeout ([`MysqlCheckpointStore::with_operation_timeout`], default
+//! [`DEFAULT_OPERATION_TIMEOUT`]); past it the call fails with
+//! [`CheckpointStoreError::Timeout`], so a hung server or a half-open connection cannot
+//! hold the relay (or its shutdown) forever. A commit that timed out may still have been
+//! stored; the next commit stores a newer position either way.
+//!
 //! # Where to put it
 //! The source may be a read-only replica, so the table can live on any server. If it lives on
 //! the source itself, each commit is a transaction in the source's binlog; the relay reads it
 //! as an empty transaction, which only moves the checkpoint (commits are batched, so this
 //! costs one small write per commit interval, not a loop).
 
+use std::future::Future;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 
 use crate::checkpoint::Checkpoint;
 use crate::store::{reject_regression, CheckpointStore, CheckpointStoreError, StoreFuture};
+
+/// How long one store operation may take unless [`MysqlCheckpointStore::with_operation_timeout`]
+/// says otherwise.
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A checkpoint kept as a row of a MySQL/MariaDB table. See the module docs.
 #[derive(Debug)]
@@ -54,6 +68,9 @@ pub struct MysqlCheckpointStore {
     /// The last checkpoint read or written (`Some(None)`: known absent), for the regression
     /// check without a read before every commit; `None` until known.
     last_stored: Mutex<Option<Option<Checkpoint>>>,
+    /// Bound of each operation (connection plus statement): a server that stops answering
+    /// must not hang the committer or the relay's shutdown.
+    operation_timeout: Duration,
 }
 
 fn quote_identifier(identifier: &str) -> String {
@@ -71,6 +88,31 @@ impl MysqlCheckpointStore {
             connector: connector.to_owned(),
             table_ready: tokio::sync::OnceCell::new(),
             last_stored: Mutex::new(None),
+            operation_timeout: DEFAULT_OPERATION_TIMEOUT,
+        }
+    }
+
+    /// The same store with each operation bounded by `timeout` instead of
+    /// [`DEFAULT_OPERATION_TIMEOUT`].
+    pub fn with_operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// Runs `operation`, failing with [`CheckpointStoreError::Timeout`] after the
+    /// operation timeout.
+    async fn bounded<T>(
+        &self,
+        what: &'static str,
+        operation: impl Future<Output = Result<T, CheckpointStoreError>>,
+    ) -> Result<T, CheckpointStoreError> {
+        match tokio::time::timeout(self.operation_timeout, operation).await {
+            Ok(outcome) => outcome,
+            Err(_elapsed) => Err(CheckpointStoreError::Timeout {
+                location: self.location.clone(),
+                operation: what,
+                after: self.operation_timeout,
+            }),
         }
     }
 
@@ -230,18 +272,18 @@ impl CheckpointStore for MysqlCheckpointStore {
     }
 
     fn load(&self) -> StoreFuture<'_, Option<Checkpoint>> {
-        Box::pin(self.read())
+        Box::pin(self.bounded("loading", self.read()))
     }
 
     fn commit<'a>(&'a self, checkpoint: &'a Checkpoint) -> StoreFuture<'a, ()> {
-        Box::pin(self.commit_checked(checkpoint))
+        Box::pin(self.bounded("committing", self.commit_checked(checkpoint)))
     }
 
     fn set<'a>(&'a self, checkpoint: &'a Checkpoint) -> StoreFuture<'a, ()> {
-        Box::pin(self.write(checkpoint))
+        Box::pin(self.bounded("setting", self.write(checkpoint)))
     }
 
     fn reset(&self) -> StoreFuture<'_, ()> {
-        Box::pin(self.delete())
+        Box::pin(self.bounded("resetting", self.delete()))
     }
 }

@@ -96,6 +96,18 @@ pub enum CheckpointStoreError {
         /// The driver's error.
         source: mysql_async::Error,
     },
+    /// The database store did not answer within its operation timeout (a hung server, a
+    /// half-open connection): transient, the commit is retried later; nothing is assumed
+    /// stored.
+    #[error("checkpoint table {location}: no answer within {after:?} while {operation}; is the server reachable? (the commit is retried)")]
+    Timeout {
+        /// `database.table` and connector name.
+        location: String,
+        /// What was being done (`committing`, `loading`, ...).
+        operation: &'static str,
+        /// The timeout that passed.
+        after: std::time::Duration,
+    },
     /// A commit would move the stored checkpoint backwards; nothing was stored.
     #[error("refusing to move the checkpoint in {location} backwards from {stored} to {offered} (is another relay using the same checkpoint?)")]
     Regression {

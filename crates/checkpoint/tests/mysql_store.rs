@@ -189,3 +189,44 @@ async fn a_missing_database_or_bad_url_is_a_clear_error() {
     );
     store.disconnect().await.unwrap();
 }
+
+/// Issue 11 item 5: a commit to a server that stopped answering (a half-open connection:
+/// the process is frozen, its sockets stay open) fails with a timeout naming the table
+/// instead of hanging the relay, and the store works again once the server answers.
+#[tokio::test]
+async fn a_commit_to_a_frozen_server_times_out_instead_of_hanging() {
+    let server = start_scratch().await;
+    server.exec(&["CREATE DATABASE relay_state"]).await.unwrap();
+    let store =
+        MysqlCheckpointStore::from_url(&server.url(), "relay_state", "checkpoints", "orders")
+            .unwrap()
+            .with_operation_timeout(std::time::Duration::from_millis(1000));
+    store
+        .commit(&checkpoint_at(1, "binlog.000001", 400, 5))
+        .await
+        .unwrap();
+    server.pause();
+    let started = std::time::Instant::now();
+    let outcome = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        store.commit(&checkpoint_at(1, "binlog.000001", 500, 6)),
+    )
+    .await;
+    let waited = started.elapsed();
+    server.resume();
+    let error = outcome
+        .expect("the commit must not hang on a server that stopped answering")
+        .unwrap_err();
+    assert!(
+        matches!(error, CheckpointStoreError::Timeout { .. }),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("relay_state.checkpoints"),
+        "{error}"
+    );
+    assert!(waited < std::time::Duration::from_secs(3), "{waited:?}");
+    let later = checkpoint_at(1, "binlog.000001", 600, 7);
+    store.commit(&later).await.unwrap();
+    assert_eq!(store.load().await.unwrap(), Some(later));
+}

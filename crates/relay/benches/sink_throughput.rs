@@ -53,6 +53,7 @@ fn main() {
                 max_in_flight,
                 drain_timeout: Duration::from_secs(30),
                 dead_letter: Default::default(),
+                stall_timeout: Duration::from_secs(30),
             };
             let (tx, rx) = tokio::sync::mpsc::channel(1024);
             let acked = Arc::new(AtomicU64::new(0));

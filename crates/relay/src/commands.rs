@@ -341,13 +341,12 @@ async fn outbox_table_exists(url: &str, table: &outbox_binlog::TableName) -> any
 
 async fn broker_metadata(config: &RelayConfig) -> anyhow::Result<(usize, usize)> {
     use rdkafka::producer::{BaseProducer, Producer};
-    let mut client_config = rdkafka::ClientConfig::new();
-    for (key, value) in crate::sink::producer_properties(&config.kafka) {
-        client_config.set(key, value);
-    }
-    let producer: BaseProducer = client_config
-        .create()
-        .context("cannot create a Kafka client from [kafka]")?;
+    // The check line shows only this error's own text: librdkafka's reason must be in it.
+    let producer: BaseProducer = crate::sink::create_kafka_client(
+        &crate::sink::producer_properties(&config.kafka),
+        rdkafka::producer::DefaultProducerContext,
+    )
+    .map_err(|error| anyhow::anyhow!("cannot create a Kafka client from [kafka]: {error}"))?;
     let timeout = Duration::from_millis(config.kafka.admin_timeout_ms);
     tokio::task::spawn_blocking(move || {
         let metadata = producer

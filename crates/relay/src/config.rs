@@ -404,12 +404,19 @@ pub struct KafkaConfig {
     /// `batch.num.messages`: the most records per batch.
     #[serde(default = "default_batch_num_messages")]
     pub batch_num_messages: u64,
-    /// `message.timeout.ms`: how long librdkafka retries one send internally before it
-    /// reports a failure, which the relay then retries itself. Shorter means outages show
-    /// up in logs and metrics sooner. At least 1000: a rebuilt producer needs that long to
-    /// get its producer id before its first delivery can succeed.
-    #[serde(default = "default_message_timeout_ms")]
-    pub message_timeout_ms: u64,
+    /// How long the oldest unacked record may go without an ack before the sink treats the
+    /// producer as stalled: it takes no new input, purges the producer (queue and requests
+    /// in flight), waits for all its delivery reports, builds a fresh one and resends every
+    /// unacked record in input order. librdkafka's own delivery timeout is infinite
+    /// (`message.timeout.ms = 0`), so a record never expires behind a younger one of its
+    /// key. Shorter means outages show up in logs and metrics sooner. At least 1000: a
+    /// rebuilt producer needs that long to get its producer id before its first delivery.
+    #[serde(default = "default_stall_timeout_ms")]
+    pub stall_timeout_ms: u64,
+    /// Replaced by `stall_timeout_ms`; kept only to refuse it with the reason (a
+    /// `message.timeout.ms` that expires a record behind a younger one breaks per-key order).
+    #[serde(default)]
+    pub message_timeout_ms: Option<u64>,
     /// First delay before the relay resends a record whose delivery failed; doubles each try.
     #[serde(default = "default_retry_initial_backoff_ms")]
     pub retry_initial_backoff_ms: u64,
@@ -425,11 +432,18 @@ pub struct KafkaConfig {
     /// without limit.
     #[serde(default = "default_kafka_startup_attempts")]
     pub startup_attempts: u32,
-    /// Any librdkafka property, passed as-is; applied last, so it overrides the above
-    /// (except `enable.idempotence` and `acks`, which the relay's guarantees depend on).
+    /// Any librdkafka property, passed as-is; applied last, so it overrides the above.
+    /// Properties the relay's guarantees depend on are refused at load with the reason
+    /// ([`check_protected_property`]): `enable.idempotence`, `acks`,
+    /// `enable.gapless.guarantee`, `message.timeout.ms` (and their aliases), a
+    /// `max.in.flight` above 5, `retries`, `transactional.id`.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
 }
+
+/// The values `kafka.compression` accepts; every one is compiled into this build's
+/// librdkafka (a test creates a producer with each).
+pub const KAFKA_COMPRESSIONS: &[&str] = &["none", "gzip", "snappy", "lz4", "zstd"];
 
 fn default_topic_partitions() -> i32 {
     1
@@ -446,7 +460,7 @@ fn default_linger_ms() -> u64 {
 fn default_batch_num_messages() -> u64 {
     10_000
 }
-fn default_message_timeout_ms() -> u64 {
+fn default_stall_timeout_ms() -> u64 {
     30_000
 }
 fn default_retry_initial_backoff_ms() -> u64 {
@@ -462,18 +476,78 @@ fn default_kafka_startup_attempts() -> u32 {
     10
 }
 
-/// Producer properties the relay's delivery guarantee depends on; `[kafka.properties]` may
-/// not change them. `enable.gapless.guarantee` makes librdkafka raise a fatal error instead
-/// of bumping the producer epoch past a failed record (which would let later records of the
-/// same partition land before the failed one is resent): the sink then rebuilds the
-/// producer and resends every unacked record in order. librdkafka does not extend this to
-/// records that fail by `message.timeout.ms`; the sink rebuilds the producer for those too,
-/// but records of the same partition acked before the timeout stay ahead of the resend.
+/// Producer properties the relay's delivery guarantee depends on; the relay sets them
+/// last and `[kafka.properties]` may not change them (see [`check_protected_property`]).
+/// * Idempotence with `acks=all`: librdkafka's own retries neither duplicate nor reorder.
+/// * `enable.gapless.guarantee`: librdkafka raises a fatal error instead of bumping the
+///   producer epoch past a failed record (which would let later records of the partition
+///   land before the failed one is resent); the sink then rebuilds the producer and resends
+///   every unacked record in order.
+/// * `message.timeout.ms = 0` (infinite): librdkafka never expires a queued record while a
+///   younger one of its partition is still being retried (gapless does not cover timeouts).
+///   The sink's stall watchdog (`kafka.stall_timeout_ms`) takes over: it purges and
+///   rebuilds the whole producer, so the resend keeps input order. Kafka Connect protects
+///   `delivery.timeout.ms` the same way.
 pub const PROTECTED_KAFKA_PROPERTIES: &[(&str, &str)] = &[
     ("enable.idempotence", "true"),
     ("acks", "all"),
     ("enable.gapless.guarantee", "true"),
+    ("message.timeout.ms", "0"),
 ];
+
+/// librdkafka's other names for the protected properties (and for the ones bounded below).
+const KAFKA_PROPERTY_ALIASES: &[(&str, &str)] = &[
+    ("request.required.acks", "acks"),
+    ("delivery.timeout.ms", "message.timeout.ms"),
+    ("max.in.flight.requests.per.connection", "max.in.flight"),
+    ("message.send.max.retries", "retries"),
+];
+
+/// Most requests in flight per connection with which an idempotent producer keeps order
+/// (Kafka keeps the sequence state of 5 batches per partition).
+const MAX_IDEMPOTENT_IN_FLIGHT: u64 = 5;
+
+/// Why `[kafka.properties]` may not set `key` to `value`, or `None` when it may.
+pub fn check_protected_property(key: &str, value: &str) -> Option<String> {
+    let canonical = KAFKA_PROPERTY_ALIASES
+        .iter()
+        .find(|(alias, _)| *alias == key)
+        .map_or(key, |(_, canonical)| canonical);
+    let reason = |why: &str| Some(format!("`{key}` = `{value}` is refused: {why}"));
+    if let Some((_, required)) = PROTECTED_KAFKA_PROPERTIES
+        .iter()
+        .find(|(name, _)| *name == canonical)
+    {
+        let same =
+            value.eq_ignore_ascii_case(required) || (canonical == "acks" && value.trim() == "-1");
+        if same {
+            return None;
+        }
+        return match canonical {
+            "message.timeout.ms" => reason(
+                "the relay keeps librdkafka's delivery timeout infinite (`0`), or a record can expire and be resent after a younger one of its key; use `kafka.stall_timeout_ms` to bound how long a stalled delivery waits before the relay rebuilds the producer; remove the line",
+            ),
+            _ => reason(&format!(
+                "must stay `{required}` (per-key order and at-least-once depend on it); remove the line"
+            )),
+        };
+    }
+    match canonical {
+        "max.in.flight" => match value.trim().parse::<u64>() {
+            Ok(n) if (1..=MAX_IDEMPOTENT_IN_FLIGHT).contains(&n) => None,
+            _ => reason(&format!(
+                "an idempotent producer keeps order with 1 to {MAX_IDEMPOTENT_IN_FLIGHT} requests in flight per connection"
+            )),
+        },
+        "retries" => reason(
+            "librdkafka must retry without limit (the relay's stall watchdog bounds a stuck delivery: `kafka.stall_timeout_ms`); remove the line",
+        ),
+        "transactional.id" => reason(
+            "the relay sends with an idempotent producer outside transactions; remove the line",
+        ),
+        _ => None,
+    }
+}
 
 /// `[checkpoint]`: where the relay stores its position.
 #[derive(Debug, Clone, Deserialize)]
@@ -498,6 +572,11 @@ pub struct CheckpointConfig {
     /// MySQL store: row key, so several relays can share one table.
     #[serde(default = "default_connector")]
     pub connector: String,
+    /// MySQL store: how long one operation (a commit, a load) may take before it fails as
+    /// transient and is retried at the next commit: a hung server or a half-open
+    /// connection must not hold the relay or its shutdown.
+    #[serde(default = "default_checkpoint_operation_timeout_ms")]
+    pub operation_timeout_ms: u64,
 }
 
 fn default_store() -> String {
@@ -511,6 +590,9 @@ fn default_checkpoint_table() -> String {
 }
 fn default_connector() -> String {
     "default".to_owned()
+}
+fn default_checkpoint_operation_timeout_ms() -> u64 {
+    10_000
 }
 
 /// `[metrics]`: the Prometheus endpoint.
@@ -666,12 +748,13 @@ impl RelayConfig {
                 "is empty: list at least one `host:port`",
             ));
         }
-        if !["none", "gzip", "snappy", "lz4", "zstd"].contains(&kafka.compression.as_str()) {
+        if !KAFKA_COMPRESSIONS.contains(&kafka.compression.as_str()) {
             return Err(invalid(
                 "kafka.compression",
                 format!(
-                    "`{}` is not one of none, gzip, snappy, lz4, zstd",
-                    kafka.compression
+                    "`{}` is not one of {}",
+                    kafka.compression,
+                    KAFKA_COMPRESSIONS.join(", ")
                 ),
             ));
         }
@@ -683,16 +766,15 @@ impl RelayConfig {
                 "needs retry_initial_backoff_ms >= 1 and retry_max_backoff_ms >= retry_initial_backoff_ms",
             ));
         }
-        for (key, value) in PROTECTED_KAFKA_PROPERTIES {
-            if let Some(given) = kafka.properties.get(*key) {
-                if given != value {
-                    return Err(invalid(
-                        &format!("kafka.properties.\"{key}\""),
-                        format!(
-                            "must stay `{value}` (per-key order and at-least-once depend on it); remove the line"
-                        ),
-                    ));
-                }
+        if kafka.message_timeout_ms.is_some() {
+            return Err(invalid(
+                "kafka.message_timeout_ms",
+                "was replaced by `kafka.stall_timeout_ms` (librdkafka's delivery timeout is now infinite, so a record never expires behind a younger one of its key; the relay rebuilds a producer whose oldest record has had no ack for stall_timeout_ms); rename the key",
+            ));
+        }
+        for (key, value) in &kafka.properties {
+            if let Some(reason) = check_protected_property(key, value) {
+                return Err(invalid(&format!("kafka.properties.\"{key}\""), reason));
             }
         }
         if kafka.properties.contains_key("bootstrap.servers") {
@@ -700,6 +782,23 @@ impl RelayConfig {
                 "kafka.properties.\"bootstrap.servers\"",
                 "set `kafka.brokers` instead",
             ));
+        }
+        // Every property through librdkafka itself: an unknown name, a malformed value or a
+        // codec this build lacks is refused now, with librdkafka's reason, not at the first
+        // client creation.
+        if let Err(error) =
+            crate::sink::check_client_properties(&crate::sink::producer_properties(kafka))
+        {
+            let key = match error.property.as_deref() {
+                Some(property) if kafka.properties.contains_key(property) => {
+                    format!("kafka.properties.\"{property}\"")
+                }
+                Some("compression.type") => "kafka.compression".to_owned(),
+                Some("linger.ms") => "kafka.linger_ms".to_owned(),
+                Some("batch.num.messages") => "kafka.batch_num_messages".to_owned(),
+                _ => "kafka.properties".to_owned(),
+            };
+            return Err(invalid(&key, error.to_string()));
         }
 
         let checkpoint = &self.checkpoint;
@@ -787,7 +886,13 @@ impl RelayConfig {
     fn check_lower_bounds(&self) -> Result<(), ConfigError> {
         let wide = |value: u64| i64::try_from(value).unwrap_or(i64::MAX);
         let (source, kafka, pipeline) = (&self.source, &self.kafka, &self.pipeline);
-        let bounds: [(&str, i64, i64, i64); 11] = [
+        let bounds: [(&str, i64, i64, i64); 12] = [
+            (
+                "checkpoint.operation_timeout_ms",
+                wide(self.checkpoint.operation_timeout_ms),
+                1,
+                wide(default_checkpoint_operation_timeout_ms()),
+            ),
             (
                 "source.heartbeat_interval_ms",
                 wide(source.heartbeat_interval_ms),
@@ -813,12 +918,12 @@ impl RelayConfig {
                 i64::from(default_topic_replication_factor()),
             ),
             (
-                "kafka.message_timeout_ms",
-                wide(kafka.message_timeout_ms),
-                // Below about a second a rebuilt producer can time out before it even gets
+                "kafka.stall_timeout_ms",
+                wide(kafka.stall_timeout_ms),
+                // Below about a second a rebuilt producer can stall before it even gets
                 // its producer id, and the sink would rebuild it forever.
                 1000,
-                wide(default_message_timeout_ms()),
+                wide(default_stall_timeout_ms()),
             ),
             (
                 "pipeline.max_in_flight",
@@ -984,6 +1089,97 @@ commit_max_transactions = 1000
         assert_eq!(config.dead_letter.topic, "outbox.dlq");
     }
 
+    /// Issue 11 item 12: a property librdkafka refuses is refused at config load, naming
+    /// the key and librdkafka's own reason.
+    #[test]
+    fn an_invalid_kafka_property_is_refused_at_load_with_librdkafkas_reason() {
+        for (properties, key, reason) in [
+            (
+                "\"linger.ms\" = \"soon\"",
+                "kafka.properties.\"linger.ms\"",
+                "Invalid value for configuration property \"queue.buffering.max.ms\" (`linger.ms` = `soon`)",
+            ),
+            (
+                "\"no.such.property\" = \"1\"",
+                "kafka.properties.\"no.such.property\"",
+                "No such configuration property: \"no.such.property\"",
+            ),
+        ] {
+            let text = MINIMAL.replacen(
+                "brokers = \"127.0.0.1:9092\"",
+                &format!("brokers = \"127.0.0.1:9092\"\n[kafka.properties]\n{properties}"),
+                1,
+            );
+            let error = RelayConfig::parse(&text).expect_err(properties).to_string();
+            assert!(
+                error.contains(key) && error.contains(reason),
+                "`{error}` does not name {key} and `{reason}`"
+            );
+        }
+    }
+
+    /// Issue 11 item 1: properties that would bring back a delivery timeout or break
+    /// ordering or idempotence are refused at load with the reason; harmless spellings of
+    /// the protected values pass.
+    #[test]
+    fn order_breaking_kafka_properties_are_refused_with_the_reason() {
+        let with_properties = |properties: &str| {
+            MINIMAL.replacen(
+                "brokers = \"127.0.0.1:9092\"",
+                &format!("brokers = \"127.0.0.1:9092\"\n[kafka.properties]\n{properties}"),
+                1,
+            )
+        };
+        for (properties, reason) in [
+            (
+                "\"message.timeout.ms\" = \"30000\"",
+                "kafka.stall_timeout_ms",
+            ),
+            (
+                "\"delivery.timeout.ms\" = \"120000\"",
+                "delivery timeout infinite",
+            ),
+            ("\"enable.idempotence\" = \"false\"", "must stay `true`"),
+            ("\"acks\" = \"1\"", "must stay `all`"),
+            ("\"request.required.acks\" = \"0\"", "must stay `all`"),
+            (
+                "\"enable.gapless.guarantee\" = \"false\"",
+                "must stay `true`",
+            ),
+            ("\"max.in.flight\" = \"6\"", "1 to 5 requests in flight"),
+            (
+                "\"max.in.flight.requests.per.connection\" = \"100\"",
+                "1 to 5 requests in flight",
+            ),
+            ("\"retries\" = \"3\"", "retry without limit"),
+            ("\"transactional.id\" = \"relay\"", "outside transactions"),
+        ] {
+            let error = RelayConfig::parse(&with_properties(properties))
+                .expect_err(properties)
+                .to_string();
+            let key = properties.split('"').nth(1).unwrap_or_default();
+            assert!(
+                error.contains(&format!("kafka.properties.\"{key}\"")) && error.contains(reason),
+                "`{error}` does not name {key} and `{reason}`"
+            );
+        }
+        for properties in [
+            "\"acks\" = \"-1\"",
+            "\"max.in.flight\" = \"1\"",
+            "\"message.timeout.ms\" = \"0\"",
+        ] {
+            RelayConfig::parse(&with_properties(properties)).expect(properties);
+        }
+        let error = RelayConfig::parse(&MINIMAL.replacen(
+            "brokers = \"127.0.0.1:9092\"",
+            "brokers = \"127.0.0.1:9092\"\nmessage_timeout_ms = 30000",
+            1,
+        ))
+        .expect_err("message_timeout_ms")
+        .to_string();
+        assert!(error.contains("stall_timeout_ms"), "{error}");
+    }
+
     #[test]
     fn dead_letter_defaults_and_validation() {
         let config = RelayConfig::parse(MINIMAL).unwrap();
@@ -1095,7 +1291,12 @@ commit_max_transactions = 1000
             ),
             (
                 "brokers = \"127.0.0.1:9092\"",
-                "brokers = \"b:9092\"\nmessage_timeout_ms = 500",
+                "brokers = \"b:9092\"\nstall_timeout_ms = 500",
+                "kafka.stall_timeout_ms",
+            ),
+            (
+                "brokers = \"127.0.0.1:9092\"",
+                "brokers = \"b:9092\"\nmessage_timeout_ms = 30000",
                 "kafka.message_timeout_ms",
             ),
             (

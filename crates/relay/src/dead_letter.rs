@@ -13,6 +13,9 @@
 //!   its dead letter's payload is the row's `payload` column (the whole row as JSON when
 //!   there is none), header `dlq.row` carries the whole row as a JSON object, the key is the
 //!   row's `aggregate_id` text when readable, and `dlq.original_topic_known = false`.
+//!   Its payload (and a key longer than the limit) is cut to
+//!   `dead_letter.payload_prefix_bytes` with size and hash headers, like a rejected
+//!   payload: the row may be as large as the broker's limit.
 //!   (Column names `payload`/`aggregate_id` are the seeds/Debezium defaults; with other
 //!   column names the key is absent and the payload is the row JSON.)
 //! * Headers name where the event is in the binlog: the rows event's file and position,
@@ -153,7 +156,8 @@ pub fn kafka_error_class(error: &KafkaError) -> &'static str {
             | C::ClusterAuthorizationFailed
             | C::TransactionalIdAuthorizationFailed,
         ) => "authorization",
-        Some(C::InvalidTopic) => "invalid_topic",
+        // A partition beyond the topic's count: the topic cannot take the record as routed.
+        Some(C::InvalidTopic | C::UnknownPartition) => "invalid_topic",
         Some(C::InvalidMessage | C::InvalidRecord) => "corrupt_record",
         _ => "other",
     }
@@ -304,6 +308,34 @@ pub fn dead_letter_for_routing_error(
     push(&mut headers, headers::ORIGINAL_TOPIC, "");
     push(&mut headers, headers::ORIGINAL_TOPIC_KNOWN, false);
     push_origin_and_failure(&mut headers, &RecordOrigin::of_row(row), &failure);
+    // A row that cannot be routed can be as large as any event: kept whole, a payload over
+    // the broker's limit would make the dead letter itself fail on every restart. Bounded
+    // like a rejected payload (prefix, size, hash), and the key likewise.
+    let payload = bounded_prefix(
+        payload,
+        config.payload_prefix_bytes,
+        &mut headers,
+        [
+            headers::PAYLOAD_TRUNCATED,
+            headers::PAYLOAD_SIZE,
+            headers::PAYLOAD_FNV1A64,
+        ],
+    );
+    let key = key.map(|key| {
+        if key.len() <= config.payload_prefix_bytes {
+            return key;
+        }
+        bounded_prefix(
+            key,
+            config.payload_prefix_bytes,
+            &mut headers,
+            [
+                headers::KEY_TRUNCATED,
+                headers::KEY_SIZE,
+                headers::KEY_FNV1A64,
+            ],
+        )
+    });
     // The row can be as large as the event (twice over with its payload): the header keeps
     // a bounded prefix, the payload above carries the event itself.
     if row_json.len() > config.payload_prefix_bytes {
@@ -324,6 +356,21 @@ pub fn dead_letter_for_routing_error(
         timestamp_ms: None,
         partition: None,
     }
+}
+
+/// `bytes` cut to `limit`, recording in `headers` (named `[truncated, size, hash]`) whether
+/// it was cut, its full size and its FNV-1a 64 hash.
+fn bounded_prefix(
+    mut bytes: Vec<u8>,
+    limit: usize,
+    headers: &mut Vec<(String, Vec<u8>)>,
+    [truncated, size, hash]: [&str; 3],
+) -> Vec<u8> {
+    push(headers, truncated, bytes.len() > limit);
+    push(headers, size, bytes.len());
+    push(headers, hash, format!("{:016x}", fnv1a64(&bytes)));
+    bytes.truncate(limit);
+    bytes
 }
 
 fn value_text(value: &Value) -> Option<String> {
@@ -834,6 +881,65 @@ mod tests {
         assert_eq!(header(&letter, headers::PAYLOAD_SIZE), None);
     }
 
+    /// A row of `payload_bytes` payload that cannot be routed (no event id column).
+    fn unroutable_row(payload_bytes: usize) -> (RoutingError, RowChange) {
+        let table = std::sync::Arc::new(outbox_binlog::TableName::new("shop", "outbox"));
+        let row = RowChange {
+            table: table.clone(),
+            operation: outbox_binlog::RowOperation::Insert,
+            before: None,
+            after: Some(outbox_binlog::Row {
+                columns: vec!["aggregate_id".to_owned(), "payload".to_owned()].into(),
+                values: vec![
+                    Value::Text("order-9".into()),
+                    Value::Bytes(vec![b'p'; payload_bytes]),
+                ],
+            }),
+            event_timestamp: 0,
+            event_position: outbox_binlog::BinlogPosition::new("mysql-bin.000001", 4),
+            transaction_gtid: None,
+        };
+        let error = RoutingError {
+            event_id: Some("event-9".into()),
+            table,
+            column: Some("id".into()),
+            kind: outbox_router::RoutingErrorKind::UnknownTable,
+        };
+        (error, row)
+    }
+
+    /// Issue 11 item 4: a routing error's dead letter is bounded like a rejected payload,
+    /// or a row over the broker's limit stops the relay on every restart.
+    #[test]
+    fn a_routing_error_dead_letter_keeps_a_bounded_payload_prefix() {
+        let config = DeadLetterConfig {
+            payload_prefix_bytes: 100,
+            ..DeadLetterConfig::default()
+        };
+        let (error, row) = unroutable_row(50_000);
+        let letter = dead_letter_for_routing_error(&error, &row, &config);
+        assert_eq!(letter.payload.as_ref().map(Vec::len), Some(100));
+        assert_eq!(header(&letter, headers::PAYLOAD_TRUNCATED), Some("true"));
+        assert_eq!(header(&letter, headers::PAYLOAD_SIZE), Some("50000"));
+        assert_eq!(
+            header(&letter, headers::PAYLOAD_FNV1A64),
+            Some(format!("{:016x}", fnv1a64(&[b'p'; 50_000])).as_str())
+        );
+        assert_eq!(letter.key.as_deref(), Some(b"order-9".as_slice()));
+        assert_eq!(header(&letter, "id"), Some("event-9"));
+        let total: usize = letter
+            .headers
+            .iter()
+            .map(|(name, value)| name.len() + value.len())
+            .sum();
+        assert!(total < 1000, "headers stay bounded too: {total} bytes");
+        // A small payload stays whole.
+        let (error, row) = unroutable_row(10);
+        let letter = dead_letter_for_routing_error(&error, &row, &config);
+        assert_eq!(letter.payload, Some(vec![b'p'; 10]));
+        assert_eq!(header(&letter, headers::PAYLOAD_TRUNCATED), Some("false"));
+    }
+
     #[test]
     fn fnv1a64_matches_the_reference_vectors() {
         assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
@@ -847,6 +953,7 @@ mod tests {
         assert_eq!(class(C::MessageSizeTooLarge), "message_too_large");
         assert_eq!(class(C::TopicAuthorizationFailed), "authorization");
         assert_eq!(class(C::InvalidTopic), "invalid_topic");
+        assert_eq!(class(C::UnknownPartition), "invalid_topic");
         assert_eq!(class(C::InvalidRecord), "corrupt_record");
         assert_eq!(class(C::UnsupportedVersion), "other");
     }

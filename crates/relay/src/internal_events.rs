@@ -170,13 +170,13 @@ impl InternalEvent for DeliveryFailedTransient<'_> {
     }
 }
 
-/// The producer is rebuilt (after a fatal error or a delivery timeout) and every unacked
-/// record resent.
+/// The producer is rebuilt (after a fatal error, a delivery failure librdkafka gave up on,
+/// or a stall) and every unacked record resent in input order.
 #[derive(Debug)]
 pub struct ProducerRecreated<'a> {
     /// Why, for the log.
     pub reason: &'a str,
-    /// `fatal` or `timeout`: the `delivery_errors` label counted for it.
+    /// `fatal`, `failure` or `stall`: the `delivery_errors` label counted for it.
     pub kind: &'static str,
     /// Records that will be resent.
     pub resending: usize,
@@ -184,9 +184,30 @@ pub struct ProducerRecreated<'a> {
 
 impl InternalEvent for ProducerRecreated<'_> {
     fn emit(self, metrics: &Metrics) {
-        metrics.delivery_errors.with_label_values(&["fatal"]).inc();
+        metrics
+            .delivery_errors
+            .with_label_values(&[self.kind])
+            .inc();
         metrics.producer_recreations.inc();
-        tracing::error!(reason = self.reason, resending = self.resending, "fatal Kafka producer error; recreating the producer and resending every unacked record");
+        tracing::error!(reason = self.reason, kind = self.kind, resending = self.resending, "Kafka producer replaced (old one purged and drained); resending every unacked record in input order");
+    }
+}
+
+/// The stall watchdog fired: the oldest unacked record had no ack for `stall_timeout`.
+#[derive(Debug)]
+pub struct ProducerStalled<'a> {
+    /// Topic of the oldest unacked record.
+    pub topic: &'a str,
+    /// `kafka.stall_timeout_ms`.
+    pub stall_timeout: Duration,
+    /// Records unacked (all are resent).
+    pub unacked: usize,
+}
+
+impl InternalEvent for ProducerStalled<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics.producer_stalls.inc();
+        tracing::warn!(topic = self.topic, stall_timeout_ms = self.stall_timeout.as_millis() as u64, unacked = self.unacked, "no Kafka ack for the oldest record within kafka.stall_timeout_ms; purging and rebuilding the producer (checkpoint held back)");
     }
 }
 

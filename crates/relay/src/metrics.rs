@@ -51,8 +51,11 @@ pub struct Metrics {
     pub checkpoint_lag_seconds: Gauge,
     /// Reconnects of the binlog source after transient errors.
     pub source_reconnects: IntCounter,
-    /// Times the Kafka producer was rebuilt after a fatal error.
+    /// Times the Kafka producer was rebuilt (fatal error, failed delivery, stall).
     pub producer_recreations: IntCounter,
+    /// Times the stall watchdog fired: the oldest unacked record had no ack for
+    /// `kafka.stall_timeout_ms` (an alert rule can page on its rate).
+    pub producer_stalls: IntCounter,
     /// Topics the relay created through the admin API.
     pub topics_created: IntCounter,
 }
@@ -138,7 +141,11 @@ impl Metrics {
             ),
             producer_recreations: counter(
                 "producer_recreations_total",
-                "Kafka producer rebuilds after fatal errors",
+                "Kafka producer rebuilds (fatal error, failed delivery, stall)",
+            ),
+            producer_stalls: counter(
+                "producer_stalls_total",
+                "Times the oldest unacked record had no ack for kafka.stall_timeout_ms",
             ),
             topics_created: counter("topics_created_total", "Topics created by the relay"),
             registry,

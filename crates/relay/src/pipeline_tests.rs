@@ -179,7 +179,7 @@ async fn demo_flow_delivers_every_order_and_stores_the_checkpoint() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_outage_holds_the_checkpoint_back_until_delivery() {
-    let fixture = fixture("message_timeout_ms = 1000").await;
+    let fixture = fixture("stall_timeout_ms = 1000").await;
     let (handles, task) = fixture.start_relay();
     // Caught up with the schema (no records) before the outage.
     fixture
@@ -368,9 +368,9 @@ async fn a_row_that_cannot_be_routed_stops_the_relay_naming_event_table_and_colu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_during_an_outage_abandons_unacked_records_and_keeps_them_out_of_the_checkpoint() {
     // 2 s: a fresh idempotent producer needs its producer id from the mock cluster before
-    // the first send; with 0.5 s that sometimes took longer than the message timeout on an
-    // idle machine, and every recreated producer timed out again.
-    let fixture = fixture("message_timeout_ms = 2000").await;
+    // the first send; with 0.5 s that sometimes took longer than the stall timeout on an
+    // idle machine, and every recreated producer stalled again.
+    let fixture = fixture("stall_timeout_ms = 2000").await;
     let config_timeout = fixture.config.pipeline.shutdown_timeout_ms;
     assert_eq!(config_timeout, 5000);
     fixture.write_orders(1..=1).await;

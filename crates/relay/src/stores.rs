@@ -21,7 +21,10 @@ pub async fn open_checkpoint_store(
                 &config.database,
                 &config.table,
                 &config.connector,
-            )?;
+            )?
+            .with_operation_timeout(std::time::Duration::from_millis(
+                config.operation_timeout_ms,
+            ));
             Ok(Arc::new(store))
         }
         // `validate` allows only `file` and `mysql`; `file` needs a path.

@@ -160,19 +160,21 @@ async fn frozen_broker_holds_the_checkpoint_and_loses_nothing() {
 ///
 /// The new broker does not know the idempotent producer id the relay got from the old one
 /// (every produce answers UNKNOWN_PRODUCER_ID), so the relay only recovers if it recreates its
-/// producer when deliveries keep failing.
+/// producer when deliveries stall (`kafka.stall_timeout_ms`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_restarted_empty_gets_everything_after_the_checkpoint() {
     let (db, mut broker) = start_shop_database_and_private_broker().await;
     let mut setup = RelaySetup::new(&db, &broker.bootstrap());
     // librdkafka's idempotence state changes in the relay log: evidence if the relay gets stuck.
     setup.kafka_properties.push(("debug".into(), "eos".into()));
-    // Deliveries to the dead broker time out sooner, so the test does not wait the default 30 s.
-    setup
-        .kafka_properties
-        .push(("message.timeout.ms".into(), "5000".into()));
     setup.log_filter = "info,librdkafka=debug".into();
     let mut relay = Relay::prepare(&setup);
+    // The stall watchdog rebuilds the producer sooner, so the test does not wait the default
+    // 30 s.
+    relay.edit_config(&[(
+        "create_topics = true",
+        "create_topics = true\nstall_timeout_ms = 5000",
+    )]);
     let mut writer = ShopWriter::connect(&db, "lost").await;
     let topics = vec![topic_for(&db, "order"), topic_for(&db, "customer")];
 
@@ -241,14 +243,14 @@ async fn broker_restarted_empty_gets_everything_after_the_checkpoint() {
         panic!(
             "after the broker restarted empty (topics recreated), the checkpoint never reached {end} \
              in 70 s: {} events committed after the last checkpoint were not acknowledged. \
-             Checkpoint: {}. The relay log has {} delivery timeouts (MessageTimedOut) and {} \
+             Checkpoint: {}. The relay log has {} producer stalls (stall watchdog) and {} \
              'unknown producer id' lines: a new empty broker does not know the producer id the \
              relay's producer got from the old one, so resending through the same producer never \
              succeeds (see outbox_testkit::kafka docs); the relay has to recreate its producer. \
              Relay log tail:\n{}",
             writer.committed.len() - before_outage,
             stuck.raw,
-            log_count(&relay, "MessageTimedOut"),
+            log_count(&relay, "within kafka.stall_timeout_ms; purging"),
             log_count(&relay, "unknown producer id"),
             relay.log_tail(25)
         );
@@ -291,10 +293,10 @@ async fn broker_restarted_empty_gets_everything_after_the_checkpoint() {
     );
     eprintln!(
         "restart-empty test: {} events after the checkpoint all on the new broker ({summary:?}), \
-         checkpoint caught up {:?} after the restart, {} delivery timeouts in the relay log",
+         checkpoint caught up {:?} after the restart, {} producer stalls in the relay log",
         after_checkpoint.len(),
         recovered_after,
-        log_count(&relay, "MessageTimedOut")
+        log_count(&relay, "within kafka.stall_timeout_ms; purging")
     );
     relay.stop_gracefully("graceful stop").await;
     writer.close().await;

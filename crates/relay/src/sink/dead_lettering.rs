@@ -1,0 +1,118 @@
+//! The dead-letter policy applied to a record Kafka rejected permanently: resend within
+//! the budget, replace it by its dead letter, or stop the sink.
+
+use std::collections::BTreeMap;
+
+use rdkafka::error::KafkaError;
+
+use super::{OutboundRecord, SinkError};
+use crate::config::DeadLetterConfig;
+use crate::dead_letter::{
+    dead_letter_for_record, kafka_error_class, now_millis, FailureReport, RecordOrigin,
+};
+use crate::internal_events::{DeadLettered, InternalEvent};
+use crate::metrics::Metrics;
+
+/// A record taken from the input and not yet acked.
+pub(super) struct Pending<T> {
+    /// The record, kept for resends (replaced by its dead letter when dead-lettered).
+    pub(super) record: OutboundRecord,
+    /// The caller's ticket, handed back on ack.
+    pub(super) ticket: T,
+    /// Binlog origin, for the dead letter.
+    pub(super) origin: RecordOrigin,
+    /// Permanent failures so far, against `dead_letter.max_attempts`.
+    pub(super) permanent_failures: u32,
+    /// When the first permanent failure happened (ms since the epoch), for the dead letter.
+    pub(super) first_failure_ms: i64,
+    /// When the record was last handed to the current producer; `None` while it waits for
+    /// a resend. The stall watchdog measures the oldest one.
+    pub(super) sent_at: Option<tokio::time::Instant>,
+}
+
+/// What to do after a permanent failure that did not stop the sink.
+pub(super) enum PermanentAction {
+    /// Resend the same record after the backoff (budget not used up).
+    Resend,
+    /// The record was replaced by its dead letter: make sure the topic exists, then send.
+    DeadLettered,
+}
+
+/// Applies the dead-letter policy to a permanent failure of `sequence`.
+pub(super) fn on_permanent_failure<T>(
+    pending: &mut BTreeMap<u64, Pending<T>>,
+    sequence: u64,
+    error: KafkaError,
+    dead_letter: &DeadLetterConfig,
+    metrics: &Metrics,
+) -> Result<PermanentAction, SinkError> {
+    let Some(item) = pending.get_mut(&sequence) else {
+        return Ok(PermanentAction::Resend);
+    };
+    let class = kafka_error_class(&error);
+    metrics
+        .delivery_errors
+        .with_label_values(&["permanent"])
+        .inc();
+    let is_dead_letter = dead_letter.enabled && item.record.topic == dead_letter.topic;
+    if is_dead_letter || !dead_letter.dead_letters(class) {
+        return Err(SinkError::Permanent {
+            topic: item.record.topic.clone(),
+            key: item
+                .record
+                .key
+                .as_deref()
+                .map(describe_key)
+                .unwrap_or_else(|| "<none>".into()),
+            error: Box::new(error),
+        });
+    }
+    let now = now_millis();
+    if item.permanent_failures == 0 {
+        item.first_failure_ms = now;
+    }
+    item.permanent_failures += 1;
+    if item.permanent_failures < dead_letter.max_attempts {
+        tracing::warn!(topic = %item.record.topic, class, %error, attempt = item.permanent_failures, max_attempts = dead_letter.max_attempts, "Kafka rejected a record permanently; resending before dead-lettering it");
+        return Ok(PermanentAction::Resend);
+    }
+    let failure = FailureReport {
+        class,
+        message: error.to_string(),
+        attempts: item.permanent_failures,
+        first_failure_ms: item.first_failure_ms,
+        last_failure_ms: now,
+    };
+    let letter = dead_letter_for_record(&item.record, &item.origin, &failure, dead_letter);
+    let id = item
+        .record
+        .headers
+        .iter()
+        .find(|(key, _)| key == "id")
+        .map(|(_, value)| String::from_utf8_lossy(value).into_owned());
+    DeadLettered {
+        class,
+        id: id.as_deref(),
+        original_topic: &item.record.topic,
+        dead_letter_topic: &dead_letter.topic,
+        attempts: failure.attempts,
+        error: &failure.message,
+    }
+    .emit(metrics);
+    item.record = letter;
+    Ok(PermanentAction::DeadLettered)
+}
+
+/// A key for an error message: lossy UTF-8, cut after 64 bytes with its size (a
+/// gigantic key must not flood the log).
+fn describe_key(key: &[u8]) -> String {
+    const SHOWN: usize = 64;
+    if key.len() <= SHOWN {
+        return String::from_utf8_lossy(key).into_owned();
+    }
+    format!(
+        "{}... ({} bytes)",
+        String::from_utf8_lossy(&key[..SHOWN]),
+        key.len()
+    )
+}

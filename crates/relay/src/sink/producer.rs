@@ -1,0 +1,154 @@
+//! The producer: its librdkafka properties, creating Kafka clients (with librdkafka's own
+//! reason when that fails), and putting one record in its queue.
+
+use std::collections::BTreeMap;
+
+use futures_util::FutureExt;
+use rdkafka::client::ClientContext;
+use rdkafka::config::{ClientConfig, FromClientConfigAndContext};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+use super::OutboundRecord;
+use crate::config::{KafkaConfig, PROTECTED_KAFKA_PROPERTIES};
+use crate::kafka_context::RelayClientContext;
+
+/// The librdkafka properties for `[kafka]`: bootstrap, the relay's tuning keys, then
+/// `[kafka.properties]`, then the protected idempotence settings.
+pub fn producer_properties(kafka: &KafkaConfig) -> Vec<(String, String)> {
+    let mut properties: BTreeMap<String, String> = BTreeMap::new();
+    properties.insert("bootstrap.servers".into(), kafka.brokers.clone());
+    properties.insert("compression.type".into(), kafka.compression.clone());
+    properties.insert("linger.ms".into(), kafka.linger_ms.to_string());
+    properties.insert(
+        "batch.num.messages".into(),
+        kafka.batch_num_messages.to_string(),
+    );
+    for (key, value) in &kafka.properties {
+        properties.insert(key.clone(), value.clone());
+    }
+    for (key, value) in PROTECTED_KAFKA_PROPERTIES {
+        properties.insert((*key).into(), (*value).into());
+    }
+    properties.into_iter().collect()
+}
+
+/// librdkafka refused a client configuration; `reason` is librdkafka's own words.
+#[derive(Debug, thiserror::Error)]
+#[error("librdkafka refused the configuration: {reason}")]
+pub struct KafkaClientError {
+    /// librdkafka's message, with the property and value it names (e.g. `Unsupported value
+    /// "zstd" for configuration property "compression.codec": libzstd not available at
+    /// build time`): without it the operator cannot tell which setting is wrong.
+    pub reason: String,
+    /// The property librdkafka refused while setting it, when it was a single one
+    /// (`None` for a combination refused when the client was created).
+    pub property: Option<String>,
+}
+
+impl KafkaClientError {
+    /// The reason inside a client-creation error of rdkafka.
+    pub fn from_kafka_error(error: &KafkaError) -> Self {
+        match error {
+            KafkaError::ClientConfig(_, description, key, value) => Self {
+                reason: format!("{description} (`{key}` = `{value}`)"),
+                property: Some(key.clone()),
+            },
+            KafkaError::ClientCreation(message) => Self {
+                reason: message.clone(),
+                property: None,
+            },
+            other => Self {
+                reason: other.to_string(),
+                property: None,
+            },
+        }
+    }
+}
+
+fn client_config(properties: &[(String, String)]) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    for (key, value) in properties {
+        config.set(key, value);
+    }
+    config
+}
+
+/// Creates a Kafka client (producer, admin client) from `properties` with `context`; every
+/// client the relay makes from `[kafka]` goes through here, so a refusal always carries
+/// librdkafka's reason.
+pub fn create_kafka_client<C, T>(
+    properties: &[(String, String)],
+    context: C,
+) -> Result<T, KafkaClientError>
+where
+    C: ClientContext,
+    T: FromClientConfigAndContext<C>,
+{
+    client_config(properties)
+        .create_with_context(context)
+        .map_err(|error| KafkaClientError::from_kafka_error(&error))
+}
+
+/// Checks every property against librdkafka without creating a client (no threads, no
+/// connections): an unknown property, a malformed value, or a codec this build lacks is
+/// refused with librdkafka's reason. Combinations librdkafka checks only when a client is
+/// created are reported by [`create_kafka_client`].
+pub fn check_client_properties(properties: &[(String, String)]) -> Result<(), KafkaClientError> {
+    client_config(properties)
+        .create_native_config()
+        .map(drop)
+        .map_err(|error| KafkaClientError::from_kafka_error(&error))
+}
+
+pub(super) type DeliveryOutcome = (u64, u64, Result<(), KafkaError>);
+
+/// The producer type of the sink: librdkafka's logs go through [`RelayClientContext`].
+pub(super) type RelayProducer = FutureProducer<RelayClientContext>;
+
+/// Puts one record in the producer's queue; the future resolves with its delivery result.
+pub(super) fn enqueue(
+    producer: &RelayProducer,
+    record: &OutboundRecord,
+    sequence: u64,
+    generation: u64,
+) -> Result<futures_util::future::BoxFuture<'static, DeliveryOutcome>, KafkaError> {
+    let mut future_record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&record.topic);
+    if let Some(key) = &record.key {
+        future_record = future_record.key(key.as_slice());
+    }
+    if let Some(payload) = &record.payload {
+        future_record = future_record.payload(payload.as_slice());
+    }
+    if let Some(partition) = record.partition {
+        future_record = future_record.partition(partition);
+    }
+    if let Some(timestamp) = record.timestamp_ms {
+        future_record = future_record.timestamp(timestamp);
+    }
+    if !record.headers.is_empty() {
+        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+        for (key, value) in &record.headers {
+            headers = headers.insert(Header {
+                key,
+                value: Some(value.as_slice()),
+            });
+        }
+        future_record = future_record.headers(headers);
+    }
+    crate::crash_points::crash_if_armed(crate::crash_points::CrashPoint::BeforePublish);
+    match producer.send_result(future_record) {
+        Ok(delivery) => Ok(delivery
+            .map(move |result| {
+                let outcome = match result {
+                    Ok(Ok(_delivery)) => Ok(()),
+                    Ok(Err((error, _message))) => Err(error),
+                    Err(_canceled) => Err(KafkaError::Canceled),
+                };
+                (sequence, generation, outcome)
+            })
+            .boxed()),
+        Err((error, _record)) => Err(error),
+    }
+}

@@ -1,0 +1,355 @@
+//! The sink task: takes records from the input, keeps every unacked one, and reacts to
+//! each delivery report (ack, resend in order, rebuild, dead letter, stop) and to the
+//! stall watchdog.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::Producer;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, Sleep};
+
+use super::classify::{classify_delivery_error, FailureKind};
+use super::dead_lettering::{on_permanent_failure, Pending, PermanentAction};
+use super::producer::{create_kafka_client, enqueue, RelayProducer};
+use super::rebuild::{purge_producer, stall_deadline, Rebuild};
+use super::topics::{reach_cluster_at_startup, TopicManager};
+use super::{KafkaSinkSettings, SinkError, SinkItem, SinkSummary};
+use crate::backoff::Backoff;
+use crate::internal_events::{
+    DeliveryFailedTransient, InFlightChanged, InternalEvent, ProducerRecreated, ProducerStalled,
+    RecordsDelivered,
+};
+use crate::kafka_context::RelayClientContext;
+use crate::metrics::Metrics;
+use crate::shutdown::Shutdown;
+
+/// Sends records from `input` until it closes (and everything is acked) or shutdown fires
+/// (and the drain deadline passes); calls `on_delivered` with each acked record's ticket.
+pub async fn run_kafka_sink<T, F>(
+    settings: KafkaSinkSettings,
+    mut input: mpsc::Receiver<SinkItem<T>>,
+    mut on_delivered: F,
+    metrics: Arc<Metrics>,
+    mut shutdown: Shutdown,
+) -> Result<SinkSummary, SinkError>
+where
+    T: Send + 'static,
+    F: FnMut(T) + Send,
+{
+    let mut producer: RelayProducer =
+        create_kafka_client(&settings.client_properties, RelayClientContext::default())
+            .map_err(SinkError::Client)?;
+    if !reach_cluster_at_startup(&producer, &settings, &mut shutdown).await? {
+        return Ok(SinkSummary::default());
+    }
+    let mut generation: u64 = 0;
+    let mut topics = TopicManager::new(&settings)?;
+    let mut pending: BTreeMap<u64, Pending<T>> = BTreeMap::new();
+    let mut next_sequence: u64 = 0;
+    let mut deliveries = FuturesUnordered::new();
+    let mut waiting_for_resend: BTreeSet<u64> = BTreeSet::new();
+    let mut backoff = Backoff::new(settings.retry_initial_backoff, settings.retry_max_backoff);
+    let mut resend_timer: Option<Pin<Box<Sleep>>> = None;
+    let mut input_open = true;
+    // Set from the moment the producer must be replaced until the new one exists.
+    let mut rebuild: Option<Rebuild> = None;
+    let mut drain_deadline: Option<Instant> = None;
+    let mut summary = SinkSummary::default();
+
+    loop {
+        if (!input_open || drain_deadline.is_some()) && pending.is_empty() {
+            break;
+        }
+        if let Some(request) = rebuild.as_mut() {
+            if request.drain_until.is_none() {
+                purge_producer(&producer).await;
+                request.drain_until = Some(Instant::now() + settings.admin_timeout);
+            }
+        }
+        let drained = rebuild.as_ref().is_some_and(|request| {
+            deliveries.is_empty()
+                || request
+                    .drain_until
+                    .is_some_and(|until| Instant::now() >= until)
+        });
+        if drained {
+            if let Some(request) = rebuild.take() {
+                ProducerRecreated {
+                    reason: &request.reason,
+                    kind: request.kind,
+                    resending: pending.len(),
+                }
+                .emit(&metrics);
+                let fresh =
+                    create_kafka_client(&settings.client_properties, RelayClientContext::default())
+                        .map_err(SinkError::Client)?;
+                let old = std::mem::replace(&mut producer, fresh);
+                // Reports the old producer still owes (past the drain deadline only) are
+                // dropped with it: their records are resent below.
+                deliveries = FuturesUnordered::new();
+                // Dropping a producer flushes for up to 500 ms: not on the runtime.
+                tokio::task::spawn_blocking(move || drop(old));
+                generation += 1;
+                for item in pending.values_mut() {
+                    item.sent_at = None;
+                }
+                waiting_for_resend = pending.keys().copied().collect();
+                resend_timer = Some(Box::pin(tokio::time::sleep(request.resend_after)));
+            }
+        }
+        let accepting = input_open
+            && drain_deadline.is_none()
+            && rebuild.is_none()
+            && waiting_for_resend.is_empty()
+            && pending.len() < settings.max_in_flight;
+        let stall_at = match rebuild {
+            Some(_) => None,
+            None => stall_deadline(
+                pending.values().find_map(|item| item.sent_at),
+                settings.stall_timeout,
+            ),
+        };
+        let rebuild_drain_until = rebuild.as_ref().and_then(|request| request.drain_until);
+        let deadline_sleep = sleep_until_or_forever(drain_deadline);
+        let stall_sleep = sleep_until_or_forever(stall_at);
+        let rebuild_drain_sleep = sleep_until_or_forever(rebuild_drain_until);
+        let resend_due = async {
+            match resend_timer.as_mut() {
+                Some(timer) => timer.await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            Some((sequence, sent_generation, outcome)) = deliveries.next(), if !deliveries.is_empty() => {
+                match outcome {
+                    Ok(()) => {
+                        if let Some(done) = pending.remove(&sequence) {
+                            waiting_for_resend.remove(&sequence);
+                            on_delivered(done.ticket);
+                            summary.delivered += 1;
+                            RecordsDelivered { count: 1 }.emit(&metrics);
+                            InFlightChanged { in_flight: pending.len() }.emit(&metrics);
+                            backoff.reset();
+                        }
+                    }
+                    Err(error) if sent_generation == generation && pending.contains_key(&sequence) => {
+                        if let Some(item) = pending.get_mut(&sequence) {
+                            item.sent_at = None;
+                        }
+                        // The report's own code first: with enable.gapless.guarantee a broker's
+                        // permanent rejection also makes the producer fatal
+                        // (_GAPLESS_GUARANTEE), but the record is still rejected for good
+                        // and must be dead-lettered, not resent forever.
+                        let fatal = producer.client().fatal_error();
+                        let kind = match (classify_delivery_error(&error), &fatal) {
+                            (FailureKind::Permanent, _) => FailureKind::Permanent,
+                            (_, Some(_)) => FailureKind::Fatal,
+                            (kind, None) => kind,
+                        };
+                        match kind {
+                            FailureKind::Permanent => {
+                                let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
+                                if matches!(action, PermanentAction::DeadLettered)
+                                    && !ensure_dead_letter_topic(&mut topics, &settings, &producer, &metrics, &shutdown).await?
+                                {
+                                    // Shutdown came first: the dead letter stays unsent and unreported.
+                                    drain_deadline.get_or_insert_with(|| Instant::now() + settings.drain_timeout);
+                                    continue;
+                                }
+                                match (&fatal, rebuild.is_some()) {
+                                    (_, true) => {
+                                        // Resent with everything else once the new producer exists.
+                                    }
+                                    (Some((code, message)), false) => {
+                                        // The producer is unusable after it: rebuild before the resend.
+                                        rebuild = Some(Rebuild::new(format!("fatal {code:?} after a permanent rejection: {message}"), "fatal", backoff.next_delay()));
+                                    }
+                                    (None, false) => {
+                                        waiting_for_resend.insert(sequence);
+                                        if resend_timer.is_none() {
+                                            resend_timer = Some(Box::pin(tokio::time::sleep(backoff.next_delay())));
+                                        }
+                                    }
+                                }
+                            }
+                            _ if rebuild.is_some() => {
+                                // A report of the producer being replaced (purged, or failed with
+                                // it): its record is resent once the new producer exists.
+                            }
+                            FailureKind::Fatal => {
+                                let reason = fatal.map(|(code, message)| format!("fatal {code:?}: {message}")).unwrap_or_else(|| format!("fatal: {error}"));
+                                rebuild = Some(Rebuild::new(reason, "fatal", backoff.next_delay()));
+                            }
+                            FailureKind::Transient => {
+                                // librdkafka retries without a time limit, so a failure it
+                                // reports is one it gave up on, while younger records of the
+                                // same partition may still be in the producer: resending this one
+                                // alone could put it behind them. Replace the whole producer.
+                                let delay = backoff.next_delay();
+                                let topic = pending.get(&sequence).map(|p| p.record.topic.as_str()).unwrap_or("");
+                                DeliveryFailedTransient { topic, error: &error, retry_in: delay, waiting: pending.len() }.emit(&metrics);
+                                rebuild = Some(Rebuild::new(format!("delivery failed: {error}"), "failure", delay));
+                            }
+                        }
+                    }
+                    Err(_) => {
+                        // A failure from a replaced producer generation: the record was resent.
+                    }
+                }
+            }
+            _ = rebuild_drain_sleep => {
+                // The loop top replaces the producer now that the drain deadline passed.
+                tracing::warn!(unreported = deliveries.len(), "the replaced Kafka producer did not report every purged record in time; dropping it and resending them");
+            }
+            _ = stall_sleep => {
+                let oldest = pending.values().find(|item| item.sent_at.is_some());
+                let topic = oldest.map(|item| item.record.topic.clone()).unwrap_or_default();
+                ProducerStalled { topic: &topic, stall_timeout: settings.stall_timeout, unacked: pending.len() }.emit(&metrics);
+                rebuild = Some(Rebuild::new(
+                    format!("no ack for {:?} (oldest unacked record for topic `{topic}`)", settings.stall_timeout),
+                    "stall",
+                    Duration::ZERO,
+                ));
+            }
+            _ = resend_due, if rebuild.is_none() => {
+                resend_timer = None;
+                let due: Vec<u64> = std::mem::take(&mut waiting_for_resend).into_iter().collect();
+                for (index, &sequence) in due.iter().enumerate() {
+                    let Some(item) = pending.get_mut(&sequence) else { continue };
+                    match enqueue(&producer, &item.record, sequence, generation) {
+                        Ok(delivery) => {
+                            item.sent_at = Some(Instant::now());
+                            deliveries.push(delivery);
+                        }
+                        Err(error) if classify_delivery_error(&error) == FailureKind::Permanent => {
+                            let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
+                            if matches!(action, PermanentAction::DeadLettered)
+                                && !ensure_dead_letter_topic(&mut topics, &settings, &producer, &metrics, &shutdown).await?
+                            {
+                                drain_deadline.get_or_insert_with(|| Instant::now() + settings.drain_timeout);
+                                continue;
+                            }
+                            waiting_for_resend.insert(sequence);
+                            if resend_timer.is_none() {
+                                resend_timer = Some(Box::pin(tokio::time::sleep(backoff.next_delay())));
+                            }
+                        }
+                        Err(error) => {
+                            // Queue full or similar: this one and every later one wait for the
+                            // next delay, so none overtakes it.
+                            waiting_for_resend.extend(due[index..].iter().copied());
+                            let delay = backoff.next_delay();
+                            DeliveryFailedTransient { topic: &item.record.topic, error: &error, retry_in: delay, waiting: waiting_for_resend.len() }.emit(&metrics);
+                            resend_timer = Some(Box::pin(tokio::time::sleep(delay)));
+                            break;
+                        }
+                    }
+                }
+            }
+            _ = deadline_sleep => {
+                summary.abandoned = pending.len();
+                tracing::warn!(unacked = pending.len(), "shutdown deadline passed with records unacked; they stay out of the checkpoint and are replayed on the next start");
+                break;
+            }
+            _ = shutdown.recv(), if drain_deadline.is_none() => {
+                drain_deadline = Some(Instant::now() + settings.drain_timeout);
+                tracing::info!(in_flight = pending.len(), "sink draining records in flight");
+            }
+            received = input.recv(), if accepting => {
+                match received {
+                    None => input_open = false,
+                    Some(item) => {
+                        let known = topics.is_known(&item.record.topic);
+                        if !known {
+                            let mut shutdown_for_topic = shutdown.clone();
+                            tokio::select! {
+                                ensured = topics.ensure(&item.record.topic, &producer, &metrics) => ensured?,
+                                _ = shutdown_for_topic.recv() => {
+                                    // The record was never sent: not reported, so not checkpointed.
+                                    drain_deadline = Some(Instant::now() + settings.drain_timeout);
+                                    continue;
+                                }
+                            }
+                        }
+                        let sequence = next_sequence;
+                        next_sequence += 1;
+                        let mut permanent_at_enqueue: Option<KafkaError> = None;
+                        let mut sent_at = None;
+                        match enqueue(&producer, &item.record, sequence, generation) {
+                            Ok(delivery) => {
+                                sent_at = Some(Instant::now());
+                                deliveries.push(delivery);
+                            }
+                            Err(error) if classify_delivery_error(&error) == FailureKind::Permanent => {
+                                // E.g. larger than message.max.bytes: the producer refuses at once.
+                                permanent_at_enqueue = Some(error);
+                            }
+                            Err(error) => {
+                                waiting_for_resend.insert(sequence);
+                                if resend_timer.is_none() {
+                                    let delay = backoff.next_delay();
+                                    DeliveryFailedTransient { topic: &item.record.topic, error: &error, retry_in: delay, waiting: waiting_for_resend.len() }.emit(&metrics);
+                                    resend_timer = Some(Box::pin(tokio::time::sleep(delay)));
+                                }
+                            }
+                        }
+                        pending.insert(sequence, Pending { record: item.record, ticket: item.ticket, origin: item.origin, permanent_failures: 0, first_failure_ms: 0, sent_at });
+                        InFlightChanged { in_flight: pending.len() }.emit(&metrics);
+                        if let Some(error) = permanent_at_enqueue {
+                            let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
+                            if matches!(action, PermanentAction::DeadLettered)
+                                && !ensure_dead_letter_topic(&mut topics, &settings, &producer, &metrics, &shutdown).await?
+                            {
+                                drain_deadline.get_or_insert_with(|| Instant::now() + settings.drain_timeout);
+                                continue;
+                            }
+                            waiting_for_resend.insert(sequence);
+                            if resend_timer.is_none() {
+                                resend_timer = Some(Box::pin(tokio::time::sleep(backoff.next_delay())));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    InFlightChanged {
+        in_flight: pending.len(),
+    }
+    .emit(&metrics);
+    tokio::task::spawn_blocking(move || drop(producer));
+    Ok(summary)
+}
+
+/// Makes sure the dead-letter topic exists (checked, or created with
+/// `kafka.create_topics`) before a dead letter is sent; `false` when shutdown fired first.
+/// Each metadata or admin request is bounded by `kafka.admin_timeout_ms`, and while the
+/// cluster is unreachable the retries wait for shutdown too: a half-open connection or a
+/// long outage cannot hold the sink past the drain deadline.
+async fn ensure_dead_letter_topic(
+    topics: &mut TopicManager,
+    settings: &KafkaSinkSettings,
+    producer: &RelayProducer,
+    metrics: &Metrics,
+    shutdown: &Shutdown,
+) -> Result<bool, SinkError> {
+    let mut shutdown = shutdown.clone();
+    tokio::select! {
+        ensured = topics.ensure(&settings.dead_letter.topic, producer, metrics) => ensured.map(|()| true),
+        _ = shutdown.recv() => Ok(false),
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until_or_forever(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}

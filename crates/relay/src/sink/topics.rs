@@ -1,0 +1,264 @@
+//! Topics: reaching the cluster at startup, checking that a topic exists before the first
+//! send to it, and creating it when allowed.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::Producer;
+
+use super::producer::create_kafka_client;
+use super::producer::RelayProducer;
+use super::{KafkaSinkSettings, SinkError};
+use crate::backoff::Backoff;
+use crate::internal_events::{InternalEvent, TopicCreated};
+use crate::kafka_context::RelayClientContext;
+use crate::metrics::Metrics;
+use crate::shutdown::Shutdown;
+
+/// Knows which topics exist; checks and creates them before the first send.
+pub(super) struct TopicManager {
+    /// Topics confirmed to exist.
+    known: HashSet<String>,
+    /// Admin client, created only when topics may be created.
+    admin: Option<AdminClient<RelayClientContext>>,
+    /// Settings for checking and creating.
+    create_topics: bool,
+    /// Partitions of created topics.
+    partitions: i32,
+    /// Replication factor of created topics.
+    replication: i32,
+    /// Configs of created topics.
+    topic_config: BTreeMap<String, String>,
+    /// Request timeout.
+    timeout: Duration,
+    /// Backoff between metadata attempts while the cluster is unreachable.
+    retry_initial: Duration,
+    /// Largest delay between metadata attempts.
+    retry_max: Duration,
+}
+
+impl TopicManager {
+    pub(super) fn new(settings: &KafkaSinkSettings) -> Result<Self, SinkError> {
+        let admin = if settings.create_topics {
+            Some(
+                create_kafka_client(&settings.client_properties, RelayClientContext::default())
+                    .map_err(SinkError::Client)?,
+            )
+        } else {
+            None
+        };
+        Ok(Self {
+            known: HashSet::new(),
+            admin,
+            create_topics: settings.create_topics,
+            partitions: settings.topic_partitions,
+            replication: settings.topic_replication_factor,
+            topic_config: settings.topic_config.clone(),
+            timeout: settings.admin_timeout,
+            retry_initial: settings.retry_initial_backoff,
+            retry_max: settings.retry_max_backoff,
+        })
+    }
+
+    pub(super) fn is_known(&self, topic: &str) -> bool {
+        self.known.contains(topic)
+    }
+
+    /// Makes sure `topic` exists (creating it if allowed); retries while the cluster is
+    /// unreachable.
+    pub(super) async fn ensure(
+        &mut self,
+        topic: &str,
+        producer: &RelayProducer,
+        metrics: &Metrics,
+    ) -> Result<(), SinkError> {
+        let mut backoff = Backoff::new(self.retry_initial, self.retry_max);
+        loop {
+            match topic_exists(producer, topic, self.timeout).await {
+                Ok(true) => {
+                    self.known.insert(topic.to_owned());
+                    return Ok(());
+                }
+                Ok(false) if !self.create_topics => {
+                    return Err(SinkError::TopicMissing {
+                        topic: topic.to_owned(),
+                    })
+                }
+                Ok(false) => match self.create(topic).await {
+                    Ok(created) => {
+                        if created {
+                            TopicCreated {
+                                topic,
+                                partitions: self.partitions,
+                            }
+                            .emit(metrics);
+                        }
+                        // Loop to confirm through metadata that it is visible.
+                    }
+                    Err(CreateFailure::Definite(message)) => {
+                        return Err(SinkError::TopicCreation {
+                            topic: topic.to_owned(),
+                            message,
+                        })
+                    }
+                    Err(CreateFailure::Transient(message)) => {
+                        let delay = backoff.next_delay();
+                        tracing::warn!(topic, error = %message, retry_in_ms = delay.as_millis() as u64, "creating Kafka topic failed; retrying");
+                        tokio::time::sleep(delay).await;
+                    }
+                },
+                Err(error) => {
+                    let delay = backoff.next_delay();
+                    tracing::warn!(topic, %error, retry_in_ms = delay.as_millis() as u64, "cannot read Kafka metadata; retrying");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+
+    /// Creates the topic; `Ok(false)` when it already existed.
+    async fn create(&self, topic: &str) -> Result<bool, CreateFailure> {
+        let Some(admin) = &self.admin else {
+            return Err(CreateFailure::Definite(
+                "no admin client (create_topics is off)".into(),
+            ));
+        };
+        let mut new_topic = NewTopic::new(
+            topic,
+            self.partitions,
+            TopicReplication::Fixed(self.replication),
+        );
+        for (key, value) in &self.topic_config {
+            new_topic = new_topic.set(key, value);
+        }
+        let options = AdminOptions::new()
+            .operation_timeout(Some(self.timeout))
+            .request_timeout(Some(self.timeout));
+        // librdkafka bounds the request itself; the outer bound (twice that) guards against a
+        // reply that never comes, e.g. over a half-open connection.
+        let created = tokio::time::timeout(
+            self.timeout.saturating_mul(2),
+            admin.create_topics([&new_topic], &options),
+        )
+        .await
+        .unwrap_or(Err(KafkaError::AdminOp(
+            RDKafkaErrorCode::OperationTimedOut,
+        )));
+        match created {
+            Ok(results) => {
+                match results.into_iter().next() {
+                    None | Some(Ok(_)) => Ok(true),
+                    Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => Ok(false),
+                    Some(Err((
+                        _,
+                        code @ (RDKafkaErrorCode::RequestTimedOut
+                        | RDKafkaErrorCode::NotController
+                        | RDKafkaErrorCode::BrokerTransportFailure
+                        | RDKafkaErrorCode::AllBrokersDown
+                        | RDKafkaErrorCode::OperationTimedOut),
+                    ))) => Err(CreateFailure::Transient(format!("{code:?}"))),
+                    Some(Err((_, code))) => Err(CreateFailure::Definite(format!(
+                        "{code} (partitions {}, replication factor {}: check kafka.topic_partitions, kafka.topic_replication_factor, kafka.topic_config)",
+                        self.partitions, self.replication
+                    ))),
+                }
+            }
+            Err(error) => Err(CreateFailure::Transient(error.to_string())),
+        }
+    }
+}
+
+/// Why creating a topic failed.
+enum CreateFailure {
+    /// Worth retrying (timeouts, no controller yet).
+    Transient(String),
+    /// Retrying will not help.
+    Definite(String),
+}
+
+/// Asks the cluster for its metadata until a broker answers, with backoff, logging each
+/// failure; gives up with [`SinkError::Unreachable`] after `settings.startup_attempts`.
+/// `false` when shutdown was requested meanwhile.
+pub(super) async fn reach_cluster_at_startup(
+    producer: &RelayProducer,
+    settings: &KafkaSinkSettings,
+    shutdown: &mut Shutdown,
+) -> Result<bool, SinkError> {
+    let brokers = settings
+        .client_properties
+        .iter()
+        .find(|(key, _)| key == "bootstrap.servers")
+        .map(|(_, value)| value.clone())
+        .unwrap_or_default();
+    let mut backoff = Backoff::new(settings.retry_initial_backoff, settings.retry_max_backoff);
+    let started = std::time::Instant::now();
+    let mut attempts: u32 = 0;
+    loop {
+        let probe = {
+            let producer = producer.clone();
+            let timeout = settings.admin_timeout;
+            tokio::task::spawn_blocking(move || {
+                producer.client().fetch_metadata(None, timeout).map(|_| ())
+            })
+        };
+        let outcome = tokio::select! {
+            _ = shutdown.recv() => return Ok(false),
+            outcome = probe => outcome,
+        };
+        attempts = attempts.saturating_add(1);
+        let error = match outcome {
+            Ok(Ok(())) => {
+                tracing::info!(brokers = %brokers, attempts, "Kafka cluster reachable");
+                return Ok(true);
+            }
+            Ok(Err(error)) => error,
+            Err(_join_error) => KafkaError::MetadataFetch(RDKafkaErrorCode::Fail),
+        };
+        if settings.startup_attempts != 0 && attempts >= settings.startup_attempts {
+            return Err(SinkError::Unreachable {
+                brokers,
+                attempts,
+                waited: started.elapsed(),
+                error: Box::new(error),
+            });
+        }
+        let delay = backoff.next_delay();
+        tracing::warn!(brokers = %brokers, %error, attempt = attempts, max_attempts = settings.startup_attempts, retry_in_ms = delay.as_millis() as u64, "cannot reach the Kafka cluster at startup; retrying");
+        tokio::select! {
+            _ = shutdown.recv() => return Ok(false),
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// Checks the cluster metadata for `topic` without triggering broker auto-creation.
+async fn topic_exists(
+    producer: &RelayProducer,
+    topic: &str,
+    timeout: Duration,
+) -> Result<bool, KafkaError> {
+    let producer = producer.clone();
+    let topic = topic.to_owned();
+    let lookup = tokio::task::spawn_blocking(move || {
+        let metadata = producer.client().fetch_metadata(None, timeout)?;
+        Ok::<bool, KafkaError>(
+            metadata
+                .topics()
+                .iter()
+                .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()),
+        )
+    });
+    // fetch_metadata honours `timeout`; the outer bound guards against a call that does not.
+    match tokio::time::timeout(timeout.saturating_mul(2), lookup).await {
+        Err(_elapsed) => Err(KafkaError::MetadataFetch(
+            RDKafkaErrorCode::OperationTimedOut,
+        )),
+        Ok(Ok(result)) => result,
+        Ok(Err(join_error)) => Err(KafkaError::MetadataFetch(match join_error.is_cancelled() {
+            true => RDKafkaErrorCode::OperationTimedOut,
+            false => RDKafkaErrorCode::Fail,
+        })),
+    }
+}
