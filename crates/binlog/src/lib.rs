@@ -30,7 +30,9 @@ mod internal_events;
 mod live;
 mod types;
 
-pub use checks::{check_server, ServerIdentity, ServerReport, SettingCheck, Severity};
+pub use checks::{
+    check_server, check_server_within, ServerIdentity, ServerReport, SettingCheck, Severity,
+};
 pub use error::BinlogError;
 pub use file::BinlogFileReader;
 pub use gtid::{Gtid, GtidSet, GtidSetParseError, MysqlGtidSource};

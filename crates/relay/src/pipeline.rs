@@ -819,7 +819,11 @@ async fn run_source(
                     if !matches!(resume, StartPosition::Gtid(_)) {
                         let checked = tokio::select! {
                             _ = shutdown.recv() => return Ok(()),
-                            checked = outbox_binlog::check_server(&reader_config.url) => checked,
+                            // Bounded: a half-open connection must not hang the reconnect.
+                            checked = outbox_binlog::check_server_within(
+                                &reader_config.url,
+                                reader_config.connect_timeout,
+                            ) => checked,
                         };
                         let found = match checked {
                             Ok(report) => identity_of(&report),

@@ -156,9 +156,11 @@ pub(crate) async fn explain_stream_error(
             message,
         },
         FatalReadKind::PositionUnavailable => {
-            // A side connection idle for long may have been closed by the server.
+            // A side connection idle for long may have been closed by the server; one that
+            // went half-open must not hang the explanation: each step is bounded.
             if let Some(conn) = side.as_mut() {
-                if conn.ping().await.is_err() {
+                let pinged = tokio::time::timeout(connect_timeout, conn.ping()).await;
+                if !matches!(pinged, Ok(Ok(()))) {
                     *side = None;
                 }
             }
@@ -166,7 +168,17 @@ pub(crate) async fn explain_stream_error(
                 *side = endpoint.connect(connect_timeout, &position).await.ok();
             }
             let oldest_available = match side.as_mut() {
-                Some(conn) => oldest_available(conn, flavor).await,
+                Some(conn) => {
+                    match tokio::time::timeout(connect_timeout, oldest_available(conn, flavor))
+                        .await
+                    {
+                        Ok(description) => description,
+                        Err(_) => {
+                            *side = None;
+                            format!("unknown (SHOW BINARY LOGS got no answer within {connect_timeout:?})")
+                        }
+                    }
+                }
                 None => "unknown (the side connection for SHOW BINARY LOGS failed)".to_owned(),
             };
             BinlogError::PositionPurged {
