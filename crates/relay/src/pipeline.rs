@@ -352,7 +352,6 @@ pub async fn run_relay(
         None => initial_position(&reader.resume_point()),
     };
     let start_gtids = tracker_start.gtid_set.clone();
-    let failover: FailoverCell = Arc::new(Mutex::new(None));
     let tracker: SharedTracker = Arc::new(Mutex::new(AckTracker::new(tracker_start)));
     let acked = Arc::new(Notify::new());
     let record_transactions: RecordTransactions = Arc::new(Mutex::new(VecDeque::new()));
@@ -387,7 +386,6 @@ pub async fn run_relay(
                 budget: budget.clone(),
                 identity: identity.clone(),
                 start_gtids,
-                failover: failover.clone(),
             },
             reader_config(first_start),
             items_tx,
@@ -454,7 +452,6 @@ pub async fn run_relay(
                     .filter(|c| c.source == identity)
                     .map(|c| c.position.clone()),
                 record_transactions: record_transactions.clone(),
-                failover: failover.clone(),
             },
             store.clone(),
             tracker.clone(),
@@ -723,17 +720,19 @@ struct SourceSettings {
     /// The GTID set the stream started from (the checkpoint's, or empty); the source adds
     /// every commit's GTID it hands on, so it can move to another server by GTID.
     start_gtids: GtidSet,
-    /// Where the source reports that it moved to another server, for the committer.
-    failover: FailoverCell,
 }
 
-/// Set by the source when it moved to another server by GTID set (failover); the committer
-/// takes it, names the new server in later checkpoints and stores them GTID-only.
-type FailoverCell = Arc<Mutex<Option<SourceIdentity>>>;
-
-/// What the source hands the router: a stream item and, for a row, its share of the
-/// in-flight byte budget (released when its record is acked, or when it is dropped).
-type SourceItem = (StreamItem, Option<BudgetPermit>);
+/// What the source hands the router, in stream order.
+enum SourceItem {
+    /// A stream item and, for a row, its share of the in-flight byte budget (released when
+    /// its record is acked, or when it is dropped).
+    Stream(StreamItem, Option<BudgetPermit>),
+    /// The source moved to another server by GTID set (failover): every item after this
+    /// one comes from that server. In the stream, not beside it, so the router tags exactly
+    /// the positions read from the new server with it ([`AckTracker::switch_source`]); the
+    /// committer then names it and stores those checkpoints GTID-only.
+    MovedTo(SourceIdentity),
+}
 
 /// The sink's ticket for a record: the tracker's token, and the row's budget reservation,
 /// released once the record (or its dead letter) is acknowledged.
@@ -790,7 +789,7 @@ async fn run_source(
                 };
                 tokio::select! {
                     _ = shutdown.recv() => return Ok(()),
-                    sent = items.send((item, permit)) => if sent.is_err() { return Ok(()) },
+                    sent = items.send(SourceItem::Stream(item, permit)) => if sent.is_err() { return Ok(()) },
                 }
             }
             Err(error) if error.is_transient() => {
@@ -853,11 +852,11 @@ async fn run_source(
                     match connected {
                         Ok(new_reader) => {
                             if moved_to {
-                                *settings
-                                    .failover
-                                    .lock()
-                                    .unwrap_or_else(std::sync::PoisonError::into_inner) =
-                                    Some(source_identity(&new_reader));
+                                let moved = SourceItem::MovedTo(source_identity(&new_reader));
+                                tokio::select! {
+                                    _ = shutdown.recv() => return Ok(()),
+                                    sent = items.send(moved) => if sent.is_err() { return Ok(()) },
+                                }
                             }
                             reconnects += 1;
                             reader = new_reader;
@@ -932,7 +931,11 @@ async fn run_router(
         let (item, budget) = tokio::select! {
             _ = shutdown.recv() => return Ok(()),
             item = items.recv() => match item {
-                Some(item) => item,
+                Some(SourceItem::Stream(item, budget)) => (item, budget),
+                Some(SourceItem::MovedTo(server)) => {
+                    lock_tracker(&tracker).switch_source(server);
+                    continue;
+                }
                 None => return Ok(()),
             },
         };
@@ -1026,8 +1029,6 @@ struct CommitterSettings {
     /// Ordinals of ended transactions that carried records; tells record progress from
     /// idle progress.
     record_transactions: RecordTransactions,
-    /// Reports a failover from the source (see [`FailoverCell`]).
-    failover: FailoverCell,
 }
 
 /// Limits commits that cover only transactions without outbox records (other tables'
@@ -1141,24 +1142,22 @@ async fn run_committer(
             _ = due_sleep => false,
             _ = lag_ticker.tick() => false,
         };
-        let moved_to = settings
-            .failover
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(new_source) = moved_to {
-            tracing::warn!(server = %describe_identity(&new_source), "the source moved to another server: checkpoints now name it and resume by GTID set");
-            committer.move_to_source(new_source.clone(), gtid_only_binlog_position());
-            identity = new_source;
-        }
-        let (moved, completed, caught_up) = {
+        // The position and the server it belongs to are read under one lock: a position of
+        // the new server is never stored under the old one's name (tracker module docs).
+        let (moved, completed, caught_up, position_source) = {
             let mut tracker = lock_tracker(&tracker);
             (
                 tracker.acked_position(),
                 tracker.completed_transactions(),
                 tracker.tracked_transactions() == 0,
+                tracker.checkpoint_source().cloned(),
             )
         };
+        if let Some(new_source) = position_source.filter(|source| *source != identity) {
+            tracing::warn!(server = %describe_identity(&new_source), "the source moved to another server: checkpoints now name it and resume by GTID set");
+            committer.move_to_source(new_source.clone(), gtid_only_binlog_position());
+            identity = new_source;
+        }
         let before = committer.last_committed().cloned();
         let now = tokio::time::Instant::now();
         let offer = match moved {
@@ -1239,6 +1238,92 @@ async fn run_committer(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The failover identity race: once the checkpoint reaches a position read from the new
+    /// server, it is stored naming that server and GTID-only, whatever the committer saw
+    /// before; positions of the old server before it keep the old server's name.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_position_read_from_the_new_server_is_never_stored_under_the_old_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: SharedCheckpointStore = Arc::new(outbox_checkpoint::FileCheckpointStore::new(
+            dir.path().join("checkpoint.json"),
+        ));
+        let old_server = SourceIdentity {
+            flavor: outbox_binlog::Flavor::Mariadb,
+            server_id: 1,
+            server_uuid: None,
+        };
+        let new_server = SourceIdentity {
+            server_id: 2,
+            ..old_server.clone()
+        };
+        let tracker: SharedTracker = Arc::new(Mutex::new(AckTracker::new(position(4))));
+        let progress = Arc::new(Notify::new());
+        let stop = ShutdownController::new();
+        let committer = tokio::spawn(run_committer(
+            CommitterSettings {
+                identity: old_server.clone(),
+                policy: CommitPolicy {
+                    max_interval: Duration::from_millis(1),
+                    max_transactions: 1,
+                },
+                resumed_from: None,
+                record_transactions: Arc::new(Mutex::new(VecDeque::from([1, 2]))),
+            },
+            store.clone(),
+            tracker.clone(),
+            progress.clone(),
+            Metrics::new(),
+            stop.subscribe(),
+        ));
+        let gtid = |server_id, sequence| outbox_binlog::Gtid::Mariadb {
+            domain_id: 0,
+            server_id,
+            sequence,
+        };
+        async fn wait_for(
+            store: &SharedCheckpointStore,
+            predicate: impl Fn(&Checkpoint) -> bool,
+        ) -> Checkpoint {
+            let started = std::time::Instant::now();
+            loop {
+                if let Some(stored) = store.load().await.unwrap() {
+                    if predicate(&stored) {
+                        return stored;
+                    }
+                }
+                assert!(started.elapsed() < Duration::from_secs(10), "not stored");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        // A transaction of the old server.
+        lock_tracker(&tracker).end_transaction(CheckpointPosition {
+            gtid: Some(gtid(1, 5)),
+            ..position(500)
+        });
+        progress.notify_one();
+        let stored = wait_for(&store, |c| c.position.binlog.position == 500).await;
+        assert_eq!(stored.source, old_server);
+        // The source moved (in stream order) and a transaction of the new server ended; the
+        // committer learns of the move from the position itself.
+        {
+            let mut tracker = lock_tracker(&tracker);
+            tracker.switch_source(new_server.clone());
+            tracker.end_transaction(CheckpointPosition {
+                gtid: Some(gtid(2, 6)),
+                ..position(900)
+            });
+        }
+        progress.notify_one();
+        let stored = wait_for(&store, |c| c.position.gtid_set.to_string() == "0-2-6").await;
+        assert_eq!(
+            (stored.source, stored.position.binlog),
+            (new_server, gtid_only_binlog_position()),
+            "the new server's position is stored under its own name, GTID-only"
+        );
+        stop.trigger();
+        committer.await.unwrap().unwrap();
+    }
 
     fn position(offset: u64) -> CheckpointPosition {
         CheckpointPosition::at(BinlogPosition::new("binlog.000001", offset))
