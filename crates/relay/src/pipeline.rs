@@ -347,10 +347,15 @@ pub async fn run_relay(
     }
     .emit(&metrics);
 
-    let tracker_start = match &stored {
+    let mut tracker_start = match &stored {
         Some(checkpoint) => checkpoint.position.clone(),
         None => initial_position(&reader.resume_point()),
     };
+    // The server's GTID history at the start (every domain), not just the GTIDs read from
+    // here on: a later resume or failover by GTID set then asks for exactly what follows.
+    if let Some(history) = reader.start_gtid_set() {
+        tracker_start.gtid_set = history.clone();
+    }
     let start_gtids = tracker_start.gtid_set.clone();
     let tracker: SharedTracker = Arc::new(Mutex::new(AckTracker::new(tracker_start)));
     let acked = Arc::new(Notify::new());
