@@ -46,5 +46,5 @@ pub use live::pull_raw_events;
 pub use live::{BinlogReader, ReaderConfig, StartPosition, DEFAULT_READ_AHEAD_EVENTS};
 pub use types::{
     BinlogPosition, ColumnNames, Commit, DateTime, Flavor, Heartbeat, Row, RowChange, RowOperation,
-    StreamItem, TableFilter, TableName, Value,
+    StreamItem, TableFilter, TableName, Value, XaBoundary,
 };

@@ -18,6 +18,10 @@
 //!   id, table and column), a definite source error, a permanent Kafka rejection under
 //!   policy `fail` or of a dead letter itself, a checkpoint store failure. The acked prefix is still committed before returning the error.
 //!
+//! * **XA.** The records of a two-phase XA transaction are held from its rows until its
+//!   outcome is read: published at `XA COMMIT`, dropped at `XA ROLLBACK`; until then the
+//!   checkpoint stays before its `XA PREPARE` ([`crate::xa_hold`]).
+//!
 //! * **Startup retries.** A source that is unreachable at startup (transient error) is
 //!   retried with backoff like a lost connection; definite errors fail at once.
 //!
@@ -42,6 +46,7 @@ use std::time::Duration;
 
 use outbox_binlog::{
     BinlogError, BinlogPosition, BinlogReader, GtidSet, ReaderConfig, StartPosition, StreamItem,
+    XaBoundary,
 };
 use outbox_checkpoint::{
     AckToken, AckTracker, Checkpoint, CheckpointCommitter, CheckpointPosition,
@@ -56,13 +61,15 @@ use crate::config::{RelayConfig, StartSetting};
 use crate::dead_letter::{dead_letter_for_routing_error, RecordOrigin};
 use crate::internal_events::{
     CheckpointCommitted, DeadLettered, InternalEvent, RecordRouted, RowRead, RowSkipped,
-    SourceConnected, SourceReconnecting, TransactionRead,
+    SourceConnected, SourceReconnecting, TransactionRead, XaHeldChanged, XaOutcomeRead,
+    XaOutcomeWithoutPrepare, XaPrepareHeld,
 };
 use crate::metrics::Metrics;
 use crate::shutdown::{Shutdown, ShutdownController};
 use crate::sink::{run_kafka_sink, KafkaSinkSettings, OutboundRecord, SinkError, SinkItem};
 use crate::stores::open_checkpoint_store;
 use crate::tasks::spawn_named;
+use crate::xa_hold::{describe_refused, HeldRecord, XaHolds, XaRelease};
 
 /// Why the relay stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -117,6 +124,10 @@ pub enum RelayError {
     /// A row could not be routed; the relay stops so nothing is skipped.
     #[error("{}", describe_routing_error(.0))]
     Routing(#[source] Box<RoutingError>),
+    /// The outbox rows of XA transactions held until their outcome outgrew their share of
+    /// the in-flight budget (see [`crate::xa_hold`]).
+    #[error("{0}")]
+    XaHoldTooLarge(String),
     /// The Kafka sink stopped.
     #[error("Kafka sink: {0}")]
     Sink(#[source] SinkError),
@@ -409,6 +420,7 @@ pub async fn run_relay(
                 progress: acked.clone(),
                 metrics: metrics.clone(),
                 dead_letter: config.dead_letter.clone(),
+                max_in_flight_bytes: config.pipeline.max_in_flight_bytes,
             },
             items_rx,
             records_tx,
@@ -425,8 +437,19 @@ pub async fn run_relay(
             KafkaSinkSettings::from_relay_config(&config),
             records_rx,
             move |ticket: RecordTicket| {
-                let RecordTicket { token, budget } = ticket;
-                let result = lock_tracker(&sink_tracker).ack(token);
+                let RecordTicket {
+                    token,
+                    budget,
+                    xa_release,
+                } = ticket;
+                let result = {
+                    let mut tracker = lock_tracker(&sink_tracker);
+                    let result = tracker.ack(token);
+                    match xa_release.and_then(|release| release.record_acked()) {
+                        Some(hold_token) => result.and(tracker.ack(hold_token)),
+                        None => result,
+                    }
+                };
                 drop(budget);
                 sink_metrics
                     .in_flight_bytes
@@ -746,6 +769,9 @@ struct RecordTicket {
     token: AckToken,
     /// Dropped on delivery.
     budget: Option<BudgetPermit>,
+    /// For a record of a committed XA transaction: releases the hold on its XA PREPARE once
+    /// every record of the transaction is acked ([`crate::xa_hold`]).
+    xa_release: Option<Arc<XaRelease>>,
 }
 
 /// Reads the binlog into `items` until shutdown or a definite error; reconnects on
@@ -899,6 +925,8 @@ struct RouterTaskContext {
     metrics: Arc<Metrics>,
     /// Routing errors become dead letters unless policy says `fail`.
     dead_letter: crate::config::DeadLetterConfig,
+    /// `pipeline.max_in_flight_bytes`: bounds the records of XA transactions held.
+    max_in_flight_bytes: u64,
 }
 
 /// Routes rows into records (registering each with the tracker) and ends transactions in
@@ -917,6 +945,7 @@ async fn run_router(
         progress,
         metrics,
         dead_letter,
+        max_in_flight_bytes,
     } = context;
     // Transactions (and heartbeats) ended so far: the same count as the tracker's
     // `completed_transactions` once the checkpoint passes them.
@@ -932,9 +961,20 @@ async fn run_router(
         lock_tracker(&tracker).end_transaction(position);
         progress.notify_one();
     };
+    let mut xa = XaHolds::new(max_in_flight_bytes);
+    let mut xa_ticker = tokio::time::interval(Duration::from_secs(1));
+    xa_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let (item, budget) = tokio::select! {
             _ = shutdown.recv() => return Ok(()),
+            _ = xa_ticker.tick() => {
+                XaHeldChanged {
+                    prepared: xa.prepared_count(),
+                    oldest_prepare_timestamp: xa.oldest_prepare_timestamp(),
+                }
+                .emit(&metrics);
+                continue;
+            }
             item = items.recv() => match item {
                 Some(SourceItem::Stream(item, budget)) => (item, budget),
                 Some(SourceItem::MovedTo(server)) => {
@@ -945,68 +985,187 @@ async fn run_router(
             },
         };
         match item {
-            StreamItem::Row(row) => match router.route(&row) {
-                Ok(RouteOutcome::Record(record)) => {
-                    RecordRouted.emit(&metrics);
-                    let token = lock_tracker(&tracker).add_record();
-                    records_in_open_transaction += 1;
-                    let item = SinkItem {
-                        record: OutboundRecord::from(record),
-                        ticket: RecordTicket { token, budget },
-                        origin: RecordOrigin::of_row(&row),
-                    };
-                    tokio::select! {
-                        _ = shutdown.recv() => return Ok(()),
-                        sent = records.send(item) => if sent.is_err() { return Ok(()) },
+            StreamItem::Row(row) => {
+                let record = match router.route(&row) {
+                    Ok(RouteOutcome::Record(record)) => {
+                        RecordRouted.emit(&metrics);
+                        OutboundRecord::from(record)
                     }
+                    Ok(RouteOutcome::Skipped { reason }) => {
+                        RowSkipped {
+                            reason: &format!("{reason:?}"),
+                            table: &row.table,
+                            warn: warn_on_skip,
+                        }
+                        .emit(&metrics);
+                        continue;
+                    }
+                    // Policy `fail` (or dead letters off): stop, naming the row.
+                    Err(error) if !dead_letter.dead_letters("routing") => {
+                        return Err(RelayError::Routing(Box::new(error)))
+                    }
+                    // Deterministic: dead-lettered at once, tracked and acked like any record.
+                    Err(error) => {
+                        let letter = dead_letter_for_routing_error(&error, &row, &dead_letter);
+                        let message = error.to_string();
+                        DeadLettered {
+                            class: "routing",
+                            id: error.event_id.as_deref(),
+                            original_topic: "",
+                            dead_letter_topic: &dead_letter.topic,
+                            attempts: 1,
+                            error: &message,
+                        }
+                        .emit(&metrics);
+                        letter
+                    }
+                };
+                let origin = RecordOrigin::of_row(&row);
+                if row.in_xa_transaction {
+                    // Held until the XA transaction's outcome (crate::xa_hold).
+                    let held = HeldRecord {
+                        record,
+                        origin,
+                        budget,
+                        bytes: row_change_bytes(&row) as u64,
+                    };
+                    if let Err(refused) = xa.hold(held) {
+                        return Err(RelayError::XaHoldTooLarge(describe_refused(
+                            &refused,
+                            &row.event_position,
+                        )));
+                    }
+                    continue;
                 }
-                Ok(RouteOutcome::Skipped { reason }) => {
-                    RowSkipped {
-                        reason: &format!("{reason:?}"),
-                        table: &row.table,
-                        warn: warn_on_skip,
+                let token = lock_tracker(&tracker).add_record();
+                records_in_open_transaction += 1;
+                let item = SinkItem {
+                    record,
+                    ticket: RecordTicket {
+                        token,
+                        budget,
+                        xa_release: None,
+                    },
+                    origin,
+                };
+                if !send_to_sink(&records, &mut shutdown, item).await {
+                    return Ok(());
+                }
+            }
+            StreamItem::Commit(commit) => {
+                match &commit.xa {
+                    Some(XaBoundary::Prepare { xid }) => {
+                        let held = xa.prepare(xid, commit.timestamp, || {
+                            records_in_open_transaction += 1;
+                            lock_tracker(&tracker).add_record()
+                        });
+                        if held > 0 {
+                            XaPrepareHeld {
+                                xid,
+                                records: held,
+                                position: &commit.position,
+                            }
+                            .emit(&metrics);
+                        }
+                    }
+                    Some(XaBoundary::Commit { xid } | XaBoundary::Rollback { xid }) => {
+                        let committed = matches!(commit.xa, Some(XaBoundary::Commit { .. }));
+                        match xa.resolve(xid) {
+                            Ok(Some(prepared)) => {
+                                XaOutcomeRead {
+                                    xid,
+                                    committed,
+                                    records: prepared.records.len(),
+                                }
+                                .emit(&metrics);
+                                if committed {
+                                    // Records of the XA COMMIT transaction; the last ack
+                                    // also releases the hold on the prepare.
+                                    let release = Arc::new(XaRelease::new(
+                                        prepared.records.len(),
+                                        prepared.hold_token,
+                                    ));
+                                    for held in prepared.records {
+                                        let token = lock_tracker(&tracker).add_record();
+                                        records_in_open_transaction += 1;
+                                        let item = SinkItem {
+                                            record: held.record,
+                                            ticket: RecordTicket {
+                                                token,
+                                                budget: held.budget,
+                                                xa_release: Some(release.clone()),
+                                            },
+                                            origin: held.origin,
+                                        };
+                                        if !send_to_sink(&records, &mut shutdown, item).await {
+                                            return Ok(());
+                                        }
+                                    }
+                                } else if let Err(error) =
+                                    lock_tracker(&tracker).ack(prepared.hold_token)
+                                {
+                                    tracing::error!(%error, "ack tracker rejected the release of a rolled-back XA transaction (a bug; the checkpoint is held back)");
+                                }
+                            }
+                            Ok(None) => {}
+                            Err(()) => XaOutcomeWithoutPrepare {
+                                xid,
+                                committed,
+                                position: &commit.position,
+                            }
+                            .emit(&metrics),
+                        }
+                    }
+                    None if xa.has_open_records() => {
+                        // A one-phase XA commit: the held records are this transaction's.
+                        for held in xa.take_open() {
+                            let token = lock_tracker(&tracker).add_record();
+                            records_in_open_transaction += 1;
+                            let item = SinkItem {
+                                record: held.record,
+                                ticket: RecordTicket {
+                                    token,
+                                    budget: held.budget,
+                                    xa_release: None,
+                                },
+                                origin: held.origin,
+                            };
+                            if !send_to_sink(&records, &mut shutdown, item).await {
+                                return Ok(());
+                            }
+                        }
+                    }
+                    None => {}
+                }
+                if commit.xa.is_some() {
+                    XaHeldChanged {
+                        prepared: xa.prepared_count(),
+                        oldest_prepare_timestamp: xa.oldest_prepare_timestamp(),
                     }
                     .emit(&metrics);
                 }
-                // Policy `fail` (or dead letters off): stop, naming the row.
-                Err(error) if !dead_letter.dead_letters("routing") => {
-                    return Err(RelayError::Routing(Box::new(error)))
-                }
-                // Deterministic: dead-lettered at once, tracked and acked like any record.
-                Err(error) => {
-                    let letter = dead_letter_for_routing_error(&error, &row, &dead_letter);
-                    let message = error.to_string();
-                    DeadLettered {
-                        class: "routing",
-                        id: error.event_id.as_deref(),
-                        original_topic: "",
-                        dead_letter_topic: &dead_letter.topic,
-                        attempts: 1,
-                        error: &message,
-                    }
-                    .emit(&metrics);
-                    let token = lock_tracker(&tracker).add_record();
-                    records_in_open_transaction += 1;
-                    let item = SinkItem {
-                        record: letter,
-                        ticket: RecordTicket { token, budget },
-                        origin: RecordOrigin::of_row(&row),
-                    };
-                    tokio::select! {
-                        _ = shutdown.recv() => return Ok(()),
-                        sent = records.send(item) => if sent.is_err() { return Ok(()) },
-                    }
-                }
-            },
-            StreamItem::Commit(commit) => end_transaction(
-                CheckpointPosition::after_commit(&commit),
-                &mut records_in_open_transaction,
-            ),
+                end_transaction(
+                    CheckpointPosition::after_commit(&commit),
+                    &mut records_in_open_transaction,
+                )
+            }
             StreamItem::Heartbeat(heartbeat) => end_transaction(
                 CheckpointPosition::at_heartbeat(&heartbeat),
                 &mut records_in_open_transaction,
             ),
         }
+    }
+}
+
+/// Sends one record to the sink; false when the relay is stopping (or the sink is gone).
+async fn send_to_sink(
+    records: &mpsc::Sender<SinkItem<RecordTicket>>,
+    shutdown: &mut Shutdown,
+    item: SinkItem<RecordTicket>,
+) -> bool {
+    tokio::select! {
+        _ = shutdown.recv() => false,
+        sent = records.send(item) => sent.is_ok(),
     }
 }
 
