@@ -69,7 +69,7 @@ use crate::shutdown::{Shutdown, ShutdownController};
 use crate::sink::{run_kafka_sink, KafkaSinkSettings, OutboundRecord, SinkError, SinkItem};
 use crate::stores::open_checkpoint_store;
 use crate::tasks::spawn_named;
-use crate::xa_hold::{describe_refused, HeldRecord, XaHolds, XaRelease};
+use crate::xa_hold::{describe_refused, HeldRecord, XaHolds, XaRelease, XaResolution};
 
 /// Why the relay stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -1071,7 +1071,7 @@ async fn run_router(
                     Some(XaBoundary::Commit { xid } | XaBoundary::Rollback { xid }) => {
                         let committed = matches!(commit.xa, Some(XaBoundary::Commit { .. }));
                         match xa.resolve(xid) {
-                            Ok(Some(prepared)) => {
+                            XaResolution::Held(prepared) => {
                                 XaOutcomeRead {
                                     xid,
                                     committed,
@@ -1107,8 +1107,8 @@ async fn run_router(
                                     tracing::error!(%error, "ack tracker rejected the release of a rolled-back XA transaction (a bug; the checkpoint is held back)");
                                 }
                             }
-                            Ok(None) => {}
-                            Err(()) => XaOutcomeWithoutPrepare {
+                            XaResolution::PreparedWithoutRecords => {}
+                            XaResolution::PrepareNotRead => XaOutcomeWithoutPrepare {
                                 xid,
                                 committed,
                                 position: &commit.position,

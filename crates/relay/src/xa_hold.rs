@@ -77,6 +77,16 @@ impl XaRelease {
     }
 }
 
+/// What [`XaHolds::resolve`] found for an outcome.
+pub(crate) enum XaResolution {
+    /// The prepared transaction's records and hold token.
+    Held(PreparedXa),
+    /// It was prepared without outbox records: nothing to do.
+    PreparedWithoutRecords,
+    /// Its XA PREPARE was not read by this run (it lies before the stream's start).
+    PrepareNotRead,
+}
+
 /// Why holding another record failed: too many bytes held.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct XaHoldTooLarge {
@@ -174,18 +184,16 @@ impl XaHolds {
         count
     }
 
-    /// The outcome of `xid` was read: its prepared records (with the hold token), or `Ok(None)`
-    /// when it was prepared without records, or `Err(())` when its prepare was never read.
-    #[allow(clippy::result_unit_err)]
-    pub(crate) fn resolve(&mut self, xid: &str) -> Result<Option<PreparedXa>, ()> {
+    /// The outcome of `xid` was read: what was held for it.
+    pub(crate) fn resolve(&mut self, xid: &str) -> XaResolution {
         if let Some(prepared) = self.prepared.remove(xid) {
             self.release_bytes(&prepared.records);
-            return Ok(Some(prepared));
+            return XaResolution::Held(prepared);
         }
         if self.prepared_without_records.remove(xid) {
-            return Ok(None);
+            return XaResolution::PreparedWithoutRecords;
         }
-        Err(())
+        XaResolution::PrepareNotRead
     }
 
     /// Prepared transactions held.
@@ -252,15 +260,23 @@ mod tests {
         );
         assert_eq!(holds.prepare("x2", 20, || tracker.add_record()), 1);
         assert_eq!(holds.oldest_prepare_timestamp(), Some(10));
-        let first = holds.resolve("x1").unwrap().unwrap();
+        let XaResolution::Held(first) = holds.resolve("x1") else {
+            panic!("x1 is held");
+        };
         assert_eq!(first.records.len(), 1);
         holds.hold(record(300)).unwrap();
         assert_eq!(holds.oldest_prepare_timestamp(), Some(20));
         assert_eq!(holds.prepare("x3", 30, || tracker.add_record()), 1);
         assert_eq!(holds.prepared_count(), 2);
         assert_eq!(holds.prepare("empty", 40, || unreachable!()), 0);
-        assert!(matches!(holds.resolve("empty"), Ok(None)));
-        assert!(holds.resolve("never-prepared").is_err());
+        assert!(matches!(
+            holds.resolve("empty"),
+            XaResolution::PreparedWithoutRecords
+        ));
+        assert!(matches!(
+            holds.resolve("never-prepared"),
+            XaResolution::PrepareNotRead
+        ));
     }
 
     #[test]

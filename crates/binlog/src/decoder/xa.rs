@@ -140,7 +140,7 @@ fn parse_xid_part(text: &str) -> Option<(Vec<u8>, &str)> {
     }
     let quoted = text.strip_prefix('\'')?;
     let end = quoted.find('\'')?;
-    Some((quoted[..end].as_bytes().to_vec(), &quoted[end + 1..]))
+    Some((quoted.as_bytes()[..end].to_vec(), &quoted[end + 1..]))
 }
 
 #[cfg(test)]
