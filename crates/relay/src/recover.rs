@@ -16,7 +16,12 @@
 //! server may still have rolled it back, or its commit lives in a complete copy); the JSON
 //! summary names them under `incomplete_transaction` (its first row's position, how many
 //! rows, the reader's error) and the exit code is 1. Memory stays one event, whatever the
-//! size of the transactions. The command returns once Kafka acknowledged every record, so a
+//! size of the transactions.
+//!
+//! **XA.** The records of a two-phase XA transaction are held until its outcome in the
+//! files, as the relay does: published at `XA COMMIT`, dropped at `XA ROLLBACK`
+//! (`xa_rolled_back_records`); those whose outcome is not in the files are not published
+//! (`xa_unresolved_records`, exit code 1). Held XA records are kept in memory until then. The command returns once Kafka acknowledged every record, so a
 //! successful run means the gap is delivered; running it twice delivers twice with the same
 //! ids (at-least-once). It never touches the checkpoint: afterwards,
 //! `outbox-relay checkpoint set` moves it to the oldest position the server still has.
@@ -27,7 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
-use outbox_binlog::{BinlogFileReader, BinlogPosition, StreamItem};
+use outbox_binlog::{BinlogFileReader, BinlogPosition, StreamItem, XaBoundary};
 use outbox_checkpoint::compare_binlog_positions;
 use outbox_router::{RouteOutcome, Router};
 use tokio::sync::mpsc;
@@ -54,6 +59,34 @@ struct RecoveryScan {
     routing_errors: Vec<serde_json::Value>,
     /// The last commit read, `FILE:POS`.
     last_position: Option<String>,
+    /// Records of XA transactions rolled back in the files (not published).
+    xa_rolled_back_records: u64,
+    /// Records of XA transactions whose outcome is not in the files (not published).
+    xa_unresolved_records: u64,
+}
+
+/// Records of XA transactions, held until their outcome is read (as the relay does,
+/// `crate::xa_hold`): a prepared transaction is not complete until its XA COMMIT.
+#[derive(Default)]
+struct XaRecords {
+    /// Records of the XA transaction being read (before its XA PREPARE).
+    open: Vec<SinkItem<u64>>,
+    /// Prepared transactions' records by XID.
+    prepared: std::collections::HashMap<String, Vec<SinkItem<u64>>>,
+}
+
+/// Sends one record to the sink, numbering it.
+fn send_record(
+    records: &mpsc::Sender<SinkItem<u64>>,
+    scan: &mut RecoveryScan,
+    mut item: SinkItem<u64>,
+) -> anyhow::Result<()> {
+    item.ticket = scan.records;
+    scan.records += 1;
+    if records.blocking_send(item).is_err() {
+        anyhow::bail!("the Kafka sink stopped while records were still being read");
+    }
+    Ok(())
 }
 
 /// What the first pass found: where the last complete transaction ends, and what follows
@@ -182,6 +215,8 @@ pub async fn recover_command(
         "routing_errors": scan.routing_errors,
         "last_position": scan.last_position,
         "incomplete_transaction": incomplete,
+        "xa_rolled_back_records": scan.xa_rolled_back_records,
+        "xa_unresolved_records": scan.xa_unresolved_records,
     });
     writeln!(out, "{summary}")?;
     if let Some(error) = &completeness.error {
@@ -195,7 +230,11 @@ pub async fn recover_command(
                 .map_or_else(|| "the start".to_owned(), ToString::to_string),
         );
     }
-    let complete = sink_summary.delivered == scan.records && scan.routing_errors.is_empty();
+    // Records of a prepared XA transaction whose outcome is not in the files are not
+    // published: the recovery is not complete.
+    let complete = sink_summary.delivered == scan.records
+        && scan.routing_errors.is_empty()
+        && scan.xa_unresolved_records == 0;
     Ok(if complete { 0 } else { 1 })
 }
 
@@ -213,6 +252,7 @@ fn scan_files(
     let Some(publish_until) = publish_until else {
         return Ok(scan);
     };
+    let mut xa = XaRecords::default();
     while let Some(item) = reader.next_item()? {
         let last_complete_commit =
             matches!(&item, StreamItem::Commit(commit) if commit.position == publish_until);
@@ -224,12 +264,13 @@ fn scan_files(
                 Ok(RouteOutcome::Record(record)) => {
                     let item = SinkItem {
                         record: OutboundRecord::from(record),
-                        ticket: scan.records,
+                        ticket: 0,
                         origin: RecordOrigin::of_row(&row),
                     };
-                    scan.records += 1;
-                    if records.blocking_send(item).is_err() {
-                        anyhow::bail!("the Kafka sink stopped while records were still being read");
+                    if row.in_xa_transaction {
+                        xa.open.push(item);
+                    } else {
+                        send_record(&records, &mut scan, item)?;
                     }
                 }
                 Ok(RouteOutcome::Skipped { .. }) => scan.rows_skipped += 1,
@@ -242,6 +283,29 @@ fn scan_files(
                 })),
             },
             StreamItem::Commit(commit) => {
+                match commit.xa {
+                    Some(XaBoundary::Prepare { xid }) => {
+                        let open = std::mem::take(&mut xa.open);
+                        if !open.is_empty() {
+                            xa.prepared.insert(xid, open);
+                        }
+                    }
+                    Some(XaBoundary::Commit { xid }) => {
+                        for item in xa.prepared.remove(&xid).unwrap_or_default() {
+                            send_record(&records, &mut scan, item)?;
+                        }
+                    }
+                    Some(XaBoundary::Rollback { xid }) => {
+                        let dropped = xa.prepared.remove(&xid).unwrap_or_default();
+                        scan.xa_rolled_back_records += dropped.len() as u64;
+                    }
+                    // An ordinary commit (a one-phase XA commit among them).
+                    None => {
+                        for item in std::mem::take(&mut xa.open) {
+                            send_record(&records, &mut scan, item)?;
+                        }
+                    }
+                }
                 if is_after(&commit.position, after.as_ref())? {
                     scan.transactions += 1;
                     scan.last_position = Some(commit.position.to_string());
@@ -254,6 +318,7 @@ fn scan_files(
             break;
         }
     }
+    scan.xa_unresolved_records = xa.prepared.values().map(|items| items.len() as u64).sum();
     Ok(scan)
 }
 

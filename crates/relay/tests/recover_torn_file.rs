@@ -1,6 +1,7 @@
-//! `outbox-relay recover` over an archived binlog file that was cut inside a transaction
-//! (copied while the server wrote it): the complete transactions are published, the torn
-//! one is not, and the output says so. Kafka is librdkafka's in-process mock cluster.
+//! `outbox-relay recover` publishes only complete transactions: over an archived binlog file
+//! that was cut inside a transaction (copied while the server wrote it) the torn one is not
+//! published and the output says so; an XA transaction is published only when its XA COMMIT
+//! is in the files. Kafka is librdkafka's in-process mock cluster.
 
 mod common;
 
@@ -9,6 +10,96 @@ use std::time::Duration;
 use common::*;
 use mysql_async::prelude::Queryable;
 use rdkafka::mocking::MockCluster;
+
+/// `(path of the binlog directory, the current binlog file)` of `db`.
+async fn binlog_file_of(db: &outbox_testkit::ScratchMariadb) -> (std::path::PathBuf, String) {
+    let mut conn = db.conn().await.expect("connect");
+    let basename: String = conn
+        .query_first("SELECT @@log_bin_basename")
+        .await
+        .expect("log_bin_basename")
+        .expect("binlog on");
+    let end = master_position(&mut conn).await;
+    conn.disconnect().await.expect("disconnect");
+    let directory = std::path::Path::new(&basename)
+        .parent()
+        .expect("binlog directory")
+        .to_path_buf();
+    (directory, end.file)
+}
+
+/// An XA transaction committed in the files is published; one rolled back, or prepared
+/// with its outcome not in the files, is not (the summary counts them, exit code 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xa_transactions_are_published_only_when_their_commit_is_in_the_files() {
+    let db = start_shop_database().await;
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    let topic = topic_for("order");
+    cluster.create_topic(&topic, 1, 1).expect("mock topic");
+    let mut setup = RelaySetup::new(&db.url(), &cluster.bootstrap_servers());
+    setup.create_topics = false;
+    let relay = Relay::prepare(&setup);
+    let event = |name: &str| Event {
+        id: format!("xa-{name}"),
+        aggregate_type: "order".into(),
+        aggregate_id: format!("order-{name}"),
+        event_type: "OrderCreated".into(),
+        payload: "{}".into(),
+    };
+    let mut conn = db.conn().await.expect("connect");
+    for (name, outcome) in [
+        ("committed", Some("COMMIT")),
+        ("rolled-back", Some("ROLLBACK")),
+        ("unresolved", None),
+    ] {
+        conn.query_drop(format!("XA START '{name}'")).await.unwrap();
+        insert_event(&mut conn, "shop.outbox", SEEDS_EVENT_COLUMNS, &event(name))
+            .await
+            .unwrap();
+        conn.query_drop(format!("XA END '{name}'")).await.unwrap();
+        conn.query_drop(format!("XA PREPARE '{name}'"))
+            .await
+            .unwrap();
+        if let Some(outcome) = outcome {
+            conn.query_drop(format!("XA {outcome} '{name}'"))
+                .await
+                .unwrap();
+        }
+    }
+    let mut writer = ShopWriter::connect(&db.url(), "xa-after").await;
+    let ordinary = writer.transaction("order", "order-1", 1, true, false).await;
+    let (directory, file) = binlog_file_of(&db).await;
+    let archive = tempfile::tempdir().expect("archive dir");
+    let copy = archive.path().join(&file);
+    std::fs::copy(directory.join(&file), &copy).expect("archive the binlog file");
+
+    let (code, stdout, stderr) = run_relay_command(&[
+        "recover",
+        "--config",
+        relay.config_path.to_str().expect("utf-8 path"),
+        copy.to_str().expect("utf-8 path"),
+    ]);
+    let records = read_until_quiet(
+        &cluster.bootstrap_servers(),
+        std::slice::from_ref(&topic),
+        Duration::from_secs(2),
+        Duration::from_secs(20),
+    )
+    .await;
+    let ids: Vec<String> = records
+        .iter()
+        .filter_map(|record| record.header_str("id"))
+        .collect();
+    assert_eq!(ids, vec![event("committed").id, ordinary[0].id.clone()]);
+    assert_eq!(code, 1, "an unresolved XA transaction:\n{stdout}\n{stderr}");
+    let summary: serde_json::Value = serde_json::from_str(stdout.trim()).expect("JSON summary");
+    assert_eq!(summary["records"], 2, "{summary}");
+    assert_eq!(summary["xa_rolled_back_records"], 1, "{summary}");
+    assert_eq!(summary["xa_unresolved_records"], 1, "{summary}");
+    conn.query_drop("XA ROLLBACK 'unresolved'").await.unwrap();
+    conn.disconnect().await.unwrap();
+    writer.close().await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_whose_commit_is_cut_off_is_not_published() {
