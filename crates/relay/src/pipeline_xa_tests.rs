@@ -100,3 +100,43 @@ async fn a_prepared_xa_transaction_committed_after_a_restart_is_published_once()
         vec!["1", "2", "2", "3"]
     );
 }
+
+/// Held XA records may take half of `pipeline.max_in_flight_bytes`: beyond that the relay
+/// stops with an error naming the setting, instead of waiting for budget forever (the
+/// outcome that would free it could then never be read), and the checkpoint stays before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn xa_records_beyond_their_share_of_the_budget_stop_the_relay_naming_the_fix() {
+    let mut fixture = fixture("").await;
+    fixture.config.pipeline.max_in_flight_bytes = 1024 * 1024;
+    let (_handles, task) = fixture.start_relay();
+    fixture
+        .wait_for_checkpoint("0-1-3", Duration::from_secs(30))
+        .await;
+    let mut conn = fixture.server.conn().await.unwrap();
+    conn.query_drop("XA START 'big'").await.unwrap();
+    for n in 1..=2u32 {
+        let payload = format!(r#"{{"blob":"{}"}}"#, "x".repeat(300 * 1024));
+        conn.exec_drop(
+            "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES (?, 'order', ?, 'order_created', ?)",
+            (format!("00000000-0000-4000-8000-{n:012}"), n.to_string(), payload),
+        )
+        .await
+        .unwrap();
+    }
+    conn.query_drop("XA END 'big'").await.unwrap();
+    conn.query_drop("XA PREPARE 'big'").await.unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("the relay stops by itself")
+        .unwrap();
+    let error = result.expect_err("too many held XA bytes stop the relay");
+    let message = error.to_string();
+    assert!(
+        matches!(error, super::RelayError::XaHoldTooLarge(_))
+            && message.contains("pipeline.max_in_flight_bytes"),
+        "{message}"
+    );
+    assert_eq!(fixture.stored_gtid_set().await, "0-1-3");
+    conn.query_drop("XA ROLLBACK 'big'").await.unwrap();
+    conn.disconnect().await.unwrap();
+}

@@ -218,7 +218,7 @@ impl XaHolds {
 /// Describes where a refused XA record is, for the error.
 pub(crate) fn describe_refused(error: &XaHoldTooLarge, at: &BinlogPosition) -> String {
     format!(
-        "the outbox rows of XA transactions take {} bytes (up to the row at {at}; {} prepared transactions held besides the one being read), more than half of pipeline.max_in_flight_bytes ({} bytes): the relay holds them until their XA COMMIT/ROLLBACK and would run out of budget before reading it. Raise pipeline.max_in_flight_bytes, or end the prepared XA transactions (XA RECOVER lists them)",
+        "the outbox rows of XA transactions take {} bytes (up to the row at {at}; {} prepared transactions held besides the one being read), more than their share, half of pipeline.max_in_flight_bytes ({} bytes): the relay holds them until their XA COMMIT/ROLLBACK and would run out of budget before reading it. Raise pipeline.max_in_flight_bytes, or end the prepared XA transactions (XA RECOVER lists them)",
         error.held_bytes, error.prepared, error.limit_bytes
     )
 }
