@@ -128,12 +128,29 @@ impl ServerReport {
 /// module docs). Fails only when the server cannot be reached or queried; wrong settings are
 /// reported in the [`ServerReport`].
 pub async fn check_server(url: &str) -> Result<ServerReport, BinlogError> {
+    check_server_within(url, CHECK_CONNECT_TIMEOUT).await
+}
+
+/// Like [`check_server`], giving up after `timeout` for connecting and again for the
+/// check's queries (a half-open connection must not hang the caller, e.g. the relay's
+/// server check before a reconnect): a server that stops answering is the transient
+/// [`BinlogError::ConnectTimeout`].
+pub async fn check_server_within(
+    url: &str,
+    timeout: Duration,
+) -> Result<ServerReport, BinlogError> {
     let endpoint = ServerEndpoint::from_url(url)?;
-    let mut conn = endpoint
-        .connect(CHECK_CONNECT_TIMEOUT, "startup check")
-        .await?;
-    let report = inspect_server(&mut conn, &endpoint).await;
-    let _ = conn.disconnect().await;
+    let mut conn = endpoint.connect(timeout, "startup check").await?;
+    let report = match tokio::time::timeout(timeout, inspect_server(&mut conn, &endpoint)).await {
+        Ok(report) => report,
+        Err(_) => Err(BinlogError::ConnectTimeout {
+            server: endpoint.address.clone(),
+            position: "startup check".into(),
+            waited: timeout,
+        }),
+    };
+    // A server that stopped answering does not answer COM_QUIT either.
+    let _ = tokio::time::timeout(timeout, conn.disconnect()).await;
     report
 }
 

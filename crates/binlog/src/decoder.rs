@@ -50,6 +50,7 @@ mod reader;
 mod rows;
 mod table_map;
 mod vanished;
+mod xa;
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -71,7 +72,7 @@ use crate::gtid::Gtid;
 use crate::internal_events::InternalEvent;
 use crate::types::{
     BinlogPosition, ColumnNames, Commit, Flavor, Heartbeat, RowChange, RowOperation, StreamItem,
-    TableFilter, TableName,
+    TableFilter, TableName, XaBoundary,
 };
 
 /// What [`Decoder::push`] did with an event.
@@ -196,6 +197,12 @@ pub(crate) struct Decoder {
     row_gtid: std::cell::OnceCell<Option<Arc<Gtid>>>,
     /// Watched rows yielded in the open group.
     rows_in_group: u64,
+    /// The open group is the prepared part of a two-phase XA transaction (MariaDB GTID
+    /// flag `FL_PREPARED_XA`, or `XA START`): its rows say so (`RowChange::in_xa_transaction`).
+    in_xa_group: bool,
+    /// What the commit that ends the open group is for XA (set by the XA_PREPARE event or
+    /// the `XA COMMIT`/`XA ROLLBACK` query just before that commit).
+    xa_boundary: Option<XaBoundary>,
     /// The compressed transaction waiting for column names of one of its inner TABLE_MAPs.
     payload: Option<PendingPayload>,
     /// The buffer the next TRANSACTION_PAYLOAD is decompressed into, kept between payloads
@@ -239,6 +246,8 @@ impl Decoder {
             gtid: None,
             row_gtid: std::cell::OnceCell::new(),
             rows_in_group: 0,
+            in_xa_group: false,
+            xa_boundary: None,
             payload: None,
             payload_buffer: Vec::new(),
             crc32_start: crc32fast::Hasher::new(),
@@ -390,7 +399,14 @@ impl Decoder {
                     self.commit(end, header.timestamp(), start, out)?;
                 }
             }
-            code::XID | code::XA_PREPARE => {
+            code::XID => {
+                self.commit(end, header.timestamp(), start, out)?;
+            }
+            code::XA_PREPARE => {
+                let xid = xa::parse_xa_prepare(event.data())
+                    .map_err(|reason| self.malformed(event_type, start, reason))?;
+                // A one-phase XA COMMIT (no XID returned) is an ordinary commit.
+                self.xa_boundary = xid.map(|xid| XaBoundary::Prepare { xid });
                 self.commit(end, header.timestamp(), start, out)?;
             }
             code::TABLE_MAP => return self.on_table_map(event, start),
@@ -438,6 +454,7 @@ impl Decoder {
                     Group::Open { begin_seen: false }
                 };
                 self.start_group(Some(parsed.gtid), group, start)?;
+                self.in_xa_group = parsed.flags & xa::MARIADB_FL_PREPARED_XA != 0;
             }
             code::MARIADB_GTID_LIST => {
                 let list = events::parse_mariadb_gtid_list(event.data())
@@ -780,6 +797,8 @@ impl Decoder {
         self.gtid = gtid;
         self.row_gtid = std::cell::OnceCell::new();
         self.rows_in_group = 0;
+        self.in_xa_group = false;
+        self.xa_boundary = None;
         Ok(())
     }
 
@@ -808,10 +827,12 @@ impl Decoder {
             gtid,
             timestamp,
             row_count: self.rows_in_group,
+            xa: self.xa_boundary.take(),
         }));
         self.group = Group::Idle;
         self.row_gtid = std::cell::OnceCell::new();
         self.rows_in_group = 0;
+        self.in_xa_group = false;
         // Every transaction sends its TABLE_MAPs again, so between transactions remembered
         // maps can be dropped; this bounds memory when table ids keep changing.
         if self.tables.len() > MAX_REMEMBERED_TABLE_IDS {
@@ -844,6 +865,19 @@ impl Decoder {
             _ => String::new(),
         };
         let timestamp = event.header().timestamp();
+        match xa::xa_statement(query) {
+            Some(xa::XaStatement::Start) => self.in_xa_group = true,
+            Some(xa::XaStatement::Prepare(xid)) => {
+                self.xa_boundary = Some(XaBoundary::Prepare { xid })
+            }
+            Some(xa::XaStatement::Commit(xid)) => {
+                self.xa_boundary = Some(XaBoundary::Commit { xid })
+            }
+            Some(xa::XaStatement::Rollback(xid)) => {
+                self.xa_boundary = Some(XaBoundary::Rollback { xid })
+            }
+            Some(xa::XaStatement::Other) | None => {}
+        }
         match (kind, self.group) {
             (QueryKind::Begin, Group::Idle | Group::AwaitingStatement) => {
                 self.group = Group::Open { begin_seen: true };
@@ -1230,6 +1264,7 @@ impl Decoder {
                     .row_gtid
                     .get_or_init(|| self.gtid.clone().map(Arc::new))
                     .clone(),
+                in_xa_transaction: self.in_xa_group,
             }));
             decoded += 1;
         }

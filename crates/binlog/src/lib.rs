@@ -31,7 +31,9 @@ mod live;
 mod types;
 mod watched_tables;
 
-pub use checks::{check_server, ServerIdentity, ServerReport, SettingCheck, Severity};
+pub use checks::{
+    check_server, check_server_within, ServerIdentity, ServerReport, SettingCheck, Severity,
+};
 pub use error::BinlogError;
 pub use file::BinlogFileReader;
 pub use gtid::{Gtid, GtidSet, GtidSetParseError, MysqlGtidSource};
@@ -45,5 +47,5 @@ pub use live::pull_raw_events;
 pub use live::{BinlogReader, ReaderConfig, StartPosition, DEFAULT_READ_AHEAD_EVENTS};
 pub use types::{
     BinlogPosition, ColumnNames, Commit, DateTime, Flavor, Heartbeat, Row, RowChange, RowOperation,
-    StreamItem, TableFilter, TableName, Value,
+    StreamItem, TableFilter, TableName, Value, XaBoundary,
 };

@@ -236,6 +236,8 @@ pub struct BinlogReader {
     handed_out_boundary: BinlogPosition,
     /// When streaming by GTID: the start set plus every commit GTID handed out.
     handed_out_gtids: Option<GtidSet>,
+    /// The server's GTID history at the start (see [`BinlogReader::start_gtid_set`]).
+    server_gtids_at_start: Option<GtidSet>,
     /// Set once an error was returned: (was it transient, its text).
     failure: Option<(bool, String)>,
 }
@@ -315,12 +317,23 @@ impl BinlogReader {
             });
         }
 
+        let mut mysql_executed_at_end = None;
         let resolved = tokio::time::timeout(
             connect_timeout,
-            resolve_start(&mut side, &endpoint, &identity, &config.start),
+            resolve_start(
+                &mut side,
+                &endpoint,
+                &identity,
+                &config.start,
+                &mut mysql_executed_at_end,
+            ),
         )
         .await
         .map_err(|_| within_connect_timeout(connect_timeout))??;
+        let server_gtids_at_start = match mysql_executed_at_end {
+            Some(executed) => Some(Some(executed)),
+            None => server_gtids_at(&mut side, &endpoint, flavor, &resolved, connect_timeout).await,
+        };
         ReaderConnected {
             server: &identity,
             start: &resolved.to_string(),
@@ -353,7 +366,8 @@ impl BinlogReader {
             },
             decoded_items: VecDeque::new(),
             event_waits_for_column_names: false,
-            side_connection: Some(side),
+            side_connection: server_gtids_at_start.as_ref().map(|_| side),
+            server_gtids_at_start: server_gtids_at_start.flatten(),
             handed_out_boundary: match &resolved {
                 StartPosition::Position(position) => position.clone(),
                 _ => BinlogPosition::new(start_file, 0),
@@ -749,6 +763,17 @@ impl BinlogReader {
         &self.identity
     }
 
+    /// The GTID set of every transaction before the start, as the server knows it: the
+    /// start set when started by GTID; when started by file+position (also `Earliest` and
+    /// `Latest`), the server's history at that position (MariaDB `BINLOG_GTID_POS`, every
+    /// domain; MySQL `Previous_gtids` plus the file's GTIDs before it). A checkpoint taken
+    /// later is this set plus the GTIDs handed out, so a resume or failover by GTID set
+    /// asks for exactly what follows. `None` when the server could not tell (no GTIDs,
+    /// lookup failed or timed out: logged as a warning).
+    pub fn start_gtid_set(&self) -> Option<&GtidSet> {
+        self.server_gtids_at_start.as_ref()
+    }
+
     /// Where a new connection must resume to continue exactly after the last item handed
     /// out (see `# Resumption` in the module docs).
     pub fn resume_point(&self) -> StartPosition {
@@ -824,12 +849,14 @@ fn is_later_position(candidate: &BinlogPosition, current: &BinlogPosition) -> bo
     }
 }
 
-/// Turns Earliest/Latest into a concrete position; checks a GTID set's flavor.
+/// Turns Earliest/Latest into a concrete position; checks a GTID set's flavor. For `Latest`
+/// on MySQL, sets `mysql_executed_at_end` to the server's executed GTID set at that end.
 async fn resolve_start(
     side: &mut Conn,
     endpoint: &ServerEndpoint,
     identity: &ServerIdentity,
     start: &StartPosition,
+    mysql_executed_at_end: &mut Option<GtidSet>,
 ) -> Result<StartPosition, BinlogError> {
     let requested = start.to_string();
     match start {
@@ -872,13 +899,53 @@ async fn resolve_start(
                 .await
                 .map_err(|error| endpoint.connect_error(error, &requested))?;
             match end {
-                Some(position) => Ok(StartPosition::Position(position)),
+                Some((position, executed)) => {
+                    // MySQL's executed set of the same status row: the history at exactly
+                    // this end, no scan needed.
+                    *mysql_executed_at_end =
+                        executed.and_then(|text| GtidSet::parse(Flavor::Mysql, &text).ok());
+                    Ok(StartPosition::Position(position))
+                }
                 None => Err(BinlogError::ServerMisconfigured {
                     server: endpoint.address.clone(),
                     position: requested,
                     problems: "SHOW MASTER STATUS is empty (is log_bin ON?)".into(),
                 }),
             }
+        }
+    }
+}
+
+/// The server's GTID history at the resolved start (see [`BinlogReader::start_gtid_set`]).
+/// `Some(state)` when the side connection is still usable, `None` when the lookup timed
+/// out (the connection may be half-open: the caller drops it). A failed or empty lookup is
+/// a warning, never an error: the stream itself does not need the set.
+async fn server_gtids_at(
+    side: &mut Conn,
+    endpoint: &ServerEndpoint,
+    flavor: Flavor,
+    resolved: &StartPosition,
+    timeout: Duration,
+) -> Option<Option<GtidSet>> {
+    let position = match resolved {
+        StartPosition::Gtid(set) => return Some(Some(set.clone())),
+        StartPosition::Position(position) => position,
+        StartPosition::Earliest | StartPosition::Latest => return Some(None),
+    };
+    match tokio::time::timeout(timeout, start::gtid_state_at(side, flavor, position)).await {
+        Ok(Ok(state)) => {
+            if state.is_none() {
+                tracing::warn!(server = %endpoint.address, %position, "the server names no GTID state at the start position; checkpoints hold only the GTIDs read from here on");
+            }
+            Some(state)
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(server = %endpoint.address, %position, %error, "cannot look up the GTID state at the start position; checkpoints hold only the GTIDs read from here on");
+            Some(None)
+        }
+        Err(_) => {
+            tracing::warn!(server = %endpoint.address, %position, waited = ?timeout, "the GTID state lookup at the start position got no answer; checkpoints hold only the GTIDs read from here on");
+            None
         }
     }
 }

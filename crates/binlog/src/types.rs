@@ -245,6 +245,34 @@ pub struct RowChange {
     /// GTID event opens the transaction, so it is known before the commit; shared by the
     /// transaction's rows). For diagnostics such as dead letters; resume by [`Commit`]s.
     pub transaction_gtid: Option<Arc<Gtid>>,
+    /// True for a row of a two-phase XA transaction (`XA START` ... `XA END`): its
+    /// [`Commit`] is normally an `XA PREPARE` ([`XaBoundary::Prepare`]), and whether the row
+    /// is committed only comes with a later [`XaBoundary::Commit`] or
+    /// [`XaBoundary::Rollback`]; a one-phase XA commit ends it with an ordinary `Commit`.
+    pub in_xa_transaction: bool,
+}
+
+/// What a [`Commit`] of a two-phase XA transaction is (`None` in [`Commit::xa`] for every
+/// ordinary transaction, and for `XA COMMIT ... ONE PHASE`). The XID is in one canonical
+/// form, `X'<gtrid hex>',X'<bqual hex>',<format id>`, so a prepare and its outcome match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum XaBoundary {
+    /// `XA PREPARE`: the transaction's rows (those before this `Commit`) are prepared,
+    /// not committed; the outcome comes with a later `Commit` naming the same XID.
+    Prepare {
+        /// The transaction's XID.
+        xid: String,
+    },
+    /// `XA COMMIT` of a prepared transaction: its rows are committed now.
+    Commit {
+        /// The transaction's XID.
+        xid: String,
+    },
+    /// `XA ROLLBACK` of a prepared transaction: its rows never happened.
+    Rollback {
+        /// The transaction's XID.
+        xid: String,
+    },
 }
 
 /// The end of a committed transaction. All [`RowChange`]s yielded since the previous
@@ -260,6 +288,9 @@ pub struct Commit {
     pub timestamp: u32,
     /// Number of watched rows yielded for this transaction (0 when it touched none).
     pub row_count: u64,
+    /// For two-phase XA: whether this is the prepare or the outcome of an XA transaction
+    /// (see [`XaBoundary`]); `None` for every ordinary transaction.
+    pub xa: Option<XaBoundary>,
 }
 
 /// A server heartbeat: the server is alive and has nothing newer than `position`.

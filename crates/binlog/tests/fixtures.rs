@@ -179,6 +179,7 @@ fn mariadb_outbox_file_decodes_every_value_gtid_and_position() {
             event_timestamp: created as u32,
             event_position: BinlogPosition::new("mariadb-bin.000001", position),
             transaction_gtid: gtid(sequence).map(std::sync::Arc::new),
+            in_xa_transaction: false,
         })
     };
     assert_eq!(
@@ -190,6 +191,7 @@ fn mariadb_outbox_file_decodes_every_value_gtid_and_position() {
                 gtid: gtid(1),
                 timestamp: 1_650_493_084,
                 row_count: 1,
+                xa: None,
             }),
             expected_row(63, 1_650_493_195, 984, 2),
             StreamItem::Commit(Commit {
@@ -197,6 +199,7 @@ fn mariadb_outbox_file_decodes_every_value_gtid_and_position() {
                 gtid: gtid(2),
                 timestamp: 1_650_493_195,
                 row_count: 1,
+                xa: None,
             }),
         ]
     );
@@ -287,12 +290,14 @@ fn compressed_transaction_is_decompressed_and_commits_at_the_payload_end() {
                 event_timestamp: 1_695_159_109,
                 event_position: BinlogPosition::new("transaction_compression.000001", 274),
                 transaction_gtid: None,
+                in_xa_transaction: false,
             }),
             StreamItem::Commit(Commit {
                 position: BinlogPosition::new("transaction_compression.000001", 431),
                 gtid: None,
                 timestamp: 1_695_159_109,
                 row_count: 1,
+                xa: None,
             }),
         ]
     );

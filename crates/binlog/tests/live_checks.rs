@@ -247,3 +247,91 @@ async fn a_server_without_binary_log_is_refused() {
         "{error}"
     );
 }
+
+/// A TCP proxy to `target` that forwards both ways until the client sends a packet holding
+/// `freeze_on`; from then on it forwards nothing more but keeps both sockets open: a server
+/// that stops answering in the middle of a query, as behind a half-open connection.
+async fn freezing_proxy(target: u16, freeze_on: &'static [u8]) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((client, _)) = listener.accept().await else {
+                return;
+            };
+            let server = tokio::net::TcpStream::connect(("127.0.0.1", target))
+                .await
+                .unwrap();
+            let (mut client_read, mut client_write) = client.into_split();
+            let (mut server_read, mut server_write) = server.into_split();
+            let frozen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let frozen_up = frozen.clone();
+            tokio::spawn(async move {
+                let mut buffer = vec![0u8; 65536];
+                while let Ok(read) = client_read.read(&mut buffer).await {
+                    if read == 0 {
+                        break;
+                    }
+                    let chunk = &buffer[..read];
+                    if chunk.windows(freeze_on.len()).any(|w| w == freeze_on) {
+                        frozen_up.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    if frozen_up.load(std::sync::atomic::Ordering::SeqCst) {
+                        continue;
+                    }
+                    if server_write.write_all(chunk).await.is_err() {
+                        break;
+                    }
+                }
+                // Keep the sockets open while frozen (half-open: no FIN reaches anyone).
+                std::future::pending::<()>().await;
+                drop(server_write);
+            });
+            tokio::spawn(async move {
+                let mut buffer = vec![0u8; 65536];
+                while let Ok(read) = server_read.read(&mut buffer).await {
+                    if read == 0 {
+                        break;
+                    }
+                    if frozen.load(std::sync::atomic::Ordering::SeqCst) {
+                        continue;
+                    }
+                    if client_write.write_all(&buffer[..read]).await.is_err() {
+                        break;
+                    }
+                }
+                std::future::pending::<()>().await;
+                drop(client_write);
+            });
+        }
+    });
+    port
+}
+
+/// The server check gives up when the server stops answering after the connection is up
+/// (a half-open TCP connection): a transient timeout within the limit, never a hang.
+#[tokio::test]
+async fn the_server_check_gives_up_on_a_server_that_stops_answering() {
+    let server = ScratchMariadb::start().await.unwrap();
+    let port = freezing_proxy(server.port(), b"SHOW GLOBAL VARIABLES").await;
+    let url = format!("mysql://root@127.0.0.1:{port}");
+    let started = std::time::Instant::now();
+    let checked = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        outbox_binlog::check_server_within(&url, std::time::Duration::from_secs(2)),
+    )
+    .await
+    .expect("check_server_within hung on a server that stopped answering");
+    let error = checked.expect_err("a frozen server cannot pass the check");
+    assert!(error.is_transient(), "{error}");
+    assert!(
+        matches!(error, BinlogError::ConnectTimeout { .. }),
+        "{error:?}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+}

@@ -19,6 +19,14 @@
 //! `end_transaction` is ignored. A heartbeat (no `gtid`, timestamp 0) keeps the previous
 //! `gtid` and timestamp, so the checkpoint always names the last delivered transaction.
 //!
+//! # Which server a position belongs to
+//! A file+position only means something on the server that wrote it. After a failover the
+//! relay calls [`AckTracker::switch_source`] in stream order, before the first item read from
+//! the new server: every transaction ended from then on (the open one included, since its
+//! end comes from the new server) is tagged with it, and [`AckTracker::checkpoint_source`]
+//! names the server of the current checkpoint, read under the same lock as the position, so
+//! a position of one server is never stored under another's name.
+//!
 //! # Memory
 //! The tracker keeps one entry per ended transaction that still has unacked records, at most
 //! one merged entry for each run of fully acked transactions between them (empty
@@ -47,7 +55,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use outbox_binlog::{BinlogPosition, Gtid, GtidSet};
 
-use crate::checkpoint::CheckpointPosition;
+use crate::checkpoint::{CheckpointPosition, SourceIdentity};
 use crate::gtid_union::{add_optional, union_into};
 
 /// Distinguishes trackers so a token of one tracker is never mistaken for one of another.
@@ -122,6 +130,9 @@ struct EntryEnd {
     earlier_gtids: GtidSet,
     /// Event timestamp after the last transaction (heartbeats' 0 already replaced).
     timestamp: u32,
+    /// Which server `binlog` belongs to: an index into [`AckTracker::sources`] (0: the
+    /// server the tracker started on), so the position and its server move together.
+    source: usize,
 }
 
 impl EntryEnd {
@@ -137,6 +148,7 @@ impl EntryEnd {
         }
         self.binlog = later.binlog;
         self.timestamp = later.timestamp;
+        self.source = later.source;
     }
 }
 
@@ -209,6 +221,13 @@ pub struct AckTracker {
     in_flight: usize,
     /// Transactions (and heartbeats) whose end the checkpoint has passed, since creation.
     completed_transactions: u64,
+    /// The servers switched to with [`AckTracker::switch_source`], in order; entry ends
+    /// refer to them by index + 1 (0 is the server the tracker started on).
+    sources: Vec<SourceIdentity>,
+    /// The source index that transactions ended from now on are tagged with.
+    current_source: usize,
+    /// The source index of `checkpoint`'s binlog position.
+    checkpoint_source: usize,
 }
 
 impl AckTracker {
@@ -225,7 +244,25 @@ impl AckTracker {
             next_entry_number: 0,
             in_flight: 0,
             completed_transactions: 0,
+            sources: Vec::new(),
+            current_source: 0,
+            checkpoint_source: 0,
         }
+    }
+
+    /// The stream moved to another server (failover): transactions ended from now on,
+    /// including the open one, belong to `source` (see the module docs).
+    pub fn switch_source(&mut self, source: SourceIdentity) {
+        self.sources.push(source);
+        self.current_source = self.sources.len();
+    }
+
+    /// The server the current checkpoint's binlog position belongs to, when the stream
+    /// moved since the tracker was created; `None` while it is still the starting server.
+    pub fn checkpoint_source(&self) -> Option<&SourceIdentity> {
+        self.checkpoint_source
+            .checked_sub(1)
+            .and_then(|index| self.sources.get(index))
     }
 
     /// Registers one record of the currently open transaction; ack its token once Kafka
@@ -282,6 +319,7 @@ impl AckTracker {
             last_gtid: gtid,
             earlier_gtids: GtidSet::Empty,
             timestamp: self.read_head_timestamp,
+            source: self.current_source,
         };
         let key = match self.open_entry.take() {
             Some(key) => {
@@ -444,6 +482,7 @@ impl AckTracker {
                 }
                 checkpoint.binlog = end.binlog;
                 checkpoint.timestamp = end.timestamp;
+                self.checkpoint_source = end.source;
                 self.checkpoint_moved = true;
             }
             self.completed_transactions += entry.transaction_count;

@@ -437,3 +437,31 @@ fn a_reconnect_inside_a_transaction_holds_the_end_until_both_copies_are_acked() 
     assert_eq!(tracker.acked_position().unwrap().binlog, end_position(0));
     assert_eq!(tracker.in_flight(), 0);
 }
+
+#[test]
+fn a_position_carries_the_server_it_was_read_from() {
+    let new_server = outbox_checkpoint::SourceIdentity {
+        flavor: Flavor::Mariadb,
+        server_id: 2,
+        server_uuid: None,
+    };
+    let mut tracker = AckTracker::new(start_position());
+    let old_record = tracker.add_record();
+    tracker.end_transaction(end_of(0, false));
+    // The stream moves while a transaction of the new server is open: its end is the new
+    // server's, and so are the ends after it.
+    let new_record = tracker.add_record();
+    tracker.switch_source(new_server.clone());
+    tracker.end_transaction(end_of(1, false));
+    tracker.ack(new_record).unwrap();
+    assert_eq!(tracker.acked_position(), None, "the old record is unacked");
+    assert_eq!(
+        tracker.checkpoint_source(),
+        None,
+        "still the starting server"
+    );
+    tracker.ack(old_record).unwrap();
+    let moved = tracker.acked_position().unwrap();
+    assert_eq!(moved.binlog, end_position(1));
+    assert_eq!(tracker.checkpoint_source(), Some(&new_server));
+}

@@ -21,6 +21,7 @@ fn commit(offset: u64, sequence: u64, row_count: u64) -> Commit {
         }),
         timestamp: 1_700_000_000 + sequence as u32,
         row_count,
+        xa: None,
     }
 }
 

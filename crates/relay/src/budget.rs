@@ -157,6 +157,7 @@ mod tests {
             event_timestamp: 0,
             event_position: BinlogPosition::new("binlog.000001", 4),
             transaction_gtid: None,
+            in_xa_transaction: false,
         };
         let bytes = row_change_bytes(&change);
         assert!((1600..1800).contains(&bytes), "{bytes}");

@@ -898,6 +898,7 @@ mod tests {
             event_timestamp: 0,
             event_position: outbox_binlog::BinlogPosition::new("mysql-bin.000001", 4),
             transaction_gtid: None,
+            in_xa_transaction: false,
         };
         let error = RoutingError {
             event_id: Some("event-9".into()),

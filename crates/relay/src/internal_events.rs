@@ -290,6 +290,99 @@ pub fn binlog_file_number(file: &str) -> Option<i64> {
     file.rsplit_once('.').and_then(|(_, n)| n.parse().ok())
 }
 
+/// The outbox rows of an XA transaction were prepared (`XA PREPARE`): they are held, not
+/// published, until its `XA COMMIT` or `XA ROLLBACK` is read.
+#[derive(Debug)]
+pub struct XaPrepareHeld<'a> {
+    /// The transaction's XID (`X'..',X'..',n`).
+    pub xid: &'a str,
+    /// Records held.
+    pub records: usize,
+    /// Where the `XA PREPARE` ends.
+    pub position: &'a outbox_binlog::BinlogPosition,
+}
+
+impl InternalEvent for XaPrepareHeld<'_> {
+    fn emit(self, _metrics: &Metrics) {
+        tracing::info!(xid = self.xid, records = self.records, position = %self.position, "XA transaction prepared: its records are held until XA COMMIT/ROLLBACK (the checkpoint stays before it)");
+    }
+}
+
+/// A held XA transaction's outcome was read: its records are published (`XA COMMIT`) or
+/// dropped (`XA ROLLBACK`).
+#[derive(Debug)]
+pub struct XaOutcomeRead<'a> {
+    /// The transaction's XID.
+    pub xid: &'a str,
+    /// True for `XA COMMIT`, false for `XA ROLLBACK`.
+    pub committed: bool,
+    /// Records published or dropped.
+    pub records: usize,
+}
+
+impl InternalEvent for XaOutcomeRead<'_> {
+    fn emit(self, _metrics: &Metrics) {
+        let outcome = if self.committed {
+            "committed: publishing its records"
+        } else {
+            "rolled back: dropping its records"
+        };
+        tracing::info!(
+            xid = self.xid,
+            records = self.records,
+            "held XA transaction {outcome}"
+        );
+    }
+}
+
+/// An `XA COMMIT`/`XA ROLLBACK` of a transaction whose `XA PREPARE` this run never read (it
+/// lies before the stream's start): its rows, if any, were not read and are not published.
+#[derive(Debug)]
+pub struct XaOutcomeWithoutPrepare<'a> {
+    /// The transaction's XID.
+    pub xid: &'a str,
+    /// True for `XA COMMIT`.
+    pub committed: bool,
+    /// Where the outcome ends.
+    pub position: &'a outbox_binlog::BinlogPosition,
+}
+
+impl InternalEvent for XaOutcomeWithoutPrepare<'_> {
+    fn emit(self, _metrics: &Metrics) {
+        if self.committed {
+            tracing::warn!(xid = self.xid, position = %self.position, "XA COMMIT of a transaction prepared before the stream started: rows it wrote to outbox tables (if any) were not read and are not published; recover them from the binlog before the start if it had some");
+        } else {
+            tracing::debug!(xid = self.xid, position = %self.position, "XA ROLLBACK of a transaction prepared before the stream started");
+        }
+    }
+}
+
+/// The held prepared XA transactions changed, or time passed: sets the XA gauges.
+#[derive(Debug)]
+pub struct XaHeldChanged {
+    /// Prepared XA transactions held.
+    pub prepared: usize,
+    /// Server timestamp of the oldest one's `XA PREPARE` (`None`: none held).
+    pub oldest_prepare_timestamp: Option<u32>,
+}
+
+impl InternalEvent for XaHeldChanged {
+    fn emit(self, metrics: &Metrics) {
+        metrics
+            .xa_prepared_held
+            .set(i64::try_from(self.prepared).unwrap_or(i64::MAX));
+        let age = self.oldest_prepare_timestamp.map_or(0, |timestamp| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |elapsed| elapsed.as_secs());
+            now.saturating_sub(u64::from(timestamp))
+        });
+        metrics
+            .xa_oldest_prepared_age_seconds
+            .set(i64::try_from(age).unwrap_or(i64::MAX));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,8 @@
 //!   with them;
 //! * [`shutdown`]: the shutdown signal every task listens to;
 //! * [`kafka_context`]: librdkafka's logs through `tracing`, repeats rate-limited;
-//! * [`crash_points`]: `OUTBOX_RELAY_CRASH_AT`, deliberate crashes for failure tests.
+//! * [`crash_points`]: `OUTBOX_RELAY_CRASH_AT`, deliberate crashes for failure tests;
+//! * `xa_hold`: the records of two-phase XA transactions, held until their outcome.
 //!
 //! # Resumption
 //! See [`pipeline`]: a stored checkpoint always wins over `source.start`; transient source
@@ -43,6 +44,7 @@ pub mod shutdown;
 pub mod sink;
 mod stores;
 mod tasks;
+mod xa_hold;
 
 pub use backoff::Backoff;
 pub use config::{ConfigError, DeadLetterConfig, RelayConfig, StartSetting};

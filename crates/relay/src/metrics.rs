@@ -58,6 +58,13 @@ pub struct Metrics {
     pub producer_stalls: IntCounter,
     /// Topics the relay created through the admin API.
     pub topics_created: IntCounter,
+    /// Seconds since the `XA PREPARE` (server clock) of the oldest prepared XA transaction
+    /// whose outbox rows the relay holds until its outcome; 0 when none. A prepared XA
+    /// transaction also holds the checkpoint back, so a growing value needs an operator
+    /// (`XA RECOVER` lists them).
+    pub xa_oldest_prepared_age_seconds: IntGauge,
+    /// Prepared XA transactions whose outbox rows the relay holds.
+    pub xa_prepared_held: IntGauge,
 }
 
 impl Metrics {
@@ -148,6 +155,14 @@ impl Metrics {
                 "Times the oldest unacked record had no ack for kafka.stall_timeout_ms",
             ),
             topics_created: counter("topics_created_total", "Topics created by the relay"),
+            xa_oldest_prepared_age_seconds: int_gauge(
+                "xa_oldest_prepared_age_seconds",
+                "Seconds since the XA PREPARE of the oldest prepared XA transaction held; 0 when none",
+            ),
+            xa_prepared_held: int_gauge(
+                "xa_prepared_held",
+                "Prepared XA transactions whose outbox rows are held until their outcome",
+            ),
             registry,
         })
     }

@@ -18,6 +18,10 @@
 //!   id, table and column), a definite source error, a permanent Kafka rejection under
 //!   policy `fail` or of a dead letter itself, a checkpoint store failure. The acked prefix is still committed before returning the error.
 //!
+//! * **XA.** The records of a two-phase XA transaction are held from its rows until its
+//!   outcome is read: published at `XA COMMIT`, dropped at `XA ROLLBACK`; until then the
+//!   checkpoint stays before its `XA PREPARE` ([`crate::xa_hold`]).
+//!
 //! * **Startup retries.** A source that is unreachable at startup (transient error) is
 //!   retried with backoff like a lost connection; definite errors fail at once.
 //!
@@ -42,6 +46,7 @@ use std::time::Duration;
 
 use outbox_binlog::{
     BinlogError, BinlogPosition, BinlogReader, GtidSet, ReaderConfig, StartPosition, StreamItem,
+    XaBoundary,
 };
 use outbox_checkpoint::{
     AckToken, AckTracker, Checkpoint, CheckpointCommitter, CheckpointPosition,
@@ -56,13 +61,15 @@ use crate::config::{RelayConfig, StartSetting};
 use crate::dead_letter::{dead_letter_for_routing_error, RecordOrigin};
 use crate::internal_events::{
     CheckpointCommitted, DeadLettered, InternalEvent, RecordRouted, RowRead, RowSkipped,
-    SourceConnected, SourceReconnecting, TransactionRead,
+    SourceConnected, SourceReconnecting, TransactionRead, XaHeldChanged, XaOutcomeRead,
+    XaOutcomeWithoutPrepare, XaPrepareHeld,
 };
 use crate::metrics::Metrics;
 use crate::shutdown::{Shutdown, ShutdownController};
 use crate::sink::{run_kafka_sink, KafkaSinkSettings, OutboundRecord, SinkError, SinkItem};
 use crate::stores::open_checkpoint_store;
 use crate::tasks::spawn_named;
+use crate::xa_hold::{describe_refused, HeldRecord, XaHolds, XaRelease, XaResolution};
 
 /// Why the relay stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -117,6 +124,10 @@ pub enum RelayError {
     /// A row could not be routed; the relay stops so nothing is skipped.
     #[error("{}", describe_routing_error(.0))]
     Routing(#[source] Box<RoutingError>),
+    /// The outbox rows of XA transactions held until their outcome outgrew their share of
+    /// the in-flight budget (see [`crate::xa_hold`]).
+    #[error("{0}")]
+    XaHoldTooLarge(String),
     /// The Kafka sink stopped.
     #[error("Kafka sink: {0}")]
     Sink(#[source] SinkError),
@@ -353,12 +364,16 @@ pub async fn run_relay(
     }
     .emit(&metrics);
 
-    let tracker_start = match &stored {
+    let mut tracker_start = match &stored {
         Some(checkpoint) => checkpoint.position.clone(),
         None => initial_position(&reader.resume_point()),
     };
+    // The server's GTID history at the start (every domain), not just the GTIDs read from
+    // here on: a later resume or failover by GTID set then asks for exactly what follows.
+    if let Some(history) = reader.start_gtid_set() {
+        tracker_start.gtid_set = history.clone();
+    }
     let start_gtids = tracker_start.gtid_set.clone();
-    let failover: FailoverCell = Arc::new(Mutex::new(None));
     let tracker: SharedTracker = Arc::new(Mutex::new(AckTracker::new(tracker_start)));
     let acked = Arc::new(Notify::new());
     let record_transactions: RecordTransactions = Arc::new(Mutex::new(VecDeque::new()));
@@ -393,7 +408,6 @@ pub async fn run_relay(
                 budget: budget.clone(),
                 identity: identity.clone(),
                 start_gtids,
-                failover: failover.clone(),
             },
             reader_config(first_start),
             items_tx,
@@ -412,6 +426,7 @@ pub async fn run_relay(
                 progress: acked.clone(),
                 metrics: metrics.clone(),
                 dead_letter: config.dead_letter.clone(),
+                max_in_flight_bytes: config.pipeline.max_in_flight_bytes,
             },
             items_rx,
             records_tx,
@@ -428,8 +443,19 @@ pub async fn run_relay(
             KafkaSinkSettings::from_relay_config(&config),
             records_rx,
             move |ticket: RecordTicket| {
-                let RecordTicket { token, budget } = ticket;
-                let result = lock_tracker(&sink_tracker).ack(token);
+                let RecordTicket {
+                    token,
+                    budget,
+                    xa_release,
+                } = ticket;
+                let result = {
+                    let mut tracker = lock_tracker(&sink_tracker);
+                    let result = tracker.ack(token);
+                    match xa_release.and_then(|release| release.record_acked()) {
+                        Some(hold_token) => result.and(tracker.ack(hold_token)),
+                        None => result,
+                    }
+                };
                 drop(budget);
                 sink_metrics
                     .in_flight_bytes
@@ -460,7 +486,6 @@ pub async fn run_relay(
                     .filter(|c| c.source == identity)
                     .map(|c| c.position.clone()),
                 record_transactions: record_transactions.clone(),
-                failover: failover.clone(),
             },
             store.clone(),
             tracker.clone(),
@@ -729,17 +754,19 @@ struct SourceSettings {
     /// The GTID set the stream started from (the checkpoint's, or empty); the source adds
     /// every commit's GTID it hands on, so it can move to another server by GTID.
     start_gtids: GtidSet,
-    /// Where the source reports that it moved to another server, for the committer.
-    failover: FailoverCell,
 }
 
-/// Set by the source when it moved to another server by GTID set (failover); the committer
-/// takes it, names the new server in later checkpoints and stores them GTID-only.
-type FailoverCell = Arc<Mutex<Option<SourceIdentity>>>;
-
-/// What the source hands the router: a stream item and, for a row, its share of the
-/// in-flight byte budget (released when its record is acked, or when it is dropped).
-type SourceItem = (StreamItem, Option<BudgetPermit>);
+/// What the source hands the router, in stream order.
+enum SourceItem {
+    /// A stream item and, for a row, its share of the in-flight byte budget (released when
+    /// its record is acked, or when it is dropped).
+    Stream(StreamItem, Option<BudgetPermit>),
+    /// The source moved to another server by GTID set (failover): every item after this
+    /// one comes from that server. In the stream, not beside it, so the router tags exactly
+    /// the positions read from the new server with it ([`AckTracker::switch_source`]); the
+    /// committer then names it and stores those checkpoints GTID-only.
+    MovedTo(SourceIdentity),
+}
 
 /// The sink's ticket for a record: the tracker's token, and the row's budget reservation,
 /// released once the record (or its dead letter) is acknowledged.
@@ -748,6 +775,9 @@ struct RecordTicket {
     token: AckToken,
     /// Dropped on delivery.
     budget: Option<BudgetPermit>,
+    /// For a record of a committed XA transaction: releases the hold on its XA PREPARE once
+    /// every record of the transaction is acked ([`crate::xa_hold`]).
+    xa_release: Option<Arc<XaRelease>>,
 }
 
 /// Reads the binlog into `items` until shutdown or a definite error; reconnects on
@@ -796,7 +826,7 @@ async fn run_source(
                 };
                 tokio::select! {
                     _ = shutdown.recv() => return Ok(()),
-                    sent = items.send((item, permit)) => if sent.is_err() { return Ok(()) },
+                    sent = items.send(SourceItem::Stream(item, permit)) => if sent.is_err() { return Ok(()) },
                 }
             }
             Err(error) if error.is_transient() => {
@@ -825,7 +855,11 @@ async fn run_source(
                     if !matches!(resume, StartPosition::Gtid(_)) {
                         let checked = tokio::select! {
                             _ = shutdown.recv() => return Ok(()),
-                            checked = outbox_binlog::check_server(&reader_config.url) => checked,
+                            // Bounded: a half-open connection must not hang the reconnect.
+                            checked = outbox_binlog::check_server_within(
+                                &reader_config.url,
+                                reader_config.connect_timeout,
+                            ) => checked,
                         };
                         let found = match checked {
                             Ok(report) => identity_of(&report),
@@ -855,11 +889,11 @@ async fn run_source(
                     match connected {
                         Ok(new_reader) => {
                             if moved_to {
-                                *settings
-                                    .failover
-                                    .lock()
-                                    .unwrap_or_else(std::sync::PoisonError::into_inner) =
-                                    Some(source_identity(&new_reader));
+                                let moved = SourceItem::MovedTo(source_identity(&new_reader));
+                                tokio::select! {
+                                    _ = shutdown.recv() => return Ok(()),
+                                    sent = items.send(moved) => if sent.is_err() { return Ok(()) },
+                                }
                             }
                             reconnects += 1;
                             reader = new_reader;
@@ -897,6 +931,8 @@ struct RouterTaskContext {
     metrics: Arc<Metrics>,
     /// Routing errors become dead letters unless policy says `fail`.
     dead_letter: crate::config::DeadLetterConfig,
+    /// `pipeline.max_in_flight_bytes`: bounds the records of XA transactions held.
+    max_in_flight_bytes: u64,
 }
 
 /// Routes rows into records (registering each with the tracker) and ends transactions in
@@ -915,6 +951,7 @@ async fn run_router(
         progress,
         metrics,
         dead_letter,
+        max_in_flight_bytes,
     } = context;
     // Transactions (and heartbeats) ended so far: the same count as the tracker's
     // `completed_transactions` once the checkpoint passes them.
@@ -930,77 +967,211 @@ async fn run_router(
         lock_tracker(&tracker).end_transaction(position);
         progress.notify_one();
     };
+    let mut xa = XaHolds::new(max_in_flight_bytes);
+    let mut xa_ticker = tokio::time::interval(Duration::from_secs(1));
+    xa_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let (item, budget) = tokio::select! {
             _ = shutdown.recv() => return Ok(()),
+            _ = xa_ticker.tick() => {
+                XaHeldChanged {
+                    prepared: xa.prepared_count(),
+                    oldest_prepare_timestamp: xa.oldest_prepare_timestamp(),
+                }
+                .emit(&metrics);
+                continue;
+            }
             item = items.recv() => match item {
-                Some(item) => item,
+                Some(SourceItem::Stream(item, budget)) => (item, budget),
+                Some(SourceItem::MovedTo(server)) => {
+                    lock_tracker(&tracker).switch_source(server);
+                    continue;
+                }
                 None => return Ok(()),
             },
         };
         match item {
-            StreamItem::Row(row) => match router.route(&row) {
-                Ok(RouteOutcome::Record(record)) => {
-                    RecordRouted.emit(&metrics);
-                    let token = lock_tracker(&tracker).add_record();
-                    records_in_open_transaction += 1;
-                    let item = SinkItem {
-                        record: OutboundRecord::from(record),
-                        ticket: RecordTicket { token, budget },
-                        origin: RecordOrigin::of_row(&row),
-                    };
-                    tokio::select! {
-                        _ = shutdown.recv() => return Ok(()),
-                        sent = records.send(item) => if sent.is_err() { return Ok(()) },
+            StreamItem::Row(row) => {
+                let record = match router.route(&row) {
+                    Ok(RouteOutcome::Record(record)) => {
+                        RecordRouted.emit(&metrics);
+                        OutboundRecord::from(record)
                     }
+                    Ok(RouteOutcome::Skipped { reason }) => {
+                        RowSkipped {
+                            reason: &format!("{reason:?}"),
+                            table: &row.table,
+                            warn: warn_on_skip,
+                        }
+                        .emit(&metrics);
+                        continue;
+                    }
+                    // Policy `fail` (or dead letters off): stop, naming the row.
+                    Err(error) if !dead_letter.dead_letters("routing") => {
+                        return Err(RelayError::Routing(Box::new(error)))
+                    }
+                    // Deterministic: dead-lettered at once, tracked and acked like any record.
+                    Err(error) => {
+                        let letter = dead_letter_for_routing_error(&error, &row, &dead_letter);
+                        let message = error.to_string();
+                        DeadLettered {
+                            class: "routing",
+                            id: error.event_id.as_deref(),
+                            original_topic: "",
+                            dead_letter_topic: &dead_letter.topic,
+                            attempts: 1,
+                            error: &message,
+                        }
+                        .emit(&metrics);
+                        letter
+                    }
+                };
+                let origin = RecordOrigin::of_row(&row);
+                if row.in_xa_transaction {
+                    // Held until the XA transaction's outcome (crate::xa_hold).
+                    let held = HeldRecord {
+                        record,
+                        origin,
+                        budget,
+                        bytes: row_change_bytes(&row) as u64,
+                    };
+                    if let Err(refused) = xa.hold(held) {
+                        return Err(RelayError::XaHoldTooLarge(describe_refused(
+                            &refused,
+                            &row.event_position,
+                        )));
+                    }
+                    continue;
                 }
-                Ok(RouteOutcome::Skipped { reason }) => {
-                    RowSkipped {
-                        reason: &format!("{reason:?}"),
-                        table: &row.table,
-                        warn: warn_on_skip,
+                let token = lock_tracker(&tracker).add_record();
+                records_in_open_transaction += 1;
+                let item = SinkItem {
+                    record,
+                    ticket: RecordTicket {
+                        token,
+                        budget,
+                        xa_release: None,
+                    },
+                    origin,
+                };
+                if !send_to_sink(&records, &mut shutdown, item).await {
+                    return Ok(());
+                }
+            }
+            StreamItem::Commit(commit) => {
+                match &commit.xa {
+                    Some(XaBoundary::Prepare { xid }) => {
+                        let held = xa.prepare(xid, commit.timestamp, || {
+                            records_in_open_transaction += 1;
+                            lock_tracker(&tracker).add_record()
+                        });
+                        if held > 0 {
+                            XaPrepareHeld {
+                                xid,
+                                records: held,
+                                position: &commit.position,
+                            }
+                            .emit(&metrics);
+                        }
+                    }
+                    Some(XaBoundary::Commit { xid } | XaBoundary::Rollback { xid }) => {
+                        let committed = matches!(commit.xa, Some(XaBoundary::Commit { .. }));
+                        match xa.resolve(xid) {
+                            XaResolution::Held(prepared) => {
+                                XaOutcomeRead {
+                                    xid,
+                                    committed,
+                                    records: prepared.records.len(),
+                                }
+                                .emit(&metrics);
+                                if committed {
+                                    // Records of the XA COMMIT transaction; the last ack
+                                    // also releases the hold on the prepare.
+                                    let release = Arc::new(XaRelease::new(
+                                        prepared.records.len(),
+                                        prepared.hold_token,
+                                    ));
+                                    for held in prepared.records {
+                                        let token = lock_tracker(&tracker).add_record();
+                                        records_in_open_transaction += 1;
+                                        let item = SinkItem {
+                                            record: held.record,
+                                            ticket: RecordTicket {
+                                                token,
+                                                budget: held.budget,
+                                                xa_release: Some(release.clone()),
+                                            },
+                                            origin: held.origin,
+                                        };
+                                        if !send_to_sink(&records, &mut shutdown, item).await {
+                                            return Ok(());
+                                        }
+                                    }
+                                } else if let Err(error) =
+                                    lock_tracker(&tracker).ack(prepared.hold_token)
+                                {
+                                    tracing::error!(%error, "ack tracker rejected the release of a rolled-back XA transaction (a bug; the checkpoint is held back)");
+                                }
+                            }
+                            XaResolution::PreparedWithoutRecords => {}
+                            XaResolution::PrepareNotRead => XaOutcomeWithoutPrepare {
+                                xid,
+                                committed,
+                                position: &commit.position,
+                            }
+                            .emit(&metrics),
+                        }
+                    }
+                    None if xa.has_open_records() => {
+                        // A one-phase XA commit: the held records are this transaction's.
+                        for held in xa.take_open() {
+                            let token = lock_tracker(&tracker).add_record();
+                            records_in_open_transaction += 1;
+                            let item = SinkItem {
+                                record: held.record,
+                                ticket: RecordTicket {
+                                    token,
+                                    budget: held.budget,
+                                    xa_release: None,
+                                },
+                                origin: held.origin,
+                            };
+                            if !send_to_sink(&records, &mut shutdown, item).await {
+                                return Ok(());
+                            }
+                        }
+                    }
+                    None => {}
+                }
+                if commit.xa.is_some() {
+                    XaHeldChanged {
+                        prepared: xa.prepared_count(),
+                        oldest_prepare_timestamp: xa.oldest_prepare_timestamp(),
                     }
                     .emit(&metrics);
                 }
-                // Policy `fail` (or dead letters off): stop, naming the row.
-                Err(error) if !dead_letter.dead_letters("routing") => {
-                    return Err(RelayError::Routing(Box::new(error)))
-                }
-                // Deterministic: dead-lettered at once, tracked and acked like any record.
-                Err(error) => {
-                    let letter = dead_letter_for_routing_error(&error, &row, &dead_letter);
-                    let message = error.to_string();
-                    DeadLettered {
-                        class: "routing",
-                        id: error.event_id.as_deref(),
-                        original_topic: "",
-                        dead_letter_topic: &dead_letter.topic,
-                        attempts: 1,
-                        error: &message,
-                    }
-                    .emit(&metrics);
-                    let token = lock_tracker(&tracker).add_record();
-                    records_in_open_transaction += 1;
-                    let item = SinkItem {
-                        record: letter,
-                        ticket: RecordTicket { token, budget },
-                        origin: RecordOrigin::of_row(&row),
-                    };
-                    tokio::select! {
-                        _ = shutdown.recv() => return Ok(()),
-                        sent = records.send(item) => if sent.is_err() { return Ok(()) },
-                    }
-                }
-            },
-            StreamItem::Commit(commit) => end_transaction(
-                CheckpointPosition::after_commit(&commit),
-                &mut records_in_open_transaction,
-            ),
+                end_transaction(
+                    CheckpointPosition::after_commit(&commit),
+                    &mut records_in_open_transaction,
+                )
+            }
             StreamItem::Heartbeat(heartbeat) => end_transaction(
                 CheckpointPosition::at_heartbeat(&heartbeat),
                 &mut records_in_open_transaction,
             ),
         }
+    }
+}
+
+/// Sends one record to the sink; false when the relay is stopping (or the sink is gone).
+async fn send_to_sink(
+    records: &mpsc::Sender<SinkItem<RecordTicket>>,
+    shutdown: &mut Shutdown,
+    item: SinkItem<RecordTicket>,
+) -> bool {
+    tokio::select! {
+        _ = shutdown.recv() => false,
+        sent = records.send(item) => sent.is_ok(),
     }
 }
 
@@ -1028,8 +1199,6 @@ struct CommitterSettings {
     /// Ordinals of ended transactions that carried records; tells record progress from
     /// idle progress.
     record_transactions: RecordTransactions,
-    /// Reports a failover from the source (see [`FailoverCell`]).
-    failover: FailoverCell,
 }
 
 /// Limits commits that cover only transactions without outbox records (other tables'
@@ -1143,24 +1312,22 @@ async fn run_committer(
             _ = due_sleep => false,
             _ = lag_ticker.tick() => false,
         };
-        let moved_to = settings
-            .failover
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(new_source) = moved_to {
-            tracing::warn!(server = %describe_identity(&new_source), "the source moved to another server: checkpoints now name it and resume by GTID set");
-            committer.move_to_source(new_source.clone(), gtid_only_binlog_position());
-            identity = new_source;
-        }
-        let (moved, completed, caught_up) = {
+        // The position and the server it belongs to are read under one lock: a position of
+        // the new server is never stored under the old one's name (tracker module docs).
+        let (moved, completed, caught_up, position_source) = {
             let mut tracker = lock_tracker(&tracker);
             (
                 tracker.acked_position(),
                 tracker.completed_transactions(),
                 tracker.tracked_transactions() == 0,
+                tracker.checkpoint_source().cloned(),
             )
         };
+        if let Some(new_source) = position_source.filter(|source| *source != identity) {
+            tracing::warn!(server = %describe_identity(&new_source), "the source moved to another server: checkpoints now name it and resume by GTID set");
+            committer.move_to_source(new_source.clone(), gtid_only_binlog_position());
+            identity = new_source;
+        }
         let before = committer.last_committed().cloned();
         let now = tokio::time::Instant::now();
         let offer = match moved {
@@ -1241,6 +1408,92 @@ async fn run_committer(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The failover identity race: once the checkpoint reaches a position read from the new
+    /// server, it is stored naming that server and GTID-only, whatever the committer saw
+    /// before; positions of the old server before it keep the old server's name.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_position_read_from_the_new_server_is_never_stored_under_the_old_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: SharedCheckpointStore = Arc::new(outbox_checkpoint::FileCheckpointStore::new(
+            dir.path().join("checkpoint.json"),
+        ));
+        let old_server = SourceIdentity {
+            flavor: outbox_binlog::Flavor::Mariadb,
+            server_id: 1,
+            server_uuid: None,
+        };
+        let new_server = SourceIdentity {
+            server_id: 2,
+            ..old_server.clone()
+        };
+        let tracker: SharedTracker = Arc::new(Mutex::new(AckTracker::new(position(4))));
+        let progress = Arc::new(Notify::new());
+        let stop = ShutdownController::new();
+        let committer = tokio::spawn(run_committer(
+            CommitterSettings {
+                identity: old_server.clone(),
+                policy: CommitPolicy {
+                    max_interval: Duration::from_millis(1),
+                    max_transactions: 1,
+                },
+                resumed_from: None,
+                record_transactions: Arc::new(Mutex::new(VecDeque::from([1, 2]))),
+            },
+            store.clone(),
+            tracker.clone(),
+            progress.clone(),
+            Metrics::new(),
+            stop.subscribe(),
+        ));
+        let gtid = |server_id, sequence| outbox_binlog::Gtid::Mariadb {
+            domain_id: 0,
+            server_id,
+            sequence,
+        };
+        async fn wait_for(
+            store: &SharedCheckpointStore,
+            predicate: impl Fn(&Checkpoint) -> bool,
+        ) -> Checkpoint {
+            let started = std::time::Instant::now();
+            loop {
+                if let Some(stored) = store.load().await.unwrap() {
+                    if predicate(&stored) {
+                        return stored;
+                    }
+                }
+                assert!(started.elapsed() < Duration::from_secs(10), "not stored");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        // A transaction of the old server.
+        lock_tracker(&tracker).end_transaction(CheckpointPosition {
+            gtid: Some(gtid(1, 5)),
+            ..position(500)
+        });
+        progress.notify_one();
+        let stored = wait_for(&store, |c| c.position.binlog.position == 500).await;
+        assert_eq!(stored.source, old_server);
+        // The source moved (in stream order) and a transaction of the new server ended; the
+        // committer learns of the move from the position itself.
+        {
+            let mut tracker = lock_tracker(&tracker);
+            tracker.switch_source(new_server.clone());
+            tracker.end_transaction(CheckpointPosition {
+                gtid: Some(gtid(2, 6)),
+                ..position(900)
+            });
+        }
+        progress.notify_one();
+        let stored = wait_for(&store, |c| c.position.gtid_set.to_string() == "0-2-6").await;
+        assert_eq!(
+            (stored.source, stored.position.binlog),
+            (new_server, gtid_only_binlog_position()),
+            "the new server's position is stored under its own name, GTID-only"
+        );
+        stop.trigger();
+        committer.await.unwrap().unwrap();
+    }
 
     fn position(offset: u64) -> CheckpointPosition {
         CheckpointPosition::at(BinlogPosition::new("binlog.000001", offset))

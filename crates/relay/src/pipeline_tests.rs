@@ -866,13 +866,15 @@ async fn a_failover_behind_the_same_address_resumes_by_gtid_without_loss() {
     replica_conn.disconnect().await.unwrap();
 }
 
-/// Failover while streaming before any transaction was handed out (started at `latest`, no
-/// GTID known): a file+position of the old server means nothing on the new one, so the
+/// Failover while streaming before any transaction was handed out (started at `latest` on a
+/// server with no GTID history: `RESET MASTER` emptied it, so not even the start's history
+/// gives a set): a file+position of the old server means nothing on the new one, so the
 /// relay stops with a definite error naming both servers and the fix, instead of reading
 /// the new server's binlog from an unrelated offset.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_without_any_gtid_to_move_over_with_is_refused() {
     let mut fixture = fixture("").await;
+    fixture.server.exec(&["RESET MASTER"]).await.unwrap();
     let other = ScratchMariadb::start_with(outbox_testkit::ScratchOptions {
         server_id: 2,
         ..Default::default()
@@ -912,3 +914,37 @@ async fn a_failover_without_any_gtid_to_move_over_with_is_refused() {
         "no checkpoint names the other server"
     );
 }
+
+/// Started at `latest` on a server with history in two replication domains, checkpoints hold
+/// the server's whole GTID state (both domains), not only the transactions read since: a
+/// resume or failover by GTID set then asks for exactly what follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_start_at_latest_checkpoints_the_server_history_of_every_domain() {
+    let mut fixture = fixture("").await;
+    let mut conn = fixture.server.conn().await.unwrap();
+    conn.query_drop("SET SESSION gtid_domain_id = 7")
+        .await
+        .unwrap();
+    conn.query_drop("INSERT INTO shop.orders (id, customer, total) VALUES (900, 'x', 1.00)")
+        .await
+        .unwrap();
+    conn.disconnect().await.unwrap();
+    fixture.config.source.start = "latest".into();
+    let (handles, task) = fixture.start_relay();
+    // The first checkpoint (a heartbeat at the start) already names both domains.
+    let started = Instant::now();
+    while fixture.stored().await.is_none() {
+        assert!(started.elapsed() < Duration::from_secs(30), "no checkpoint");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(fixture.stored_gtid_set().await, "0-1-3,7-1-1");
+    fixture.write_orders(1..=1).await;
+    fixture
+        .wait_for_checkpoint("0-1-4,7-1-1", Duration::from_secs(30))
+        .await;
+    let summary = stop(handles, task).await.unwrap();
+    assert_eq!(summary.delivered, 1);
+}
+
+#[path = "pipeline_xa_tests.rs"]
+mod xa;

@@ -7,7 +7,21 @@
 //! as the relay routes them (same topic, key, payload and `id`), and published through the
 //! relay's Kafka sink (idempotent producer, retries, dead letters per `[dead_letter]`).
 //! With `--after FILE:POS` (the stored checkpoint) only rows after that transaction
-//! boundary are published. The command returns once Kafka acknowledged every record, so a
+//! boundary are published.
+//!
+//! **Only complete transactions are published.** The files are read twice: a first pass
+//! finds the last commit in them (a file copied while the server wrote it, or cut, ends
+//! inside a transaction), the second publishes only rows of transactions up to that commit.
+//! The rows of a transaction whose commit is not in the files are never published (the
+//! server may still have rolled it back, or its commit lives in a complete copy); the JSON
+//! summary names them under `incomplete_transaction` (its first row's position, how many
+//! rows, the reader's error) and the exit code is 1. Memory stays one event, whatever the
+//! size of the transactions.
+//!
+//! **XA.** The records of a two-phase XA transaction are held until its outcome in the
+//! files, as the relay does: published at `XA COMMIT`, dropped at `XA ROLLBACK`
+//! (`xa_rolled_back_records`); those whose outcome is not in the files are not published
+//! (`xa_unresolved_records`, exit code 1). Held XA records are kept in memory until then. The command returns once Kafka acknowledged every record, so a
 //! successful run means the gap is delivered; running it twice delivers twice with the same
 //! ids (at-least-once). It never touches the checkpoint: afterwards,
 //! `outbox-relay checkpoint set` moves it to the oldest position the server still has.
@@ -18,7 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use anyhow::Context;
-use outbox_binlog::{BinlogFileReader, BinlogPosition, StreamItem};
+use outbox_binlog::{BinlogFileReader, BinlogPosition, StreamItem, XaBoundary};
 use outbox_checkpoint::compare_binlog_positions;
 use outbox_router::{RouteOutcome, Router};
 use tokio::sync::mpsc;
@@ -45,6 +59,75 @@ struct RecoveryScan {
     routing_errors: Vec<serde_json::Value>,
     /// The last commit read, `FILE:POS`.
     last_position: Option<String>,
+    /// Records of XA transactions rolled back in the files (not published).
+    xa_rolled_back_records: u64,
+    /// Records of XA transactions whose outcome is not in the files (not published).
+    xa_unresolved_records: u64,
+}
+
+/// Records of XA transactions, held until their outcome is read (as the relay does,
+/// `crate::xa_hold`): a prepared transaction is not complete until its XA COMMIT.
+#[derive(Default)]
+struct XaRecords {
+    /// Records of the XA transaction being read (before its XA PREPARE).
+    open: Vec<SinkItem<u64>>,
+    /// Prepared transactions' records by XID.
+    prepared: std::collections::HashMap<String, Vec<SinkItem<u64>>>,
+}
+
+/// Sends one record to the sink, numbering it.
+fn send_record(
+    records: &mpsc::Sender<SinkItem<u64>>,
+    scan: &mut RecoveryScan,
+    mut item: SinkItem<u64>,
+) -> anyhow::Result<()> {
+    item.ticket = scan.records;
+    scan.records += 1;
+    if records.blocking_send(item).is_err() {
+        anyhow::bail!("the Kafka sink stopped while records were still being read");
+    }
+    Ok(())
+}
+
+/// What the first pass found: where the last complete transaction ends, and what follows
+/// it that must not be published.
+#[derive(Debug, Default)]
+struct CompletenessScan {
+    /// Position of the last commit in the files (`None`: no transaction completes).
+    last_commit: Option<BinlogPosition>,
+    /// Watched rows read after that commit (their transaction's commit is missing).
+    rows_after_last_commit: u64,
+    /// Where the first of those rows is.
+    first_row_after_last_commit: Option<BinlogPosition>,
+    /// The error the reading ended with, if it did not end at the files' end.
+    error: Option<String>,
+}
+
+/// The first pass: reads every file to the end (or the first error) and remembers the last
+/// commit and the rows after it.
+fn find_complete_transactions(mut reader: BinlogFileReader) -> CompletenessScan {
+    let mut scan = CompletenessScan::default();
+    loop {
+        match reader.next_item() {
+            Ok(Some(StreamItem::Row(row))) => {
+                scan.rows_after_last_commit += 1;
+                if scan.first_row_after_last_commit.is_none() {
+                    scan.first_row_after_last_commit = Some(row.event_position);
+                }
+            }
+            Ok(Some(StreamItem::Commit(commit))) => {
+                scan.last_commit = Some(commit.position);
+                scan.rows_after_last_commit = 0;
+                scan.first_row_after_last_commit = None;
+            }
+            Ok(Some(StreamItem::Heartbeat(_))) => {}
+            Ok(None) => return scan,
+            Err(error) => {
+                scan.error = Some(error.to_string());
+                return scan;
+            }
+        }
+    }
 }
 
 /// `outbox-relay recover --config FILE [--after FILE:POS] FILES...`: prints one JSON summary
@@ -62,8 +145,16 @@ pub async fn recover_command(
         .map(parse_file_position)
         .transpose()
         .map_err(|e| anyhow::anyhow!("--after: {e}"))?;
-    let reader = BinlogFileReader::open(files.to_vec(), router.table_filter())
-        .with_context(|| format!("opening {}", describe_files(files)))?;
+    let open = || {
+        BinlogFileReader::open(files.to_vec(), router.table_filter())
+            .with_context(|| format!("opening {}", describe_files(files)))
+    };
+    let first_pass = open()?;
+    let completeness = tokio::task::spawn_blocking(move || find_complete_transactions(first_pass))
+        .await
+        .context("the binlog file reader panicked")?;
+    let reader = open()?;
+    let publish_until = completeness.last_commit.clone();
 
     let (records_tx, records_rx) = mpsc::channel(config.pipeline.channel_capacity);
     let delivered = Arc::new(AtomicU64::new(0));
@@ -83,11 +174,16 @@ pub async fn recover_command(
     // The file reader is blocking I/O: its own thread, handing records to the sink. Whatever
     // it ends with, the sink is awaited: what was handed over is delivered (or its failure
     // reported) before the command returns.
-    let scan = tokio::task::spawn_blocking(move || scan_files(reader, router, after, records_tx))
-        .await
-        .context("the binlog file reader panicked")?;
-    if scan.is_err() {
-        // Deliver what was handed over (up to `pipeline.shutdown_timeout_ms`), no longer.
+    let scan = tokio::task::spawn_blocking(move || {
+        scan_files(reader, router, after, publish_until, records_tx)
+    })
+    .await
+    .context("the binlog file reader panicked")?;
+    let nothing_to_deliver =
+        completeness.error.is_some() && scan.as_ref().is_ok_and(|scan| scan.records == 0);
+    if scan.is_err() || nothing_to_deliver {
+        // Deliver what was handed over (up to `pipeline.shutdown_timeout_ms`), no longer;
+        // with nothing handed over, do not wait for a Kafka cluster at all.
         stop.trigger();
     }
     let sink_result = sink.await.context("the Kafka sink panicked")?;
@@ -98,6 +194,18 @@ pub async fn recover_command(
             delivered.load(Ordering::Relaxed)
         )
     })?;
+    let incomplete = completeness.error.as_ref().map(|error| {
+        serde_json::json!({
+            "after_position": completeness.last_commit.as_ref().map(ToString::to_string),
+            "first_row_position": completeness
+                .first_row_after_last_commit
+                .as_ref()
+                .map(ToString::to_string),
+            "rows_not_published": completeness.rows_after_last_commit,
+            "error": error,
+            "note": "the files end inside a transaction (or cannot be read on): its rows were not published; recover it from a complete copy of the file",
+        })
+    });
     let summary = serde_json::json!({
         "transactions": scan.transactions,
         "records": scan.records,
@@ -106,21 +214,48 @@ pub async fn recover_command(
         "rows_skipped": scan.rows_skipped,
         "routing_errors": scan.routing_errors,
         "last_position": scan.last_position,
+        "incomplete_transaction": incomplete,
+        "xa_rolled_back_records": scan.xa_rolled_back_records,
+        "xa_unresolved_records": scan.xa_unresolved_records,
     });
     writeln!(out, "{summary}")?;
-    let complete = sink_summary.delivered == scan.records && scan.routing_errors.is_empty();
+    if let Some(error) = &completeness.error {
+        anyhow::bail!(
+            "reading the binlog files stopped: {error}; the transactions committed before ({}) were published, the {} rows after {} were not",
+            scan.transactions,
+            completeness.rows_after_last_commit,
+            completeness
+                .last_commit
+                .as_ref()
+                .map_or_else(|| "the start".to_owned(), ToString::to_string),
+        );
+    }
+    // Records of a prepared XA transaction whose outcome is not in the files are not
+    // published: the recovery is not complete.
+    let complete = sink_summary.delivered == scan.records
+        && scan.routing_errors.is_empty()
+        && scan.xa_unresolved_records == 0;
     Ok(if complete { 0 } else { 1 })
 }
 
-/// Reads every file, routes the rows after `after` and sends their records to the sink.
+/// Reads the files up to the last complete transaction (`publish_until`, from the first
+/// pass; `None`: none completes), routes the rows after `after` and sends their records to
+/// the sink.
 fn scan_files(
     mut reader: BinlogFileReader,
     router: Router,
     after: Option<BinlogPosition>,
+    publish_until: Option<BinlogPosition>,
     records: mpsc::Sender<SinkItem<u64>>,
 ) -> anyhow::Result<RecoveryScan> {
     let mut scan = RecoveryScan::default();
+    let Some(publish_until) = publish_until else {
+        return Ok(scan);
+    };
+    let mut xa = XaRecords::default();
     while let Some(item) = reader.next_item()? {
+        let last_complete_commit =
+            matches!(&item, StreamItem::Commit(commit) if commit.position == publish_until);
         match item {
             StreamItem::Row(row) if !is_after(&row.event_position, after.as_ref())? => {
                 scan.rows_before_start += 1
@@ -129,12 +264,13 @@ fn scan_files(
                 Ok(RouteOutcome::Record(record)) => {
                     let item = SinkItem {
                         record: OutboundRecord::from(record),
-                        ticket: scan.records,
+                        ticket: 0,
                         origin: RecordOrigin::of_row(&row),
                     };
-                    scan.records += 1;
-                    if records.blocking_send(item).is_err() {
-                        anyhow::bail!("the Kafka sink stopped while records were still being read");
+                    if row.in_xa_transaction {
+                        xa.open.push(item);
+                    } else {
+                        send_record(&records, &mut scan, item)?;
                     }
                 }
                 Ok(RouteOutcome::Skipped { .. }) => scan.rows_skipped += 1,
@@ -147,6 +283,29 @@ fn scan_files(
                 })),
             },
             StreamItem::Commit(commit) => {
+                match commit.xa {
+                    Some(XaBoundary::Prepare { xid }) => {
+                        let open = std::mem::take(&mut xa.open);
+                        if !open.is_empty() {
+                            xa.prepared.insert(xid, open);
+                        }
+                    }
+                    Some(XaBoundary::Commit { xid }) => {
+                        for item in xa.prepared.remove(&xid).unwrap_or_default() {
+                            send_record(&records, &mut scan, item)?;
+                        }
+                    }
+                    Some(XaBoundary::Rollback { xid }) => {
+                        let dropped = xa.prepared.remove(&xid).unwrap_or_default();
+                        scan.xa_rolled_back_records += dropped.len() as u64;
+                    }
+                    // An ordinary commit (a one-phase XA commit among them).
+                    None => {
+                        for item in std::mem::take(&mut xa.open) {
+                            send_record(&records, &mut scan, item)?;
+                        }
+                    }
+                }
                 if is_after(&commit.position, after.as_ref())? {
                     scan.transactions += 1;
                     scan.last_position = Some(commit.position.to_string());
@@ -154,7 +313,12 @@ fn scan_files(
             }
             StreamItem::Heartbeat(_) => {}
         }
+        if last_complete_commit {
+            // What follows belongs to a transaction whose commit is not in the files.
+            break;
+        }
     }
+    scan.xa_unresolved_records = xa.prepared.values().map(|items| items.len() as u64).sum();
     Ok(scan)
 }
 

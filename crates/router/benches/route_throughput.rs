@@ -75,6 +75,7 @@ fn rows(scenario: &Scenario, count: usize) -> Vec<RowChange> {
                 event_timestamp: common::EVENT_TIME_SECONDS,
                 event_position: BinlogPosition::new("mysql-bin.000001", 4),
                 transaction_gtid: None,
+                in_xa_transaction: false,
             }
         })
         .collect()

@@ -263,6 +263,7 @@ fn change_strategy() -> impl Strategy<Value = RowChange> {
                 event_timestamp,
                 event_position: BinlogPosition::new("bin.000001", 4),
                 transaction_gtid: None,
+                in_xa_transaction: false,
             },
         )
 }

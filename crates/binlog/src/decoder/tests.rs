@@ -122,12 +122,14 @@ fn mariadb_groups_commit_at_their_last_event() {
                 gtid: Some(gtid(5)),
                 timestamp: 1_700_000_000,
                 row_count: 0,
+                xa: None,
             }),
             StreamItem::Commit(Commit {
                 position: BinlogPosition::new("binlog.000001", 700),
                 gtid: Some(gtid(6)),
                 timestamp: 1_700_000_000,
                 row_count: 0,
+                xa: None,
             }),
             StreamItem::Heartbeat(Heartbeat {
                 position: BinlogPosition::new("binlog.000001", 700),

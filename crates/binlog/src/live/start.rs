@@ -7,7 +7,7 @@ use mysql_async::{Conn, Row};
 
 use crate::checks::version_numbers;
 use crate::live::connection::ServerEndpoint;
-use crate::{BinlogError, BinlogPosition, Flavor, GtidSet};
+use crate::{BinlogError, BinlogPosition, Flavor, Gtid, GtidSet};
 
 /// `SHOW BINARY LOGS`: every binlog file the server still has, oldest first.
 pub(crate) async fn binary_log_files(conn: &mut Conn) -> Result<Vec<String>, mysql_async::Error> {
@@ -19,12 +19,13 @@ pub(crate) async fn binary_log_files(conn: &mut Conn) -> Result<Vec<String>, mys
 }
 
 /// The current end of the binlog: `SHOW BINARY LOG STATUS` on MySQL 8.2+ (8.4 removed the old
-/// name), `SHOW MASTER STATUS` elsewhere. `None` when binary logging is off.
+/// name), `SHOW MASTER STATUS` elsewhere. `None` when binary logging is off. On MySQL also
+/// the `Executed_Gtid_Set` of the same row: the server's GTID history at exactly that end.
 pub(crate) async fn current_end(
     conn: &mut Conn,
     flavor: Flavor,
     version: &str,
-) -> Result<Option<BinlogPosition>, mysql_async::Error> {
+) -> Result<Option<(BinlogPosition, Option<String>)>, mysql_async::Error> {
     let query = if flavor == Flavor::Mysql && version_numbers(version) >= (8, 2, 0) {
         "SHOW BINARY LOG STATUS"
     } else {
@@ -34,8 +35,112 @@ pub(crate) async fn current_end(
     Ok(row.and_then(|row| {
         let file = row.get_opt::<String, usize>(0)?.ok()?;
         let position = row.get_opt::<u64, usize>(1)?.ok()?;
-        Some(BinlogPosition::new(file, position))
+        let executed = match flavor {
+            Flavor::Mysql => row
+                .get_opt::<Option<String>, usize>(4)
+                .and_then(Result::ok)
+                .flatten(),
+            Flavor::Mariadb => None,
+        };
+        Some((BinlogPosition::new(file, position), executed))
     }))
+}
+
+/// Events read per `SHOW BINLOG EVENTS` page when scanning a MySQL file for its GTIDs.
+const GTID_SCAN_PAGE: usize = 2000;
+
+/// The server's GTID history at `position` (every transaction with a GTID before it), so a
+/// stream started by file+position still knows the set a GTID resume needs.
+/// * MariaDB: `BINLOG_GTID_POS(file, pos)`, one GTID per replication domain (every domain,
+///   also those not written since the file started).
+/// * MySQL: the file's `Previous_gtids` event plus every `Gtid` event before `position`,
+///   from `SHOW BINLOG EVENTS` in pages.
+///
+/// `None` when the server cannot tell (MariaDB answers NULL for a position that is not an
+/// event boundary or a file it no longer has; MySQL without GTIDs has no `Previous_gtids`
+/// set worth keeping).
+pub(crate) async fn gtid_state_at(
+    conn: &mut Conn,
+    flavor: Flavor,
+    position: &BinlogPosition,
+) -> Result<Option<GtidSet>, mysql_async::Error> {
+    match flavor {
+        Flavor::Mariadb => {
+            let state: Option<Option<String>> = conn
+                .exec_first(
+                    "SELECT BINLOG_GTID_POS(?, ?)",
+                    (position.file.as_str(), position.position),
+                )
+                .await?;
+            Ok(state
+                .flatten()
+                .and_then(|text| GtidSet::parse(Flavor::Mariadb, &text).ok()))
+        }
+        Flavor::Mysql => {
+            let mut set: Option<GtidSet> = None;
+            let mut offset = 0usize;
+            loop {
+                let query = format!(
+                    "SHOW BINLOG EVENTS IN '{}' LIMIT {offset}, {GTID_SCAN_PAGE}",
+                    position.file.replace('\\', "\\\\").replace('\'', "\\'")
+                );
+                let rows: Vec<Row> = conn.query(query).await?;
+                let page_len = rows.len();
+                for row in rows {
+                    let event = (
+                        row.get_opt::<u64, usize>(1).and_then(Result::ok),
+                        row.get_opt::<String, usize>(2).and_then(Result::ok),
+                        row.get_opt::<String, usize>(5).and_then(Result::ok),
+                    );
+                    let (Some(start), Some(event_type), Some(info)) = event else {
+                        continue;
+                    };
+                    if start >= position.position {
+                        return Ok(set);
+                    }
+                    fold_mysql_gtid_event(&mut set, &event_type, &info);
+                }
+                if page_len < GTID_SCAN_PAGE {
+                    return Ok(set);
+                }
+                offset += page_len;
+            }
+        }
+    }
+}
+
+/// Folds one `SHOW BINLOG EVENTS` row of a MySQL file into `set`: `Previous_gtids` (info:
+/// the set before the file) starts it, `Gtid` events (info:
+/// `SET @@SESSION.GTID_NEXT= 'uuid[:tag]:n'`) add their transaction. Other events, anonymous
+/// GTIDs and unreadable info change nothing.
+fn fold_mysql_gtid_event(set: &mut Option<GtidSet>, event_type: &str, info: &str) {
+    if event_type.eq_ignore_ascii_case("Previous_gtids") {
+        if let Ok(previous) = GtidSet::parse(Flavor::Mysql, info) {
+            *set = Some(previous);
+        }
+        return;
+    }
+    if !event_type.to_ascii_lowercase().starts_with("gtid") {
+        return;
+    }
+    let Some(quoted) = info.split('\'').nth(1) else {
+        return;
+    };
+    let Ok(GtidSet::Mysql(single)) = GtidSet::parse(Flavor::Mysql, quoted) else {
+        return;
+    };
+    let set = set.get_or_insert(GtidSet::Empty);
+    for ((source_uuid, tag), intervals) in single {
+        for (first, last) in intervals {
+            for transaction_id in first..=last {
+                set.add(&Gtid::Mysql {
+                    source_uuid: source_uuid.clone(),
+                    tag: tag.clone(),
+                    transaction_id,
+                });
+            }
+        }
+    }
 }
 
 /// ER_MASTER_FATAL_ERROR_READING_BINLOG: the dump thread stopped (purged position,
@@ -156,9 +261,11 @@ pub(crate) async fn explain_stream_error(
             message,
         },
         FatalReadKind::PositionUnavailable => {
-            // A side connection idle for long may have been closed by the server.
+            // A side connection idle for long may have been closed by the server; one that
+            // went half-open must not hang the explanation: each step is bounded.
             if let Some(conn) = side.as_mut() {
-                if conn.ping().await.is_err() {
+                let pinged = tokio::time::timeout(connect_timeout, conn.ping()).await;
+                if !matches!(pinged, Ok(Ok(()))) {
                     *side = None;
                 }
             }
@@ -166,7 +273,17 @@ pub(crate) async fn explain_stream_error(
                 *side = endpoint.connect(connect_timeout, &position).await.ok();
             }
             let oldest_available = match side.as_mut() {
-                Some(conn) => oldest_available(conn, flavor).await,
+                Some(conn) => {
+                    match tokio::time::timeout(connect_timeout, oldest_available(conn, flavor))
+                        .await
+                    {
+                        Ok(description) => description,
+                        Err(_) => {
+                            *side = None;
+                            format!("unknown (SHOW BINARY LOGS got no answer within {connect_timeout:?})")
+                        }
+                    }
+                }
                 None => "unknown (the side connection for SHOW BINARY LOGS failed)".to_owned(),
             };
             BinlogError::PositionPurged {
@@ -257,6 +374,38 @@ mod tests {
             ]
         );
         assert!(mysql_sids(&GtidSet::Empty).unwrap().is_empty());
+    }
+
+    #[test]
+    fn mysql_binlog_events_fold_into_the_gtid_history() {
+        const A: &str = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let mut set = None;
+        // As MySQL 8.4 lists them in SHOW BINLOG EVENTS.
+        fold_mysql_gtid_event(&mut set, "Format_desc", "Server ver: 8.4.3, Binlog ver: 4");
+        fold_mysql_gtid_event(&mut set, "Previous_gtids", &format!("{A}:1-41"));
+        fold_mysql_gtid_event(
+            &mut set,
+            "Gtid",
+            &format!("SET @@SESSION.GTID_NEXT= '{A}:42'"),
+        );
+        fold_mysql_gtid_event(&mut set, "Query", "BEGIN");
+        fold_mysql_gtid_event(
+            &mut set,
+            "Anonymous_Gtid",
+            "SET @@SESSION.GTID_NEXT= 'ANONYMOUS'",
+        );
+        fold_mysql_gtid_event(
+            &mut set,
+            "Gtid_tagged",
+            &format!("SET @@SESSION.GTID_NEXT= '{A}:blue:7'"),
+        );
+        assert_eq!(
+            set.map(|set| set.to_string()),
+            Some(format!("{A}:1-42,{A}:blue:7"))
+        );
+        let mut empty_history = None;
+        fold_mysql_gtid_event(&mut empty_history, "Previous_gtids", "");
+        assert_eq!(empty_history, Some(GtidSet::Empty));
     }
 
     #[test]

@@ -40,6 +40,7 @@ pub fn change(
         event_timestamp: EVENT_TIME_SECONDS,
         event_position: BinlogPosition::new("mysql-bin.000001", 4),
         transaction_gtid: None,
+        in_xa_transaction: false,
     }
 }
 
