@@ -217,6 +217,26 @@ fn lock_records(records: &RecordTransactions) -> std::sync::MutexGuard<'_, VecDe
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// A held XA record, released for sending: it gets its ack token now (so the checkpoint
+/// waits for it) and keeps its budget permit; `xa_release` is the prepared transaction's
+/// shared release, `None` for a one-phase XA commit.
+fn held_record_to_sink_item(
+    tracker: &SharedTracker,
+    held: HeldRecord,
+    xa_release: Option<Arc<XaRelease>>,
+) -> SinkItem<RecordTicket> {
+    let token = lock_tracker(tracker).add_record();
+    SinkItem {
+        record: held.record,
+        ticket: RecordTicket {
+            token,
+            budget: held.budget,
+            xa_release,
+        },
+        origin: held.origin,
+    }
+}
+
 fn lock_tracker(tracker: &SharedTracker) -> std::sync::MutexGuard<'_, AckTracker> {
     // A poisoned lock means another task panicked mid-update; the tracker's state is still
     // consistent at instruction granularity, and that task's failure stops the relay anyway.
@@ -1092,17 +1112,12 @@ async fn run_router(
                                         prepared.hold_token,
                                     ));
                                     for held in prepared.records {
-                                        let token = lock_tracker(&tracker).add_record();
                                         records_in_open_transaction += 1;
-                                        let item = SinkItem {
-                                            record: held.record,
-                                            ticket: RecordTicket {
-                                                token,
-                                                budget: held.budget,
-                                                xa_release: Some(release.clone()),
-                                            },
-                                            origin: held.origin,
-                                        };
+                                        let item = held_record_to_sink_item(
+                                            &tracker,
+                                            held,
+                                            Some(release.clone()),
+                                        );
                                         if !send_to_sink(&records, &mut shutdown, item).await {
                                             return Ok(());
                                         }
@@ -1125,17 +1140,8 @@ async fn run_router(
                     None if xa.has_open_records() => {
                         // A one-phase XA commit: the held records are this transaction's.
                         for held in xa.take_open() {
-                            let token = lock_tracker(&tracker).add_record();
                             records_in_open_transaction += 1;
-                            let item = SinkItem {
-                                record: held.record,
-                                ticket: RecordTicket {
-                                    token,
-                                    budget: held.budget,
-                                    xa_release: None,
-                                },
-                                origin: held.origin,
-                            };
+                            let item = held_record_to_sink_item(&tracker, held, None);
                             if !send_to_sink(&records, &mut shutdown, item).await {
                                 return Ok(());
                             }
