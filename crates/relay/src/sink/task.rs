@@ -102,6 +102,15 @@ where
                 resend_timer = Some(Box::pin(tokio::time::sleep(request.resend_after)));
             }
         }
+        // A record Kafka rejected before is resent alone (see the resend below); the others
+        // waiting behind it go once nothing is in flight any more.
+        if rebuild.is_none()
+            && resend_timer.is_none()
+            && !waiting_for_resend.is_empty()
+            && pending.values().all(|item| item.sent_at.is_none())
+        {
+            resend_timer = Some(Box::pin(tokio::time::sleep(Duration::ZERO)));
+        }
         let accepting = input_open
             && drain_deadline.is_none()
             && rebuild.is_none()
@@ -221,11 +230,26 @@ where
                 resend_timer = None;
                 let due: Vec<u64> = std::mem::take(&mut waiting_for_resend).into_iter().collect();
                 for (index, &sequence) in due.iter().enumerate() {
+                    // A broker rejects a whole produce request: one record over the topic's
+                    // max.message.bytes fails every record batched with it. So a record Kafka
+                    // rejected before is resent in a batch of its own (nothing else in flight,
+                    // nothing after it until its report), and only its own size or content
+                    // can count against it; the records that merely shared its batch go
+                    // through.
+                    let rejected_before = pending.get(&sequence).is_some_and(|item| item.permanent_failures > 0);
+                    if rejected_before && pending.values().any(|item| item.sent_at.is_some()) {
+                        waiting_for_resend.extend(due[index..].iter().copied());
+                        break;
+                    }
                     let Some(item) = pending.get_mut(&sequence) else { continue };
                     match enqueue(&producer, &item.record, sequence, generation) {
                         Ok(delivery) => {
                             item.sent_at = Some(Instant::now());
                             deliveries.push(delivery);
+                            if rejected_before {
+                                waiting_for_resend.extend(due[index + 1..].iter().copied());
+                                break;
+                            }
                         }
                         Err(error) if classify_delivery_error(&error) == FailureKind::Permanent => {
                             let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
