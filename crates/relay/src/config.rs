@@ -60,6 +60,21 @@ fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
     }
 }
 
+/// `PREFIX_initial_backoff_ms` must be at least 1 and `PREFIX_max_backoff_ms` at least that
+/// (`prefix` is the key path without the suffix, e.g. `kafka.retry`).
+fn check_backoff(prefix: &str, initial_ms: u64, max_ms: u64) -> Result<(), ConfigError> {
+    if initial_ms == 0 || max_ms < initial_ms {
+        let name = prefix.rsplit('.').next().unwrap_or(prefix);
+        return Err(invalid(
+            &format!("{prefix}_max_backoff_ms"),
+            format!(
+                "needs {name}_initial_backoff_ms >= 1 and {name}_max_backoff_ms >= {name}_initial_backoff_ms"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The whole configuration file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -723,14 +738,11 @@ impl RelayConfig {
                 ),
             ));
         }
-        if source.reconnect_initial_backoff_ms == 0
-            || source.reconnect_max_backoff_ms < source.reconnect_initial_backoff_ms
-        {
-            return Err(invalid(
-                "source.reconnect_max_backoff_ms",
-                "needs reconnect_initial_backoff_ms >= 1 and reconnect_max_backoff_ms >= reconnect_initial_backoff_ms",
-            ));
-        }
+        check_backoff(
+            "source.reconnect",
+            source.reconnect_initial_backoff_ms,
+            source.reconnect_max_backoff_ms,
+        )?;
 
         if self.outbox.is_empty() {
             return Err(invalid(
@@ -758,14 +770,11 @@ impl RelayConfig {
                 ),
             ));
         }
-        if kafka.retry_initial_backoff_ms == 0
-            || kafka.retry_max_backoff_ms < kafka.retry_initial_backoff_ms
-        {
-            return Err(invalid(
-                "kafka.retry_max_backoff_ms",
-                "needs retry_initial_backoff_ms >= 1 and retry_max_backoff_ms >= retry_initial_backoff_ms",
-            ));
-        }
+        check_backoff(
+            "kafka.retry",
+            kafka.retry_initial_backoff_ms,
+            kafka.retry_max_backoff_ms,
+        )?;
         if kafka.message_timeout_ms.is_some() {
             return Err(invalid(
                 "kafka.message_timeout_ms",
