@@ -180,10 +180,7 @@ where
                                         rebuild = Some(Rebuild::new(format!("fatal {code:?} after a permanent rejection: {message}"), "fatal", backoff.next_delay()));
                                     }
                                     (None, false) => {
-                                        waiting_for_resend.insert(sequence);
-                                        if resend_timer.is_none() {
-                                            resend_timer = Some(Box::pin(tokio::time::sleep(backoff.next_delay())));
-                                        }
+                                        queue_resend(&mut waiting_for_resend, &mut resend_timer, &mut backoff, sequence);
                                     }
                                 }
                             }
@@ -259,10 +256,7 @@ where
                                 drain_deadline.get_or_insert_with(|| Instant::now() + settings.drain_timeout);
                                 continue;
                             }
-                            waiting_for_resend.insert(sequence);
-                            if resend_timer.is_none() {
-                                resend_timer = Some(Box::pin(tokio::time::sleep(backoff.next_delay())));
-                            }
+                            queue_resend(&mut waiting_for_resend, &mut resend_timer, &mut backoff, sequence);
                         }
                         Err(error) => {
                             // Queue full or similar: this one and every later one wait for the
@@ -333,10 +327,7 @@ where
                                 drain_deadline.get_or_insert_with(|| Instant::now() + settings.drain_timeout);
                                 continue;
                             }
-                            waiting_for_resend.insert(sequence);
-                            if resend_timer.is_none() {
-                                resend_timer = Some(Box::pin(tokio::time::sleep(backoff.next_delay())));
-                            }
+                            queue_resend(&mut waiting_for_resend, &mut resend_timer, &mut backoff, sequence);
                         }
                     }
                 }
@@ -349,6 +340,20 @@ where
     .emit(&metrics);
     tokio::task::spawn_blocking(move || drop(producer));
     Ok(summary)
+}
+
+/// Queues `sequence` for a resend and arms the resend timer with the next backoff delay,
+/// unless it is armed already (an armed timer resends everything waiting, in input order).
+fn queue_resend(
+    waiting_for_resend: &mut BTreeSet<u64>,
+    resend_timer: &mut Option<Pin<Box<Sleep>>>,
+    backoff: &mut Backoff,
+    sequence: u64,
+) {
+    waiting_for_resend.insert(sequence);
+    if resend_timer.is_none() {
+        *resend_timer = Some(Box::pin(tokio::time::sleep(backoff.next_delay())));
+    }
 }
 
 /// Makes sure the dead-letter topic exists (checked, or created with
