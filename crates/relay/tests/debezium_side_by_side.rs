@@ -44,7 +44,7 @@ async fn start_database_for_debezium() -> ScratchMariadb {
     db
 }
 
-/// Commits `count` outbox rows (aggregate types `order`/`customer`, three aggregates), one
+/// Commits `count` outbox rows (aggregate types `order`/`customer`, one aggregate each), one
 /// transaction each with an order row, plus one rolled-back transaction; returns the
 /// committed rows as (id, aggregate type, aggregate id, payload).
 async fn write_outbox_rows(
@@ -55,7 +55,7 @@ async fn write_outbox_rows(
     let mut committed = Vec::new();
     for index in 0..count {
         let aggregate_type = ["order", "customer"][(index % 2) as usize];
-        let aggregate_id = format!("{aggregate_type}-{}", index % 3);
+        let aggregate_id = format!("{aggregate_type}-{index}");
         let id = format!("dbz-side-{index:04}");
         let payload = tricky_payload(u64::from(index), u64::from(index));
         conn.query_drop("START TRANSACTION").await.unwrap();
@@ -114,18 +114,25 @@ fn by_id(records: &[ConsumedRecord]) -> BTreeMap<String, &ConsumedRecord> {
 }
 
 /// Starts outbox-relay on the same database and broker from the binlog's start, routing
-/// `shop.outbox_debezium` (Debezium preset) to `TAG.outbox.event.TYPE`.
+/// `shop.outbox_debezium` (Debezium preset) to `TAG.outbox.event.TYPE`, topics created with
+/// [`PARTITIONS`] partitions.
 fn start_relay(db: &ScratchMariadb, broker: &KafkaBroker) -> Relay {
     let mut setup = RelaySetup::new(db, &broker.bootstrap());
+    setup.topic_partitions = PARTITIONS;
     setup.extra_outbox_tables = vec![("shop.outbox_debezium".to_string(), "debezium".to_string())];
     let mut relay = Relay::prepare(&setup);
     relay.start();
     relay
 }
 
+/// Partitions of both sides' topics: an aggregate's events must land on the same partition
+/// number from both (the Java producer's murmur2 partitioner), or per-aggregate order breaks
+/// across a cutover.
+const PARTITIONS: i32 = 3;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debezium_and_outbox_relay_deliver_the_same_records() {
-    const ROWS: u32 = 6;
+    const ROWS: u32 = 12;
     let (db, broker) = tokio::join!(start_database_for_debezium(), KafkaBroker::shared());
     let broker = broker.expect("the shared Kafka broker starts");
     let tag = db.tag().to_string();
@@ -134,6 +141,10 @@ async fn debezium_and_outbox_relay_deliver_the_same_records() {
     options.extra.push((
         "transforms.outbox.route.topic.replacement".into(),
         format!("{tag}.dbz.outbox.event.${{routedByValue}}"),
+    ));
+    options.extra.push((
+        "topic.creation.default.partitions".into(),
+        PARTITIONS.to_string(),
     ));
     let debezium = DebeziumConnect::start(&db, broker, options)
         .await
@@ -201,6 +212,12 @@ async fn debezium_and_outbox_relay_deliver_the_same_records() {
             }
             if mine.value != reference.value {
                 failures.push(format!("{id}: values differ"));
+            }
+            if mine.partition != reference.partition {
+                failures.push(format!(
+                    "{id} (key {aggregate_id}): partition {} from the relay, {} from Debezium",
+                    mine.partition, reference.partition
+                ));
             }
         }
         if ours.len() != expected.len() || theirs.len() != expected.len() {

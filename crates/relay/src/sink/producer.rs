@@ -25,6 +25,12 @@ pub fn producer_properties(kafka: &KafkaConfig) -> Vec<(String, String)> {
         "batch.num.messages".into(),
         kafka.batch_num_messages.to_string(),
     );
+    // The Java producer's partitioner (murmur2 of the key), which Kafka Connect and so
+    // Debezium use: an aggregate's events land on the same partition as before a cutover
+    // from Debezium, so its order holds across the switch. librdkafka's own default
+    // (`consistent_random`, CRC32) puts most keys elsewhere. `[kafka.properties]` may set
+    // another.
+    properties.insert("partitioner".into(), "murmur2_random".into());
     for (key, value) in &kafka.properties {
         properties.insert(key.clone(), value.clone());
     }
