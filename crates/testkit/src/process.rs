@@ -340,10 +340,7 @@ impl JvmProcess {
 
     /// SIGKILL, then reap the JVM and its watchdog.
     pub(crate) fn kill(mut self) {
-        let _ = send_signal(self.child.id(), "CONT");
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.release_watchdog();
+        self.kill_now();
     }
 
     /// SIGTERM (the JVM's shutdown hooks run: a clean stop), waiting up to `limit`, then
@@ -360,6 +357,16 @@ impl JvmProcess {
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
+        self.kill_now();
+    }
+
+    /// SIGKILL (after SIGCONT, so a frozen JVM dies too) and reap the JVM and its watchdog,
+    /// unless that was done already.
+    fn kill_now(&mut self) {
+        if self.watchdog_pipe.is_none() {
+            return;
+        }
+        let _ = send_signal(self.child.id(), "CONT");
         let _ = self.child.kill();
         let _ = self.child.wait();
         self.release_watchdog();
@@ -373,11 +380,6 @@ impl JvmProcess {
 
 impl Drop for JvmProcess {
     fn drop(&mut self) {
-        if self.watchdog_pipe.is_some() {
-            let _ = send_signal(self.child.id(), "CONT");
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-            self.release_watchdog();
-        }
+        self.kill_now();
     }
 }
