@@ -345,3 +345,191 @@ async fn consumer_crash_before_database_commit_applies_on_redelivery_once() {
     assert_eq!(world.processed_events().await, [id]);
     restarted.stop().await;
 }
+
+/// A transient failure that never clears: dead-lettered after `max_attempts` attempts as
+/// `handler_retries_exhausted`, nothing applied.
+#[tokio::test]
+async fn retries_exhausted_go_to_the_dead_letter_topic_after_max_attempts() {
+    let world = World::start().await;
+    let mut relay = Relay::prepare(&world, &format!("{}.outbox.dlq", world.db.tag()));
+    relay.start();
+    let mut config = world.consumer_config();
+    config.max_attempts = 3;
+    let consumer = world.start_consumer(config, handler_with_timeouts(1000));
+    let id = world.place_order(90, "apple", 1).await;
+    consumer.wait_for("dead letters", 1, dead_letters).await;
+    assert_eq!(consumer.metrics.handler_failures.get(), 3);
+    assert_eq!(consumer.metrics.events_applied.get(), 0);
+    let letters = world.records(&world.dead_letter_topic(), 1).await;
+    assert_eq!(letters[0].header_str("id").as_deref(), Some(id.as_str()));
+    assert_eq!(
+        letters[0]
+            .header_str(dead_letter_headers::ERROR_CLASS)
+            .as_deref(),
+        Some("handler_retries_exhausted")
+    );
+    assert_eq!(
+        letters[0]
+            .header_str(dead_letter_headers::ATTEMPTS)
+            .as_deref(),
+        Some("3")
+    );
+    assert_eq!(world.stock("apple").await, (100, 0));
+    assert!(world.processed_events().await.is_empty());
+    consumer.stop().await;
+}
+
+/// Values as Debezium's JsonConverter writes a string payload (a JSON string literal, and
+/// the schema envelope) are unwrapped; a record without header `id` is dead-lettered as
+/// `missing_event_id` instead of being applied without deduplication.
+#[tokio::test]
+async fn debezium_json_string_values_are_applied_and_a_record_without_id_is_dead_lettered() {
+    let world = World::start().await;
+    let mut config = world.consumer_config();
+    config.payload_format = outbox_consumer::PayloadFormat::DebeziumJsonString;
+    let consumer = world.start_consumer(config, reserve_stock());
+    let order = |order_id: i64| {
+        serde_json::to_string(&OrderCreated {
+            order_id,
+            sku: "apple".into(),
+            quantity: 2,
+        })
+        .unwrap()
+    };
+    let wrapped = serde_json::to_string(&order(100)).unwrap();
+    let envelope = format!(
+        r#"{{"schema":{{"type":"string","optional":false}},"payload":{}}}"#,
+        serde_json::to_string(&order(101)).unwrap()
+    );
+    let headers = |id: &str| {
+        vec![
+            ("id".to_owned(), Some(id.as_bytes().to_vec())),
+            ("event_type".to_owned(), Some(b"OrderCreated".to_vec())),
+        ]
+    };
+    let bootstrap = world.broker.bootstrap();
+    let topic = world.order_topic();
+    produce(
+        &bootstrap,
+        &topic,
+        Some(b"100"),
+        Some(wrapped.as_bytes()),
+        &headers("e-100"),
+    )
+    .await;
+    produce(
+        &bootstrap,
+        &topic,
+        Some(b"101"),
+        Some(envelope.as_bytes()),
+        &headers("e-101"),
+    )
+    .await;
+    let no_id = vec![("event_type".to_owned(), Some(b"OrderCreated".to_vec()))];
+    produce(
+        &bootstrap,
+        &topic,
+        Some(b"102"),
+        Some(wrapped.as_bytes()),
+        &no_id,
+    )
+    .await;
+    world.wait_for_reservations(2, None).await;
+    consumer.wait_for("dead letters", 1, dead_letters).await;
+    assert_eq!(world.reservations().await, [(100, 2), (101, 2)]);
+    assert_eq!(world.processed_events().await, ["e-100", "e-101"]);
+    let letters = world.records(&world.dead_letter_topic(), 1).await;
+    assert_eq!(
+        letters[0]
+            .header_str(dead_letter_headers::ERROR_CLASS)
+            .as_deref(),
+        Some("missing_event_id")
+    );
+    assert_eq!(letters[0].key_str().as_deref(), Some("102"));
+    assert_eq!(
+        letters[0].value.as_deref(),
+        Some(wrapped.as_bytes()),
+        "the original value"
+    );
+    consumer.stop().await;
+}
+
+/// The writer's cleanup job against the relay's own checkpoint file: a published row older
+/// than the stored checkpoint goes, a row written while the relay is down (after the
+/// checkpoint) stays and is still published and applied after the restart; the relay
+/// ignores the DELETE rows.
+#[tokio::test]
+async fn cleanup_deletes_only_what_the_relays_stored_checkpoint_covers() {
+    use mysql_async::prelude::Queryable;
+    use outbox_checkpoint::{CheckpointStore, FileCheckpointStore};
+    use outbox_writer::{delete_published_events, CleanupPolicy};
+
+    let world = World::start().await;
+    let mut relay = Relay::prepare(&world, &format!("{}.outbox.dlq", world.db.tag()));
+    relay.start();
+    let consumer = world.start_consumer(world.consumer_config(), reserve_stock());
+    let old = world.place_order(110, "apple", 1).await;
+    world.wait_for_reservations(1, Some(&relay)).await;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let published = world.place_order(111, "apple", 1).await;
+    world.wait_for_reservations(2, Some(&relay)).await;
+
+    let mut shop = world.db.conn().await.expect("connect");
+    let second_of_111: u32 = shop
+        .exec_first(
+            "SELECT FLOOR(UNIX_TIMESTAMP(created_at)) FROM shop.outbox WHERE event_id = ?",
+            (&published,),
+        )
+        .await
+        .expect("select")
+        .expect("row");
+    let store = FileCheckpointStore::new(&relay.checkpoint_path);
+    let started = std::time::Instant::now();
+    loop {
+        let checkpoint = store.load().await.expect("checkpoint readable");
+        if checkpoint.is_some_and(|c| c.position.timestamp >= second_of_111) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the relay's checkpoint did not reach order 111; {}",
+            relay.log_tail(20)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    relay.kill9(); // a crash: the checkpoint stays where it is
+    let unpublished = world.place_order(112, "apple", 1).await;
+
+    let policy = CleanupPolicy {
+        safety_margin: Duration::ZERO,
+        batch_size: 1,
+        max_batches: 10,
+    };
+    let outbox = outbox_examples::schema::shop_outbox_table().expect("table");
+    let report = delete_published_events(&mut shop, &outbox, &store, &policy)
+        .await
+        .expect("cleanup");
+    let left: Vec<String> = shop
+        .query("SELECT event_id FROM shop.outbox ORDER BY created_at")
+        .await
+        .expect("rows");
+    assert!(
+        !left.contains(&old),
+        "published before the checkpoint: deleted; {report:?}"
+    );
+    assert!(
+        left.contains(&unpublished),
+        "after the checkpoint: kept; {report:?}"
+    );
+    assert!(report.deleted_rows >= 1, "{report:?}");
+
+    let mut relay = Relay::prepare(&world, &format!("{}.outbox.dlq", world.db.tag()));
+    relay.start();
+    world.wait_for_reservations(3, Some(&relay)).await;
+    assert_eq!(
+        world.stock("apple").await,
+        (97, 3),
+        "each order reserved once"
+    );
+    consumer.stop().await;
+}

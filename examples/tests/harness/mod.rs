@@ -301,6 +301,8 @@ pub struct Relay {
     pub config_path: PathBuf,
     /// `relay.log` (all runs).
     pub log_path: PathBuf,
+    /// The relay's file checkpoint store (`checkpoint.json`).
+    pub checkpoint_path: PathBuf,
     /// The running process.
     child: Option<Child>,
 }
@@ -316,6 +318,7 @@ impl Relay {
             .expect("tempdir");
         let config_path = dir.path().join("relay.toml");
         let log_path = dir.path().join("relay.log");
+        let checkpoint_path = dir.path().join("checkpoint.json");
         let config = format!(
             r#"[source]
 url = "{url}"
@@ -352,13 +355,14 @@ commit_interval_ms = 200
             url = world.db.url(),
             tag = world.db.tag(),
             brokers = world.broker.bootstrap(),
-            checkpoint = dir.path().join("checkpoint.json").display(),
+            checkpoint = checkpoint_path.display(),
         );
         std::fs::write(&config_path, config).expect("write relay config");
         Relay {
             dir,
             config_path,
             log_path,
+            checkpoint_path,
             child: None,
         }
     }
@@ -391,6 +395,14 @@ commit_interval_ms = 200
     /// Starts the relay.
     pub fn start(&mut self) {
         self.start_with_env(&[]);
+    }
+
+    /// `kill -9`: a crash, no final checkpoint; the directory stays for a restart.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 
     /// Waits for the relay to exit on its own (a crash point); panics after 60 s.
@@ -442,10 +454,7 @@ commit_interval_ms = 200
 
 impl Drop for Relay {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.kill9();
     }
 }
 
