@@ -533,3 +533,126 @@ async fn cleanup_deletes_only_what_the_relays_stored_checkpoint_covers() {
     );
     consumer.stop().await;
 }
+
+/// Records each applied step and how many handlers ran at once.
+#[derive(Clone, Default)]
+struct RecordSteps {
+    /// Handlers running right now.
+    running: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// The most that ever ran at once.
+    most_at_once: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl outbox_consumer::EventHandler for RecordSteps {
+    async fn handle(
+        &self,
+        event: &outbox_consumer::ConsumedEvent,
+        transaction: &mut mysql_async::Transaction<'static>,
+    ) -> Result<(), outbox_consumer::HandlerError> {
+        use mysql_async::prelude::Queryable;
+        use std::sync::atomic::Ordering;
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_at_once.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let step: i64 = event.payload_json()?;
+        let key = event.key_str().unwrap_or_default().to_owned();
+        let result = transaction
+            .exec_drop(
+                "INSERT INTO inventory.steps (aggregate, step) VALUES (?, ?)",
+                (key, step),
+            )
+            .await;
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        result.map_err(Into::into)
+    }
+}
+
+/// One partition's records apply in offset order (each aggregate's steps in order), and
+/// partitions apply in parallel.
+#[tokio::test]
+async fn partitions_apply_in_order_and_in_parallel() {
+    use mysql_async::prelude::Queryable;
+    let world = World::start().await;
+    world
+        .db
+        .exec(&[
+            "CREATE TABLE inventory.steps (seq BIGINT AUTO_INCREMENT PRIMARY KEY, \
+             aggregate VARCHAR(16) NOT NULL, step INT NOT NULL)",
+        ])
+        .await
+        .expect("steps table");
+    let topic = format!("{}.steps", world.db.tag());
+    world.broker.create_topic(&topic, 3).await.expect("topic");
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", world.broker.bootstrap())
+        .set("linger.ms", "0")
+        .create()
+        .expect("producer");
+    for step in 1..=8 {
+        for partition in 0..3 {
+            let key = format!("agg-{partition}");
+            let id = format!("{key}-{step}");
+            let payload = step.to_string();
+            let headers = OwnedHeaders::new().insert(Header {
+                key: "id",
+                value: Some(id.as_bytes()),
+            });
+            producer
+                .send(
+                    FutureRecord::to(&topic)
+                        .partition(partition)
+                        .key(&key)
+                        .payload(&payload)
+                        .headers(headers),
+                    Timeout::After(Duration::from_secs(10)),
+                )
+                .await
+                .expect("produced");
+        }
+    }
+    let mut config = world.consumer_config();
+    config.topics = vec![topic];
+    let handler = RecordSteps::default();
+    let most_at_once = handler.most_at_once.clone();
+    let metrics = outbox_consumer::ConsumerMetrics::new("inventory").unwrap();
+    let consumer = outbox_consumer::OutboxConsumer::new(
+        config,
+        world.inventory_pool.clone(),
+        handler,
+        metrics.clone(),
+    );
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(consumer.run(async move {
+        let _ = stopped.await;
+    }));
+    let started = std::time::Instant::now();
+    while metrics.events_applied.get() < 24 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "applied {}",
+            metrics.events_applied.get()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = stop.send(());
+    task.await.expect("task").expect("run");
+    let mut conn = world.inventory_pool.get_conn().await.expect("connect");
+    for partition in 0..3 {
+        let steps: Vec<i64> = conn
+            .exec(
+                "SELECT step FROM inventory.steps WHERE aggregate = ? ORDER BY seq",
+                (format!("agg-{partition}"),),
+            )
+            .await
+            .expect("steps");
+        assert_eq!(
+            steps,
+            (1..=8).collect::<Vec<i64>>(),
+            "agg-{partition} in order"
+        );
+    }
+    assert!(
+        most_at_once.load(std::sync::atomic::Ordering::SeqCst) > 1,
+        "partitions ran in parallel"
+    );
+}
