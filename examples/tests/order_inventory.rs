@@ -656,3 +656,88 @@ async fn partitions_apply_in_order_and_in_parallel() {
         "partitions ran in parallel"
     );
 }
+
+/// An event id longer than `processed_event.event_id` is dead-lettered (that record only:
+/// the next one is applied); a `processed_event` table that cannot be written stops the
+/// consumer with a definite error naming the fix, instead of retrying forever.
+#[tokio::test]
+async fn a_too_long_id_is_dead_lettered_and_a_missing_processed_event_table_stops_the_consumer() {
+    let world = World::start().await;
+    let consumer = world.start_consumer(world.consumer_config(), reserve_stock());
+    let payload = |order_id: i64| {
+        serde_json::to_string(&OrderCreated {
+            order_id,
+            sku: "apple".into(),
+            quantity: 1,
+        })
+        .unwrap()
+    };
+    let headers = |id: &str| {
+        vec![
+            ("id".to_owned(), Some(id.as_bytes().to_vec())),
+            ("event_type".to_owned(), Some(b"OrderCreated".to_vec())),
+        ]
+    };
+    let bootstrap = world.broker.bootstrap();
+    let topic = world.order_topic();
+    let long_id = "x".repeat(300);
+    produce(
+        &bootstrap,
+        &topic,
+        Some(b"120"),
+        Some(payload(120).as_bytes()),
+        &headers(&long_id),
+    )
+    .await;
+    produce(
+        &bootstrap,
+        &topic,
+        Some(b"121"),
+        Some(payload(121).as_bytes()),
+        &headers("e-121"),
+    )
+    .await;
+    world.wait_for_reservations(1, None).await;
+    consumer.wait_for("dead letters", 1, dead_letters).await;
+    assert_eq!(world.reservations().await, [(121, 1)]);
+    let letters = world.records(&world.dead_letter_topic(), 1).await;
+    assert_eq!(
+        letters[0]
+            .header_str(dead_letter_headers::ERROR_CLASS)
+            .as_deref(),
+        Some("event_id_too_long")
+    );
+
+    world
+        .db
+        .exec(&["DROP TABLE inventory.processed_event"])
+        .await
+        .expect("drop");
+    produce(
+        &bootstrap,
+        &topic,
+        Some(b"122"),
+        Some(payload(122).as_bytes()),
+        &headers("e-122"),
+    )
+    .await;
+    let error = consumer.wait_for_error().await;
+    assert!(
+        matches!(
+            error,
+            outbox_consumer::ConsumerError::ProcessedEventTable { .. }
+        ),
+        "{error}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("create_processed_event_table_sql"),
+        "{error}"
+    );
+    assert_eq!(
+        world.reservations().await,
+        [(121, 1)],
+        "nothing applied without dedup"
+    );
+}

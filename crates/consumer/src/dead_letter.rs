@@ -9,8 +9,8 @@ pub mod headers {
     pub const ORIGINAL_TOPIC: &str = "dlq.original_topic";
     /// Always `true` here (the relay writes `false` for routing errors).
     pub const ORIGINAL_TOPIC_KNOWN: &str = "dlq.original_topic_known";
-    /// `handler_permanent`, `handler_retries_exhausted`, `missing_event_id` or
-    /// `undecodable_payload`.
+    /// `handler_permanent`, `handler_retries_exhausted`, `missing_event_id`,
+    /// `undecodable_payload` or `event_id_too_long`.
     pub const ERROR_CLASS: &str = "dlq.error_class";
     /// The last error's text.
     pub const ERROR_MESSAGE: &str = "dlq.error_message";
@@ -38,6 +38,8 @@ pub mod error_classes {
     pub const MISSING_EVENT_ID: &str = "missing_event_id";
     /// The value does not match the configured payload format.
     pub const UNDECODABLE_PAYLOAD: &str = "undecodable_payload";
+    /// The event id is longer than `processed_event.event_id` holds.
+    pub const EVENT_ID_TOO_LONG: &str = "event_id_too_long";
 }
 
 /// Why a record is dead-lettered.

@@ -63,6 +63,15 @@ pub enum ConsumerError {
     /// A failure test's crash point was reached (see [`CrashPoint`]).
     #[error("crash point {0:?} reached (failure tests only)")]
     CrashPointReached(CrashPoint),
+    /// `processed_event` cannot be written (missing table, missing grant, wrong columns):
+    /// no event can be applied, so the consumer stops instead of retrying forever.
+    #[error("consumer {consumer_name}: cannot insert into processed_event: {source}; create it with outbox_consumer::create_processed_event_table_sql() in the pool's default database and grant INSERT on it")]
+    ProcessedEventTable {
+        /// The consumer.
+        consumer_name: String,
+        /// The server's error.
+        source: mysql_async::Error,
+    },
     /// A partition worker panicked (a bug in the handler or here).
     #[error("a partition worker panicked: {0}")]
     WorkerPanicked(String),
@@ -356,6 +365,36 @@ async fn process_record<H: EventHandler>(
             }
             Err(error) => {
                 drop(transaction);
+                match classify_claim_error(&error) {
+                    ClaimErrorKind::Transient => {}
+                    ClaimErrorKind::IdTooLong => {
+                        let now = now_ms();
+                        let failure = Failure {
+                            class: error_classes::EVENT_ID_TOO_LONG,
+                            message: format!(
+                                "event id of {} bytes does not fit processed_event.event_id: {error}",
+                                event.event_id.len()
+                            ),
+                            attempts: 0,
+                            first_failure_ms: now,
+                            last_failure_ms: now,
+                        };
+                        return dead_letter_then_commit(
+                            shared,
+                            message,
+                            &event.headers,
+                            &event.event_id,
+                            failure,
+                        )
+                        .await;
+                    }
+                    ClaimErrorKind::Definite => {
+                        return Err(ConsumerError::ProcessedEventTable {
+                            consumer_name: shared.config.consumer_name.clone(),
+                            source: error,
+                        });
+                    }
+                }
                 infrastructure_failures += 1;
                 infrastructure_backoff(
                     shared,
@@ -423,6 +462,29 @@ async fn process_record<H: EventHandler>(
                 tokio::time::sleep(wait).await;
             }
         }
+    }
+}
+
+/// What a failed `processed_event` insert means.
+enum ClaimErrorKind {
+    /// Connection trouble, a deadlock or lock wait timeout: retry.
+    Transient,
+    /// The id is longer than the column (`ER_DATA_TOO_LONG`, 1406): this record only.
+    IdTooLong,
+    /// Any other server error (no such table, no INSERT grant, ...): every record would fail
+    /// the same way; stop and tell the operator.
+    Definite,
+}
+
+/// Sorts a claim error (see [`ClaimErrorKind`]).
+fn classify_claim_error(error: &mysql_async::Error) -> ClaimErrorKind {
+    match error {
+        mysql_async::Error::Server(server) if server.code == 1406 => ClaimErrorKind::IdTooLong,
+        mysql_async::Error::Server(server) if matches!(server.code, 1205 | 1213) => {
+            ClaimErrorKind::Transient
+        }
+        mysql_async::Error::Server(_) => ClaimErrorKind::Definite,
+        _ => ClaimErrorKind::Transient,
     }
 }
 

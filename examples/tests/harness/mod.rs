@@ -246,6 +246,16 @@ impl RunningConsumer {
         }
     }
 
+    /// Waits for `run` to end on its own with an error (panics after 60 s or on `Ok`).
+    pub async fn wait_for_error(mut self) -> ConsumerError {
+        let task = self.task.take().expect("running");
+        let result = tokio::time::timeout(Duration::from_secs(60), task)
+            .await
+            .expect("the consumer stops within 60 s")
+            .expect("consumer task");
+        result.expect_err("the consumer stops with an error")
+    }
+
     /// Waits until `counter(metrics)` reaches `target` (panics after 60 s).
     pub async fn wait_for(&self, what: &str, target: u64, counter: fn(&ConsumerMetrics) -> u64) {
         let started = Instant::now();
