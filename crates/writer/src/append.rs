@@ -60,7 +60,10 @@ pub async fn append_events(
 }
 
 /// Refuses events whose headers or trace context the table cannot hold.
-fn check_event_fits_table(table: &OutboxTable, event: &OutboxEvent) -> Result<(), WriterError> {
+pub(crate) fn check_event_fits_table(
+    table: &OutboxTable,
+    event: &OutboxEvent,
+) -> Result<(), WriterError> {
     if let Some(header) = event.headers().keys().find(|header| {
         !table
             .header_columns()
@@ -83,7 +86,7 @@ fn check_event_fits_table(table: &OutboxTable, event: &OutboxEvent) -> Result<()
 }
 
 /// The columns an INSERT writes, in value order.
-fn insert_columns(table: &OutboxTable) -> Vec<String> {
+pub(crate) fn insert_columns(table: &OutboxTable) -> Vec<String> {
     let mapping = table.columns();
     let mut columns = vec![
         mapping.event_id.clone(),
@@ -98,7 +101,7 @@ fn insert_columns(table: &OutboxTable) -> Vec<String> {
 }
 
 /// `INSERT INTO t (c1, ...) VALUES (?, ...), (?, ...)` for `rows` rows.
-fn insert_statement(table: &OutboxTable, columns: &[String], rows: usize) -> String {
+pub(crate) fn insert_statement(table: &OutboxTable, columns: &[String], rows: usize) -> String {
     let quoted: Vec<String> = columns.iter().map(|column| quote(column)).collect();
     let row = format!("({})", vec!["?"; columns.len()].join(", "));
     format!(
@@ -111,23 +114,30 @@ fn insert_statement(table: &OutboxTable, columns: &[String], rows: usize) -> Str
 
 /// One row's values, in [`insert_columns`] order (absent headers are NULL).
 fn push_row_values(table: &OutboxTable, event: &OutboxEvent, values: &mut Vec<Value>) {
-    values.push(Value::from(event.event_id().to_string()));
-    values.push(Value::from(event.aggregate_type()));
-    values.push(Value::from(event.aggregate_id()));
-    values.push(Value::from(event.event_type()));
-    values.push(Value::from(event.payload_json()));
-    for column in table.header_columns() {
-        values.push(match event.headers().get(column) {
-            Some(value) => Value::from(value.as_str()),
+    for value in row_values(table, event) {
+        values.push(match value {
+            Some(text) => Value::from(text),
             None => Value::NULL,
         });
+    }
+}
+
+/// One row's values as text or NULL, in [`insert_columns`] order, for either driver.
+pub(crate) fn row_values(table: &OutboxTable, event: &OutboxEvent) -> Vec<Option<String>> {
+    let mut values = vec![
+        Some(event.event_id().to_string()),
+        Some(event.aggregate_type().to_owned()),
+        Some(event.aggregate_id().to_owned()),
+        Some(event.event_type().to_owned()),
+        Some(event.payload_json().to_owned()),
+    ];
+    for column in table.header_columns() {
+        values.push(event.headers().get(column).cloned());
     }
     if table.trace_context_column().is_some() {
-        values.push(match event.traceparent() {
-            Some(traceparent) => Value::from(traceparent),
-            None => Value::NULL,
-        });
+        values.push(event.traceparent().map(str::to_owned));
     }
+    values
 }
 
 #[cfg(test)]

@@ -66,6 +66,18 @@ pub enum WriterError {
         /// The driver's error.
         source: mysql_async::Error,
     },
+    /// The database refused the INSERT through sqlx (feature `sqlx`); see
+    /// [`WriterError::is_transient`].
+    #[cfg(feature = "sqlx")]
+    #[error("appending {events} event(s) to outbox table {table}: {source}")]
+    Sqlx {
+        /// The table.
+        table: String,
+        /// How many events the statement carried.
+        events: usize,
+        /// sqlx's error.
+        source: sqlx::Error,
+    },
 }
 
 impl WriterError {
@@ -75,6 +87,8 @@ impl WriterError {
     pub fn is_transient(&self) -> bool {
         match self {
             WriterError::Database { source, .. } => is_transient_mysql_error(source),
+            #[cfg(feature = "sqlx")]
+            WriterError::Sqlx { source, .. } => crate::append_sqlx::is_transient_sqlx_error(source),
             _ => false,
         }
     }
