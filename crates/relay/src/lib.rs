@@ -47,6 +47,7 @@ pub mod purge_horizon;
 pub mod recover;
 pub mod shutdown;
 pub mod sink;
+pub mod status;
 mod stores;
 mod tasks;
 mod xa_hold;

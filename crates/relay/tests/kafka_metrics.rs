@@ -205,7 +205,43 @@ async fn metrics_count_what_was_delivered() {
     assert!(get("process_resident_memory_bytes").is_some_and(|rss| rss > 0.0));
     let (status, ready) = http_get(&address, "/readyz").await.unwrap();
     assert_eq!(status, 200, "{ready}");
+
+    // `status` agrees: ready, nothing unacked, the stored checkpoint, the source's view.
+    let config = relay.config_path.to_str().unwrap().to_string();
+    let (code, stdout, stderr) = run_relay_command(&["status", "--config", &config, "--json"]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let status: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(status["relay"]["ready"], true, "{status}");
+    assert_eq!(
+        status["relay"]["oldest_unacked_age_seconds"], 0.0,
+        "{status}"
+    );
+    assert_eq!(status["relay"]["records_delivered"], delivered, "{status}");
+    assert_eq!(
+        status["checkpoint"]["position"].as_str(),
+        relay
+            .checkpoint()
+            .position
+            .map(|p| format!("{}:{}", p.file, p.position))
+            .as_deref(),
+        "{status}"
+    );
+    assert!(status["source"]["binlog_bytes_behind"].is_u64(), "{status}");
+    let (code, human, _) = run_relay_command(&["status", "--config", &config]);
+    assert_eq!(code, 0);
+    assert!(human.contains("ready: true"), "{human}");
     relay.stop_gracefully("graceful stop").await;
+    // Stopped: not ready (exit 1), and the stored checkpoint is still shown.
+    let (code, stdout, _) = run_relay_command(&["status", "--config", &config, "--json"]);
+    assert_eq!(code, 1, "{stdout}");
+    let status: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert!(
+        status["relay"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("not reachable")),
+        "{status}"
+    );
+    assert!(status["checkpoint"]["position"].is_string(), "{status}");
     writer.close().await;
 }
 
