@@ -520,3 +520,39 @@ async fn a_real_prometheus_scrapes_every_family() {
     relay.stop_gracefully("graceful stop").await;
     writer.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_flips_when_the_source_stops_and_returns() {
+    let (mut db, broker) = start_shop_database_and_broker().await;
+    let address = free_loopback_address();
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
+    setup.metrics_listen = Some(address.clone());
+    let mut relay = Relay::prepare(&setup);
+    relay.start();
+    wait_for_readiness(&address, 200, &relay).await;
+
+    db.stop();
+    let body = wait_for_readiness(&address, 503, &relay).await;
+    let report: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(report["source_connected"]["ok"], false, "{report}");
+    assert!(
+        report["source_connected"]["detail"]
+            .as_str()
+            .is_some_and(|detail| detail.starts_with("reconnecting")),
+        "{report}"
+    );
+    assert_eq!(report["broker_reachable"]["ok"], true, "{report}");
+    let samples = scrape(&address).await.unwrap();
+    assert!(
+        samples
+            .get("outbox_relay_retries_total{class=\"source_reconnect\"}")
+            .is_some_and(|retries| *retries >= 1.0),
+        "{samples:?}"
+    );
+
+    db.restart().await.expect("the source restarts");
+    let body = wait_for_readiness(&address, 200, &relay).await;
+    let report: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(report["source_connected"]["ok"], true, "{report}");
+    relay.stop_gracefully("graceful stop").await;
+}
