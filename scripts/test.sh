@@ -3,6 +3,8 @@
 # test of the workspace.
 #   - MariaDB server binaries (apt-get) for the scratch MariaDB servers;
 #   - a JRE and Maven (apt-get) when `java` / `mvn` are missing;
+#   - Prometheus and promtool (apt-get `prometheus`) when missing, for the alert-rule and
+#     scrape tests;
 #   - the jars of Apache Kafka 4.4.0 (broker, tools), the Kafka Connect worker and Debezium
 #     3.6.1.Final (Maven Central, via scripts/fetch-jars.sh, cached outside the work tree).
 # Tests start their own scratch MariaDB servers, Kafka brokers and Connect workers on free
@@ -31,6 +33,10 @@ fi
 # 2. A JRE for Kafka and Kafka Connect, Maven for their jars.
 command -v java >/dev/null 2>&1 || apt_packages+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || apt_packages+=(maven)
+# 3. promtool (alert rule tests) and prometheus (the end-to-end scrape test).
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+  apt_packages+=(prometheus)
+fi
 if [ ${#apt_packages[@]} -gt 0 ]; then
   log "installing ${apt_packages[*]} (apt-get)"
   export DEBIAN_FRONTEND=noninteractive
@@ -38,13 +44,13 @@ if [ ${#apt_packages[@]} -gt 0 ]; then
   apt-get install -y -qq "${apt_packages[@]}" >/dev/null
 fi
 
-# 3. The jars (the first time on a machine: about a minute of Maven downloads).
+# 4. The jars (the first time on a machine: about a minute of Maven downloads).
 log "resolving the Kafka, Kafka Connect and Debezium jars (scripts/fetch-jars.sh)"
 started=$(date +%s)
 scripts/fetch-jars.sh
 log "jars ready in $(( $(date +%s) - started )) s"
 log "tools: $(/usr/sbin/mariadbd --version 2>/dev/null || mariadbd --version) | $(java -version 2>&1 | head -1)"
 
-# 4. The test suite (unit, property, fixture and integration tests).
+# 5. The test suite (unit, property, fixture and integration tests).
 log "cargo test --workspace --no-fail-fast"
 cargo test --workspace --no-fail-fast "$@"

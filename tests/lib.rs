@@ -11,3 +11,14 @@ pub fn repo_root() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_default()
 }
+
+/// Whether `program` is on the `PATH`.
+pub fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+}
+
+/// True when the tests run in CI (`CI=true`), where a missing tool is a failure, not a skip.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|value| value == "true")
+}

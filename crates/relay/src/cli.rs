@@ -44,6 +44,17 @@ pub enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Show the stored checkpoint and its age, the binlog bytes behind and the purge horizon
+    /// on the source, and the running relay's readiness, lag and oldest unacked event (from
+    /// its `[metrics] listen` endpoint). Exit 0 when the running relay reports ready.
+    Status {
+        /// The TOML config file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// One JSON object instead of lines for a person.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show, set or reset the stored checkpoint (run only while the relay is stopped).
     Checkpoint {
         /// show, set or reset.

@@ -35,6 +35,9 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Run { config } => run_command(&config).await,
         Command::Check { config } => check_command(&config, &mut std::io::stdout().lock()).await,
+        Command::Status { config, json } => {
+            crate::status::status_command(&config, json, &mut std::io::stdout().lock()).await
+        }
         Command::Checkpoint { action } => {
             checkpoint_command(action, &mut std::io::stdout().lock()).await
         }

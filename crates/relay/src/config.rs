@@ -610,13 +610,35 @@ fn default_checkpoint_operation_timeout_ms() -> u64 {
     10_000
 }
 
-/// `[metrics]`: the Prometheus endpoint.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// Default of `metrics.ready_max_backoff_ms`.
+pub const DEFAULT_READY_MAX_BACKOFF_MS: u64 = 60_000;
+
+/// `[metrics]`: the Prometheus and health endpoint.
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsConfig {
-    /// `host:port` to serve `GET /metrics` on; absent means no listener.
+    /// `host:port` to serve `GET /metrics`, `/healthz` and `/readyz` on; absent means no
+    /// listener.
     #[serde(default)]
     pub listen: Option<String>,
+    /// `/readyz` reports not ready once the source or the sink has been retrying this long
+    /// without success: a short outage is ridden out, a retry loop pages (via the
+    /// `OutboxRelayNotReady` alert) before anyone notices the lag.
+    #[serde(default = "default_ready_max_backoff_ms")]
+    pub ready_max_backoff_ms: u64,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            ready_max_backoff_ms: DEFAULT_READY_MAX_BACKOFF_MS,
+        }
+    }
+}
+
+fn default_ready_max_backoff_ms() -> u64 {
+    DEFAULT_READY_MAX_BACKOFF_MS
 }
 
 /// `[pipeline]`: flow control and commit timing.

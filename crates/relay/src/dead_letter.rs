@@ -110,6 +110,9 @@ pub struct RecordOrigin {
     /// The GTID of the event's transaction, when the server assigned one (shared with the
     /// row: formatted only if a dead letter is written).
     pub transaction_gtid: Option<std::sync::Arc<outbox_binlog::Gtid>>,
+    /// The rows event's server timestamp (epoch seconds), for the end-to-end latency
+    /// histogram.
+    pub event_timestamp: Option<u32>,
 }
 
 impl RecordOrigin {
@@ -120,6 +123,7 @@ impl RecordOrigin {
             binlog_file: Some(row.event_position.file.clone()),
             binlog_position: Some(row.event_position.position),
             transaction_gtid: row.transaction_gtid.clone(),
+            event_timestamp: Some(row.event_timestamp),
         }
     }
 }
@@ -145,6 +149,17 @@ pub fn now_millis() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
+
+/// Every dead-letter error class ([`kafka_error_class`]'s and `routing`), so the metrics
+/// can start each at 0.
+pub const DEAD_LETTER_CLASSES: [&str; 6] = [
+    "routing",
+    "message_too_large",
+    "authorization",
+    "invalid_topic",
+    "corrupt_record",
+    "other",
+];
 
 /// The dead-letter error class of a Kafka error.
 pub fn kafka_error_class(error: &KafkaError) -> &'static str {
@@ -800,6 +815,7 @@ mod tests {
                 server_id: 1,
                 sequence: 42,
             })),
+            event_timestamp: None,
         };
         let original = record();
         let letter =

@@ -24,7 +24,8 @@ pub struct SourceConnected<'a> {
 }
 
 impl InternalEvent for SourceConnected<'_> {
-    fn emit(self, _metrics: &Metrics) {
+    fn emit(self, metrics: &Metrics) {
+        metrics.health.source_connected();
         tracing::info!(server = self.server, start = %self.start, reconnect = self.reconnect, "binlog source connected");
     }
 }
@@ -48,6 +49,11 @@ pub struct SourceReconnecting<'a> {
 impl InternalEvent for SourceReconnecting<'_> {
     fn emit(self, metrics: &Metrics) {
         metrics.source_reconnects.inc();
+        metrics
+            .retries
+            .with_label_values(&["source_reconnect"])
+            .inc();
+        metrics.health.source_retrying(&self.error.to_string());
         let limit = if self.max_attempts == 0 {
             "unlimited".to_string()
         } else {
@@ -69,11 +75,28 @@ impl InternalEvent for RowRead {
 
 /// One transaction commit was read.
 #[derive(Debug)]
-pub struct TransactionRead;
+pub struct TransactionRead {
+    /// The commit's server timestamp (epoch seconds; 0 if unknown), for
+    /// `source_seconds_behind`.
+    pub timestamp: u32,
+}
 
 impl InternalEvent for TransactionRead {
     fn emit(self, metrics: &Metrics) {
         metrics.transactions_read.inc();
+        metrics
+            .source_seconds_behind
+            .set(lag_seconds(self.timestamp, false));
+    }
+}
+
+/// A heartbeat was read: the server had nothing newer to send, so the reader is caught up.
+#[derive(Debug)]
+pub struct HeartbeatRead;
+
+impl InternalEvent for HeartbeatRead {
+    fn emit(self, metrics: &Metrics) {
+        metrics.source_seconds_behind.set(0.0);
     }
 }
 
@@ -108,6 +131,9 @@ pub struct DeadLettered<'a> {
 impl InternalEvent for DeadLettered<'_> {
     fn emit(self, metrics: &Metrics) {
         metrics.dead_lettered.with_label_values(&[self.class]).inc();
+        metrics
+            .dead_letter_last_timestamp_seconds
+            .set(crate::health::unix_millis_now() as f64 / 1000.0);
         tracing::error!(class = self.class, id = self.id.unwrap_or("<unknown>"), original_topic = self.original_topic, dead_letter_topic = self.dead_letter_topic, attempts = self.attempts, error = self.error, "event failed permanently; writing it to the dead-letter topic (see `outbox-relay dlq list`)");
     }
 }
@@ -144,6 +170,102 @@ pub struct RecordsDelivered {
 impl InternalEvent for RecordsDelivered {
     fn emit(self, metrics: &Metrics) {
         metrics.records_delivered.inc_by(self.count);
+        metrics.health.sink_delivered();
+    }
+}
+
+/// Kafka acknowledged one record: counts it and observes its latencies.
+#[derive(Debug)]
+pub struct RecordAcked {
+    /// Time from handing it to the producer (its last send) to the ack; `None` if unknown.
+    pub publish_latency: Option<Duration>,
+    /// Server timestamp (epoch seconds) of its binlog event; `None` if unknown.
+    pub event_timestamp: Option<u32>,
+}
+
+impl InternalEvent for RecordAcked {
+    fn emit(self, metrics: &Metrics) {
+        RecordsDelivered { count: 1 }.emit(metrics);
+        if let Some(latency) = self.publish_latency {
+            metrics
+                .publish_latency_seconds
+                .observe(latency.as_secs_f64());
+        }
+        if let Some(timestamp) = self.event_timestamp.filter(|t| *t != 0) {
+            let now = crate::health::unix_millis_now() as f64 / 1000.0;
+            metrics
+                .end_to_end_latency_seconds
+                .observe((now - f64::from(timestamp)).max(0.0));
+        }
+    }
+}
+
+/// A record was handed to a producer again (after a failure or a rebuild).
+#[derive(Debug)]
+pub struct RecordResent;
+
+impl InternalEvent for RecordResent {
+    fn emit(self, metrics: &Metrics) {
+        metrics.records_resent.inc();
+    }
+}
+
+/// The oldest unacked record changed (or none is left): sets what
+/// `oldest_unacked_age_seconds` is computed from.
+#[derive(Debug)]
+pub struct OldestUnackedChanged {
+    /// When (Unix ms) the sink took the oldest unacked record; `None` when none is unacked.
+    pub since_ms: Option<u64>,
+}
+
+impl InternalEvent for OldestUnackedChanged {
+    fn emit(self, metrics: &Metrics) {
+        metrics.oldest_unacked_since_ms.store(
+            self.since_ms.unwrap_or(0),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+}
+
+/// The broker probe of `/readyz` got an answer (`None`) or an error.
+#[derive(Debug)]
+pub struct BrokerProbed<'a> {
+    /// What failed, or `None` when the cluster answered.
+    pub error: Option<&'a str>,
+}
+
+impl InternalEvent for BrokerProbed<'_> {
+    fn emit(self, metrics: &Metrics) {
+        let was_reachable = metrics.health.broker_reachable();
+        metrics.health.broker_probed(self.error);
+        match (was_reachable, self.error) {
+            (true, Some(error)) => tracing::warn!(
+                error,
+                "Kafka cluster unreachable: /readyz reports not ready"
+            ),
+            (false, None) => tracing::info!("Kafka cluster reachable: /readyz broker check passes"),
+            _ => {}
+        }
+    }
+}
+
+/// A checkpoint commit failed; it is retried at the next commit.
+#[derive(Debug)]
+pub struct CheckpointCommitFailed<'a> {
+    /// The store's error.
+    pub error: &'a dyn std::error::Error,
+}
+
+impl InternalEvent for CheckpointCommitFailed<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics
+            .retries
+            .with_label_values(&["checkpoint_commit"])
+            .inc();
+        metrics
+            .health
+            .checkpoint_committed(Some(&self.error.to_string()));
+        tracing::error!(error = %self.error, "checkpoint commit failed; retrying at the next commit (nothing is lost, the replay after a crash grows)");
     }
 }
 
@@ -166,6 +288,8 @@ impl InternalEvent for DeliveryFailedTransient<'_> {
             .delivery_errors
             .with_label_values(&["transient"])
             .inc();
+        metrics.retries.with_label_values(&["kafka_delivery"]).inc();
+        metrics.health.sink_retrying();
         tracing::warn!(topic = self.topic, error = %self.error, retry_in_ms = self.retry_in.as_millis() as u64, waiting = self.waiting, "Kafka delivery failed; resending (checkpoint held back)");
     }
 }
@@ -189,6 +313,11 @@ impl InternalEvent for ProducerRecreated<'_> {
             .with_label_values(&[self.kind])
             .inc();
         metrics.producer_recreations.inc();
+        metrics
+            .producer_rebuilds
+            .with_label_values(&[self.kind])
+            .inc();
+        metrics.health.sink_retrying();
         tracing::error!(reason = self.reason, kind = self.kind, resending = self.resending, "Kafka producer replaced (old one purged and drained); resending every unacked record in input order");
     }
 }
@@ -260,6 +389,8 @@ pub struct CheckpointCommitted<'a> {
 impl InternalEvent for CheckpointCommitted<'_> {
     fn emit(self, metrics: &Metrics) {
         metrics.checkpoint_commits.inc();
+        metrics.health.checkpoint_committed(None);
+        metrics.set_committed_checkpoint(&self.position.file, self.position.position);
         metrics
             .checkpoint_binlog_offset
             .set(i64::try_from(self.position.position).unwrap_or(i64::MAX));
@@ -380,6 +511,58 @@ impl InternalEvent for XaHeldChanged {
         metrics
             .xa_oldest_prepared_age_seconds
             .set(i64::try_from(age).unwrap_or(i64::MAX));
+    }
+}
+
+/// The stored checkpoint was loaded at startup: the purge horizon is measured from it until
+/// the first commit of this run.
+#[derive(Debug)]
+pub struct CheckpointLoaded<'a> {
+    /// Its binlog position.
+    pub position: &'a outbox_binlog::BinlogPosition,
+}
+
+impl InternalEvent for CheckpointLoaded<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics.set_committed_checkpoint(&self.position.file, self.position.position);
+    }
+}
+
+/// The purge horizon was measured.
+#[derive(Debug)]
+pub struct PurgeHorizonMeasured<'a> {
+    /// The measurement.
+    pub horizon: &'a crate::purge_horizon::PurgeHorizon,
+}
+
+impl InternalEvent for PurgeHorizonMeasured<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics
+            .binlog_purge_horizon_seconds
+            .set(self.horizon.seconds);
+        metrics.binlog_purge_horizon_bytes.set(self.horizon.bytes);
+        metrics
+            .source_binlog_bytes_behind
+            .set(self.horizon.bytes_behind as f64);
+        if self.horizon.seconds < 86_400.0 || self.horizon.bytes < 1e9 {
+            tracing::warn!(seconds_left = self.horizon.seconds, bytes_left = self.horizon.bytes, "the source server may purge the checkpoint's binlog file soon: the relay must catch up (or the server's binlog retention grow) before then, or its resume point is lost");
+        }
+    }
+}
+
+/// The purge horizon could not be measured; its gauges become NaN (unknown) until it can.
+#[derive(Debug)]
+pub struct PurgeHorizonUnknown<'a> {
+    /// Why.
+    pub error: &'a crate::purge_horizon::PurgeHorizonError,
+}
+
+impl InternalEvent for PurgeHorizonUnknown<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics.binlog_purge_horizon_seconds.set(f64::NAN);
+        metrics.binlog_purge_horizon_bytes.set(f64::NAN);
+        metrics.source_binlog_bytes_behind.set(f64::NAN);
+        tracing::warn!(error = %self.error, "cannot measure the binlog purge horizon");
     }
 }
 

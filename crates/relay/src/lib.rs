@@ -11,7 +11,8 @@
 //! * [`commands`]: the CLI subcommands (`run`, `check`, `checkpoint`, `inspect`, `demo`);
 //! * [`recover`]: `recover`, publishing the events of archived binlog files;
 //! * [`metrics`] and [`internal_events`]: Prometheus counters and the log lines that go
-//!   with them;
+//!   with them; [`http`] serves them with [`health`]'s readiness checks
+//!   ([`broker_probe`] feeds the broker one);
 //! * [`shutdown`]: the shutdown signal every task listens to;
 //! * [`kafka_context`]: librdkafka's logs through `tracing`, repeats rate-limited;
 //! * [`crash_points`]: `OUTBOX_RELAY_CRASH_AT`, deliberate crashes for failure tests;
@@ -24,6 +25,7 @@
 #![warn(missing_docs)]
 
 mod backoff;
+pub mod broker_probe;
 mod budget;
 pub mod cli;
 pub mod commands;
@@ -33,15 +35,19 @@ pub mod config;
 pub mod crash_points;
 pub mod dead_letter;
 pub mod demo;
+pub mod health;
+pub mod http;
 pub mod internal_events;
 pub mod kafka_context;
 pub mod metrics;
 pub mod pipeline;
 #[cfg(test)]
 mod pipeline_tests;
+pub mod purge_horizon;
 pub mod recover;
 pub mod shutdown;
 pub mod sink;
+pub mod status;
 mod stores;
 mod tasks;
 mod xa_hold;

@@ -60,9 +60,9 @@ use crate::budget::{row_change_bytes, BudgetPermit, InFlightBudget};
 use crate::config::{RelayConfig, StartSetting};
 use crate::dead_letter::{dead_letter_for_routing_error, RecordOrigin};
 use crate::internal_events::{
-    CheckpointCommitted, DeadLettered, InternalEvent, RecordRouted, RowRead, RowSkipped,
-    SourceConnected, SourceReconnecting, TransactionRead, XaHeldChanged, XaOutcomeRead,
-    XaOutcomeWithoutPrepare, XaPrepareHeld,
+    CheckpointCommitFailed, CheckpointCommitted, CheckpointLoaded, DeadLettered, HeartbeatRead,
+    InternalEvent, RecordRouted, RowRead, RowSkipped, SourceConnected, SourceReconnecting,
+    TransactionRead, XaHeldChanged, XaOutcomeRead, XaOutcomeWithoutPrepare, XaPrepareHeld,
 };
 use crate::metrics::Metrics;
 use crate::shutdown::{Shutdown, ShutdownController};
@@ -260,17 +260,42 @@ pub async fn run_relay(
         .await
         .map_err(RelayError::Checkpoint)?;
     let stored = store.load().await.map_err(RelayError::Checkpoint)?;
+    if let Some(checkpoint) = &stored {
+        CheckpointLoaded {
+            position: &checkpoint.position.binlog,
+        }
+        .emit(&metrics);
+    }
 
+    metrics
+        .health
+        .set_max_backoff(Duration::from_millis(config.metrics.ready_max_backoff_ms));
     if let Some(listen) = config.metrics_listen() {
         let (bound, serve) =
-            crate::metrics::bind_metrics_server(listen, metrics.clone(), controller.subscribe())
+            crate::http::bind_http_server(listen, metrics.clone(), controller.subscribe())
                 .await
                 .map_err(|source| RelayError::MetricsListen {
                     listen: listen.to_string(),
                     source,
                 })?;
-        tracing::info!(listen = %bound, "serving metrics at GET /metrics");
+        tracing::info!(listen = %bound, "serving GET /metrics, /healthz and /readyz");
         spawn_named("metrics-server", serve);
+        spawn_named(
+            "broker-probe",
+            crate::broker_probe::run_broker_probe(
+                KafkaSinkSettings::from_relay_config(&config),
+                metrics.clone(),
+                controller.subscribe(),
+            ),
+        );
+        spawn_named(
+            "purge-horizon",
+            crate::purge_horizon::run_purge_horizon(
+                config.source.connection_url(),
+                metrics.clone(),
+                controller.subscribe(),
+            ),
+        );
     }
 
     // Connect first: the start position of a first run and the source identity come from
@@ -823,13 +848,19 @@ async fn run_source(
                 match &item {
                     StreamItem::Row(_) => RowRead.emit(&metrics),
                     StreamItem::Commit(commit) => {
-                        TransactionRead.emit(&metrics);
+                        TransactionRead {
+                            timestamp: commit.timestamp,
+                        }
+                        .emit(&metrics);
                         backoff.reset();
                         if let Some(gtid) = &commit.gtid {
                             handed_out_gtids.add(gtid);
                         }
                     }
-                    StreamItem::Heartbeat(_) => backoff.reset(),
+                    StreamItem::Heartbeat(_) => {
+                        HeartbeatRead.emit(&metrics);
+                        backoff.reset();
+                    }
                 }
                 let permit = match &item {
                     StreamItem::Row(row) => {
@@ -1378,9 +1409,7 @@ async fn run_committer(
                 return Err(RelayError::Checkpoint(error))
             }
             Err(error) if stopping => return Err(RelayError::Checkpoint(error)),
-            Err(error) => {
-                tracing::error!(%error, "checkpoint commit failed; retrying at the next commit (nothing is lost, the replay after a crash grows)");
-            }
+            Err(error) => CheckpointCommitFailed { error: &error }.emit(&metrics),
         }
         let after = committer.last_committed().cloned();
         if after != before {

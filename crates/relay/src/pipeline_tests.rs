@@ -445,7 +445,7 @@ async fn metrics_endpoint_reports_the_pipeline() {
         .await
         .unwrap();
     stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: relay\r\n\r\n")
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: relay\r\nConnection: close\r\n\r\n")
         .await
         .unwrap();
     let mut response = String::new();

@@ -28,6 +28,8 @@ pub(super) struct Pending<T> {
     /// When the record was last handed to the current producer; `None` while it waits for
     /// a resend. The stall watchdog measures the oldest one.
     pub(super) sent_at: Option<tokio::time::Instant>,
+    /// When (Unix ms) the sink took the record, for `oldest_unacked_age_seconds`.
+    pub(super) accepted_at_ms: u64,
 }
 
 /// What to do after a permanent failure that did not stop the sink.

@@ -21,8 +21,8 @@ use super::topics::{reach_cluster_at_startup, TopicManager};
 use super::{KafkaSinkSettings, SinkError, SinkItem, SinkSummary};
 use crate::backoff::Backoff;
 use crate::internal_events::{
-    DeliveryFailedTransient, InFlightChanged, InternalEvent, ProducerRecreated, ProducerStalled,
-    RecordsDelivered,
+    DeliveryFailedTransient, InFlightChanged, InternalEvent, OldestUnackedChanged,
+    ProducerRecreated, ProducerStalled, RecordAcked, RecordResent,
 };
 use crate::kafka_context::RelayClientContext;
 use crate::metrics::Metrics;
@@ -62,6 +62,10 @@ where
     let mut summary = SinkSummary::default();
 
     loop {
+        OldestUnackedChanged {
+            since_ms: pending.values().next().map(|item| item.accepted_at_ms),
+        }
+        .emit(&metrics);
         if (!input_open || drain_deadline.is_some()) && pending.is_empty() {
             break;
         }
@@ -140,9 +144,10 @@ where
                     Ok(()) => {
                         if let Some(done) = pending.remove(&sequence) {
                             waiting_for_resend.remove(&sequence);
+                            let acked = RecordAcked { publish_latency: done.sent_at.map(|sent| sent.elapsed()), event_timestamp: done.origin.event_timestamp };
                             on_delivered(done.ticket);
                             summary.delivered += 1;
-                            RecordsDelivered { count: 1 }.emit(&metrics);
+                            acked.emit(&metrics);
                             InFlightChanged { in_flight: pending.len() }.emit(&metrics);
                             backoff.reset();
                         }
@@ -243,6 +248,7 @@ where
                         Ok(delivery) => {
                             item.sent_at = Some(Instant::now());
                             deliveries.push(delivery);
+                            RecordResent.emit(&metrics);
                             if rejected_before {
                                 waiting_for_resend.extend(due[index + 1..].iter().copied());
                                 break;
@@ -283,6 +289,11 @@ where
                 match received {
                     None => input_open = false,
                     Some(item) => {
+                        // Unacked from now on, also while its topic is checked or created.
+                        let accepted_at_ms = crate::health::unix_millis_now();
+                        if pending.is_empty() {
+                            OldestUnackedChanged { since_ms: Some(accepted_at_ms) }.emit(&metrics);
+                        }
                         let known = topics.is_known(&item.record.topic);
                         if !known {
                             let mut shutdown_for_topic = shutdown.clone();
@@ -317,7 +328,7 @@ where
                                 }
                             }
                         }
-                        pending.insert(sequence, Pending { record: item.record, ticket: item.ticket, origin: item.origin, permanent_failures: 0, first_failure_ms: 0, sent_at });
+                        pending.insert(sequence, Pending { record: item.record, ticket: item.ticket, origin: item.origin, permanent_failures: 0, first_failure_ms: 0, sent_at, accepted_at_ms });
                         InFlightChanged { in_flight: pending.len() }.emit(&metrics);
                         if let Some(error) = permanent_at_enqueue {
                             let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
