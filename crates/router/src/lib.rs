@@ -40,6 +40,7 @@
 #![warn(missing_docs)]
 
 mod config;
+mod connect_json;
 mod error;
 mod record;
 mod render;
@@ -48,9 +49,9 @@ mod topic;
 
 pub use config::{
     validate_router_config, AdditionalHeader, BinaryEncoding, ColumnMapping, ColumnOverrides,
-    ColumnPreset, ConfigProblem, HeaderNames, InvalidOperationBehavior, OutboxTableConfig,
-    PayloadMode, RouteConfig, RouterConfigError, TimestampSource, DEFAULT_TOPIC_TEMPLATE,
-    TRACEPARENT_HEADER,
+    ColumnPreset, ConfigProblem, ConnectSchemaConfig, ConnectSchemaType, HeaderNames,
+    InvalidOperationBehavior, JsonNullBehavior, OutboxTableConfig, PayloadMode, RecordFormat,
+    RouteConfig, RouterConfigError, TimestampSource, DEFAULT_TOPIC_TEMPLATE, TRACEPARENT_HEADER,
 };
 pub use error::{RoutingError, RoutingErrorKind};
 pub use record::{KafkaRecord, RouteOutcome, SkipReason};

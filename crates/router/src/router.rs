@@ -19,10 +19,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use outbox_binlog::{ColumnNames, Row, RowChange, RowOperation, TableFilter, TableName, Value};
 
 use crate::config::{
-    validate_router_config, AdditionalHeader, BinaryEncoding, ColumnMapping,
-    InvalidOperationBehavior, OutboxTableConfig, PayloadMode, RouteConfig, RouterConfigError,
-    TimestampSource, TRACEPARENT_HEADER,
+    validate_router_config, AdditionalHeader, BinaryEncoding, ColumnMapping, ConnectSchemaConfig,
+    ConnectSchemaType, InvalidOperationBehavior, JsonNullBehavior, OutboxTableConfig, PayloadMode,
+    RecordFormat, RouteConfig, RouterConfigError, TimestampSource, TRACEPARENT_HEADER,
 };
+use crate::connect_json::{self, Data};
 use crate::error::{RoutingError, RoutingErrorKind};
 use crate::record::{KafkaRecord, RouteOutcome, SkipReason};
 use crate::render::{
@@ -73,6 +74,16 @@ struct RouteSettings {
     invalid_operation: InvalidOperationBehavior,
     /// True when some route-level template uses `${event_type}`.
     templates_use_event_type: bool,
+    /// Key bytes as this converter writes them.
+    key_format: RecordFormat,
+    /// Value bytes as this converter writes them.
+    value_format: RecordFormat,
+    /// Debezium's `table.expand.json.payload`.
+    expand_json_payload: bool,
+    /// Null fields of an expanded payload.
+    json_payload_null_behavior: JsonNullBehavior,
+    /// Column schemas for `json_with_schema`.
+    connect_schema: ConnectSchemaConfig,
 }
 
 /// One watched table: its mapping, topic and column position cache.
@@ -257,6 +268,11 @@ impl Router {
             tracing_span_context_column: route.tracing_span_context_column.clone(),
             invalid_operation: route.invalid_operation,
             templates_use_event_type,
+            key_format: route.key_format,
+            value_format: route.value_format,
+            expand_json_payload: route.expand_json_payload,
+            json_payload_null_behavior: route.json_payload_null_behavior,
+            connect_schema: route.connect_schema,
         };
         let mut routes = HashMap::with_capacity(tables.len());
         let mut watched = Vec::with_capacity(tables.len());
@@ -410,10 +426,16 @@ impl Router {
             });
         }
 
+        let record_key = self
+            .formatted_key(aggregate_id_value, &key)
+            .map_err(|kind| context.error(&mapping.aggregate_id, kind))?;
+
         let payload_value = context.present(row, indexes.payload, &mapping.payload)?;
-        let value = self
-            .payload_bytes(payload_value)
-            .map_err(|kind| context.error(&mapping.payload, kind))?;
+        let value = match settings.value_format {
+            RecordFormat::Raw => self.payload_bytes(payload_value),
+            format => self.formatted_payload(format, payload_value),
+        }
+        .map_err(|kind| context.error(&mapping.payload, kind))?;
 
         let timestamp_millis = self.timestamp(table, change, row, &indexes, &context)?;
 
@@ -471,7 +493,7 @@ impl Router {
 
         Ok(KafkaRecord {
             topic,
-            key: Some(key),
+            key: Some(record_key),
             value,
             headers,
             timestamp_millis,
@@ -514,6 +536,94 @@ impl Router {
             })?;
         }
         Ok(Some(bytes.to_vec()))
+    }
+
+    /// The record key under `key_format`: the raw key bytes, or the aggregate id as Kafka
+    /// Connect's `JsonConverter` writes it with the configured key schema.
+    fn formatted_key(&self, value: &Value, raw: &[u8]) -> Result<Vec<u8>, RoutingErrorKind> {
+        let format = self.settings.key_format;
+        if format == RecordFormat::Raw {
+            return Ok(raw.to_vec());
+        }
+        let config = self.settings.connect_schema;
+        let schema = connect_json::configured_schema(config.key_type, config.key_optional);
+        let data = match (value, config.key_type) {
+            (Value::Int(number), ConnectSchemaType::Int32 | ConnectSchemaType::Int64) => {
+                Data::Integer(*number)
+            }
+            (Value::UInt(number), ConnectSchemaType::Int32 | ConnectSchemaType::Int64) => {
+                Data::Integer(
+                    i64::try_from(*number)
+                        .map_err(|_| schema_mismatch(value, "key_type", config.key_type))?,
+                )
+            }
+            (Value::Bytes(bytes), ConnectSchemaType::Bytes) => Data::Bytes(bytes.clone()),
+            (_, ConnectSchemaType::String) => {
+                Data::String(render_value_text(value, self.settings.key_encoding)?.into_owned())
+            }
+            _ => return Err(schema_mismatch(value, "key_type", config.key_type)),
+        };
+        if let (Data::Integer(number), ConnectSchemaType::Int32) = (&data, config.key_type) {
+            if i32::try_from(*number).is_err() {
+                return Err(schema_mismatch(value, "key_type", config.key_type));
+            }
+        }
+        connect_json::converter_bytes(format, &schema, &data)
+    }
+
+    /// The record value under a JSON `value_format` (`None`: tombstone), as Debezium's
+    /// router and Kafka Connect's `JsonConverter` write it.
+    fn formatted_payload(
+        &self,
+        format: RecordFormat,
+        value: &Value,
+    ) -> Result<Option<Vec<u8>>, RoutingErrorKind> {
+        let settings = &self.settings;
+        let config = settings.connect_schema;
+        let schema = connect_json::configured_schema(config.payload_type, config.payload_optional);
+        let text: Cow<'_, str> = match (value, config.payload_type) {
+            (Value::Null, _) if settings.tombstone_on_empty_payload => return Ok(None),
+            (Value::Null, _) => {
+                return connect_json::converter_bytes(format, &schema, &Data::Null).map(Some)
+            }
+            (Value::Bytes(bytes), ConnectSchemaType::Bytes) => {
+                if bytes.is_empty() && settings.tombstone_on_empty_payload {
+                    return Ok(None);
+                }
+                return connect_json::converter_bytes(format, &schema, &Data::Bytes(bytes.clone()))
+                    .map(Some);
+            }
+            (Value::Text(text), _) => Cow::Borrowed(text.as_str()),
+            (Value::Json(document), _) => Cow::Owned(document.to_string()),
+            (Value::Bytes(bytes), _) => {
+                Cow::Borrowed(std::str::from_utf8(bytes).map_err(|_| RoutingErrorKind::NotUtf8)?)
+            }
+            (other, _) => {
+                return Err(unusable_value_error(
+                    other,
+                    "the payload (use a JSON, text or binary column)",
+                ))
+            }
+        };
+        if settings.payload == PayloadMode::RequireJson {
+            serde_json::from_str::<serde::de::IgnoredAny>(&text).map_err(|error| {
+                RoutingErrorKind::PayloadNotJson {
+                    reason: error.to_string(),
+                }
+            })?;
+        }
+        if settings.expand_json_payload {
+            if let Some((expanded_schema, data)) =
+                connect_json::expand_payload(&text, settings.json_payload_null_behavior)?
+            {
+                return connect_json::converter_bytes(format, &expanded_schema, &data).map(Some);
+            }
+        }
+        // Debezium: `payload.toString().trim().isEmpty()` (Java's trim: every char <= ' ').
+        if settings.tombstone_on_empty_payload && text.trim_matches(|c: char| c <= ' ').is_empty() {
+            return Ok(None);
+        }
+        connect_json::string_record(format, &schema, Some(&text)).map(Some)
     }
 
     /// The Kafka timestamp per the table's `timestamp_source`.
@@ -610,6 +720,25 @@ fn topic_fault_column(
                 }
         })
         .map(|(_, _, column)| column.clone())
+}
+
+/// A value that does not fit the configured Connect schema type.
+fn schema_mismatch(
+    value: &Value,
+    setting: &'static str,
+    schema: ConnectSchemaType,
+) -> RoutingErrorKind {
+    RoutingErrorKind::SchemaMismatch {
+        value_type: crate::render::value_type_name(value),
+        setting,
+        schema: match schema {
+            ConnectSchemaType::String => "string",
+            ConnectSchemaType::Json => "json",
+            ConnectSchemaType::Int32 => "int32",
+            ConnectSchemaType::Int64 => "int64",
+            ConnectSchemaType::Bytes => "bytes",
+        },
+    }
 }
 
 /// A partition number from the partition column (`None` for NULL).

@@ -1266,3 +1266,50 @@ fn invalid_topic_blames_the_right_column() {
     );
     assert_eq!(error.column, None);
 }
+
+/// `key_format` / `value_format` write the bytes Kafka Connect's JsonConverter writes for
+/// Debezium's records (schemas off and on), and `expand_json_payload` the expanded value.
+#[test]
+fn json_formats_write_what_the_json_converter_writes() {
+    let payload = Value::Text("{\"b\": 1, \"a\": [\"x\"], \"n\": null, \"e\": []}".into());
+    let insert = with_value(seeds_insert(), "payload", payload);
+    let json: RouteConfig =
+        toml::from_str("key_format = \"json\"\nvalue_format = \"json\"").unwrap();
+    let first = record(&seeds_router(&json), &insert);
+    let record = first;
+    assert_eq!(record.key.as_deref(), Some(&b"\"order-17\""[..]));
+    assert_eq!(
+        record.value.as_deref(),
+        Some(&br#""{\"b\": 1, \"a\": [\"x\"], \"n\": null, \"e\": []}""#[..])
+    );
+    // The aggregate id header keeps the plain id: headers go through Connect's header converter.
+    assert_eq!(record.header("aggregate_id"), Some(&b"order-17"[..]));
+
+    let with_schema: RouteConfig = toml::from_str(
+        "key_format = \"json_with_schema\"\nvalue_format = \"json_with_schema\"\n\
+         connect_schema = { payload_optional = false }",
+    )
+    .unwrap();
+    let record = common::record(&seeds_router(&with_schema), &insert);
+    assert_eq!(
+        record.key.as_deref(),
+        Some(&br#"{"schema":{"type":"string","optional":false},"payload":"order-17"}"#[..])
+    );
+    assert_eq!(
+        String::from_utf8(record.value.unwrap()).unwrap(),
+        r#"{"schema":{"type":"string","optional":false,"name":"io.debezium.data.Json","version":1},"payload":"{\"b\": 1, \"a\": [\"x\"], \"n\": null, \"e\": []}"}"#
+    );
+
+    let expanded: RouteConfig =
+        toml::from_str("value_format = \"json\"\nexpand_json_payload = true").unwrap();
+    let record = common::record(&seeds_router(&expanded), &insert);
+    assert_eq!(record.key.as_deref(), Some(&b"order-17"[..]));
+    assert_eq!(record.value.as_deref(), Some(&br#"{"b":1,"a":["x"]}"#[..]));
+}
+
+#[test]
+fn expanding_a_raw_value_is_refused() {
+    let route: RouteConfig = toml::from_str("expand_json_payload = true").unwrap();
+    let error = route.validate().unwrap_err().to_string();
+    assert!(error.contains("expand_json_payload"), "{error}");
+}
