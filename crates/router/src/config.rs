@@ -313,6 +313,11 @@ pub struct RouteConfig {
     /// not read; used by `json_with_schema` (`[route.connect_schema]`).
     #[serde(default)]
     pub connect_schema: ConnectSchemaConfig,
+    /// A NULL aggregate id or (with tombstones off) a NULL payload: a routing error (dead
+    /// letter), or, as Debezium's router writes them, a null key / null value (JSON `null`
+    /// under a JSON format).
+    #[serde(default)]
+    pub null_values: NullValues,
 }
 
 impl Default for RouteConfig {
@@ -333,6 +338,7 @@ impl Default for RouteConfig {
             expand_json_payload: false,
             json_payload_null_behavior: JsonNullBehavior::default(),
             connect_schema: ConnectSchemaConfig::default(),
+            null_values: NullValues::default(),
         }
     }
 }
@@ -582,6 +588,17 @@ pub enum RecordFormat {
     /// `JsonConverter` with `schemas.enable=true`: `{"schema":...,"payload":...}` with the
     /// schemas of `[route.connect_schema]` (or of the expanded payload).
     JsonWithSchema,
+}
+
+/// What a NULL aggregate id or NULL payload becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NullValues {
+    /// A routing error naming the column (the event goes to the dead-letter topic).
+    #[default]
+    Error,
+    /// A null key / null value, as Debezium writes them (JSON `null` under a JSON format).
+    AsDebezium,
 }
 
 /// Debezium's `table.json.payload.null.behavior` for expanded payloads.

@@ -9,7 +9,8 @@
 //!   the schema's keys in `JsonConverter.asJsonSchema`'s order: `type`, `fields` or
 //!   `items`, `optional`, `name`, `version`, then `field` for a struct's field.
 //! * Jackson's output: compact, non-ASCII as UTF-8, `"` `\` escaped, `\b \t \n \f \r`
-//!   short, other control characters `\u00XX` (uppercase hex), doubles as Java's
+//!   short, other control characters `\u00XX` (uppercase hex), characters beyond the BMP
+//!   as an escaped surrogate pair (`\uD83D\uDE00`), doubles as Java's
 //!   `Double.toString` prints them (`12.5`, `100.0`, `1.0E7`, `1.0E-4`).
 //! * `table.expand.json.payload=true` ([`expand_payload`]): Debezium's `JsonSchemaData`:
 //!   the payload text, when it starts with `{` or `[`, parsed as Jackson does (source key
@@ -256,6 +257,18 @@ pub(crate) fn push_json_string(out: &mut String, text: &str) {
                 out.push_str("\\u00");
                 out.push(HEX_UPPER[code >> 4] as char);
                 out.push(HEX_UPPER[code & 0xf] as char);
+            }
+            // Jackson 2.21 writes a character beyond the BMP as its UTF-16 surrogate pair,
+            // each escaped (`COMBINE_UNICODE_SURROGATES_IN_UTF8` is off by default).
+            beyond_bmp if u32::from(beyond_bmp) > 0xffff => {
+                let mut units = [0u16; 2];
+                for unit in beyond_bmp.encode_utf16(&mut units) {
+                    let code = usize::from(*unit);
+                    out.push_str("\\u");
+                    for shift in [12, 8, 4, 0] {
+                        out.push(HEX_UPPER[(code >> shift) & 0xf] as char);
+                    }
+                }
             }
             other => out.push(other),
         }
@@ -818,11 +831,11 @@ mod tests {
         let mut out = String::new();
         push_json_string(
             &mut out,
-            "caf\u{e9} \u{2603} \"q\" \\ \n\t\r\u{8}\u{c}\u{1}\u{1f}/",
+            "caf\u{e9} \u{2603} \"q\" \\ \n\t\r\u{8}\u{c}\u{1}\u{1f}/\u{1F600}",
         );
         assert_eq!(
             out,
-            "\"caf\u{e9} \u{2603} \\\"q\\\" \\\\ \\n\\t\\r\\b\\f\\u0001\\u001F/\""
+            "\"caf\u{e9} \u{2603} \\\"q\\\" \\\\ \\n\\t\\r\\b\\f\\u0001\\u001F/\\uD83D\\uDE00\""
         );
     }
 

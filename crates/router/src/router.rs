@@ -20,8 +20,8 @@ use outbox_binlog::{ColumnNames, Row, RowChange, RowOperation, TableFilter, Tabl
 
 use crate::config::{
     validate_router_config, AdditionalHeader, BinaryEncoding, ColumnMapping, ConnectSchemaConfig,
-    ConnectSchemaType, InvalidOperationBehavior, JsonNullBehavior, OutboxTableConfig, PayloadMode,
-    RecordFormat, RouteConfig, RouterConfigError, TimestampSource, TRACEPARENT_HEADER,
+    ConnectSchemaType, InvalidOperationBehavior, JsonNullBehavior, NullValues, OutboxTableConfig,
+    PayloadMode, RecordFormat, RouteConfig, RouterConfigError, TimestampSource, TRACEPARENT_HEADER,
 };
 use crate::connect_json::{self, Data};
 use crate::error::{RoutingError, RoutingErrorKind};
@@ -84,6 +84,8 @@ struct RouteSettings {
     json_payload_null_behavior: JsonNullBehavior,
     /// Column schemas for `json_with_schema`.
     connect_schema: ConnectSchemaConfig,
+    /// NULL aggregate ids and payloads: errors, or null as Debezium writes them.
+    null_values: NullValues,
 }
 
 /// One watched table: its mapping, topic and column position cache.
@@ -273,6 +275,7 @@ impl Router {
             expand_json_payload: route.expand_json_payload,
             json_payload_null_behavior: route.json_payload_null_behavior,
             connect_schema: route.connect_schema,
+            null_values: route.null_values,
         };
         let mut routes = HashMap::with_capacity(tables.len());
         let mut watched = Vec::with_capacity(tables.len());
@@ -376,11 +379,20 @@ impl Router {
         let aggregate_type = render_value_text(aggregate_type_value, BinaryEncoding::Utf8)
             .map_err(|kind| context.error(&mapping.aggregate_type, kind))?;
 
-        let aggregate_id_value =
-            context.required(row, indexes.aggregate_id, &mapping.aggregate_id)?;
-        let key = render_value_bytes(aggregate_id_value, settings.key_encoding)
-            .map_err(|kind| context.error(&mapping.aggregate_id, kind))?
-            .into_owned();
+        let aggregate_id_value = if settings.null_values == NullValues::AsDebezium {
+            context.present(row, indexes.aggregate_id, &mapping.aggregate_id)?
+        } else {
+            context.required(row, indexes.aggregate_id, &mapping.aggregate_id)?
+        };
+        // A NULL aggregate id (only with `null_values = "as_debezium"`) has no raw key bytes.
+        let key = match aggregate_id_value {
+            Value::Null => None,
+            value => Some(
+                render_value_bytes(value, settings.key_encoding)
+                    .map_err(|kind| context.error(&mapping.aggregate_id, kind))?
+                    .into_owned(),
+            ),
+        };
 
         let event_type = if table.event_type_needed {
             let value = context.required(row, indexes.event_type, &mapping.event_type)?;
@@ -427,7 +439,7 @@ impl Router {
         }
 
         let record_key = self
-            .formatted_key(aggregate_id_value, &key)
+            .formatted_key(aggregate_id_value, key.as_deref())
             .map_err(|kind| context.error(&mapping.aggregate_id, kind))?;
 
         let payload_value = context.present(row, indexes.payload, &mapping.payload)?;
@@ -459,7 +471,7 @@ impl Router {
                 aggregate_type.as_bytes().to_vec(),
             ));
         }
-        if !settings.aggregate_id_header.is_empty() {
+        if let (false, Some(key)) = (settings.aggregate_id_header.is_empty(), &key) {
             headers.push((settings.aggregate_id_header.clone(), key.clone()));
         }
         for (extra, index) in table.additional_headers.iter().zip(&indexes.additional) {
@@ -493,7 +505,7 @@ impl Router {
 
         Ok(KafkaRecord {
             topic,
-            key: Some(record_key),
+            key: record_key,
             value,
             headers,
             timestamp_millis,
@@ -507,6 +519,8 @@ impl Router {
         let tombstone = self.settings.tombstone_on_empty_payload;
         let bytes: &[u8] = match value {
             Value::Null if tombstone => return Ok(None),
+            // Debezium's StringConverter writes a NULL payload as a null value.
+            Value::Null if self.settings.null_values == NullValues::AsDebezium => return Ok(None),
             Value::Null => return Err(RoutingErrorKind::NullPayload),
             Value::Json(document) => {
                 // Already a JSON document: emit its JSON text (never a quoted string).
@@ -515,6 +529,10 @@ impl Router {
                         reason: error.to_string(),
                     }
                 });
+            }
+            // Debezium: `payload.toString().trim().isEmpty()` (Java's trim: every char <= ' ').
+            Value::Text(text) if tombstone && text.trim_matches(|c: char| c <= ' ').is_empty() => {
+                return Ok(None)
             }
             Value::Text(text) => text.as_bytes(),
             Value::Bytes(bytes) => bytes,
@@ -540,14 +558,20 @@ impl Router {
 
     /// The record key under `key_format`: the raw key bytes, or the aggregate id as Kafka
     /// Connect's `JsonConverter` writes it with the configured key schema.
-    fn formatted_key(&self, value: &Value, raw: &[u8]) -> Result<Vec<u8>, RoutingErrorKind> {
+    /// `raw` is `None` for a NULL aggregate id: a null key, or JSON `null` under a JSON format.
+    fn formatted_key(
+        &self,
+        value: &Value,
+        raw: Option<&[u8]>,
+    ) -> Result<Option<Vec<u8>>, RoutingErrorKind> {
         let format = self.settings.key_format;
         if format == RecordFormat::Raw {
-            return Ok(raw.to_vec());
+            return Ok(raw.map(<[u8]>::to_vec));
         }
         let config = self.settings.connect_schema;
         let schema = connect_json::configured_schema(config.key_type, config.key_optional);
         let data = match (value, config.key_type) {
+            (Value::Null, _) => Data::Null,
             (Value::Int(number), ConnectSchemaType::Int32 | ConnectSchemaType::Int64) => {
                 Data::Integer(*number)
             }
@@ -568,7 +592,7 @@ impl Router {
                 return Err(schema_mismatch(value, "key_type", config.key_type));
             }
         }
-        connect_json::converter_bytes(format, &schema, &data)
+        connect_json::converter_bytes(format, &schema, &data).map(Some)
     }
 
     /// The record value under a JSON `value_format` (`None`: tombstone), as Debezium's
@@ -583,6 +607,9 @@ impl Router {
         let schema = connect_json::configured_schema(config.payload_type, config.payload_optional);
         let text: Cow<'_, str> = match (value, config.payload_type) {
             (Value::Null, _) if settings.tombstone_on_empty_payload => return Ok(None),
+            (Value::Null, _) if settings.null_values == NullValues::Error => {
+                return Err(RoutingErrorKind::NullPayload)
+            }
             (Value::Null, _) => {
                 return connect_json::converter_bytes(format, &schema, &Data::Null).map(Some)
             }

@@ -1313,3 +1313,44 @@ fn expanding_a_raw_value_is_refused() {
     let error = route.validate().unwrap_err().to_string();
     assert!(error.contains("expand_json_payload"), "{error}");
 }
+
+/// `null_values = "as_debezium"`: a NULL aggregate id is a null key (JSON `null` under a JSON
+/// key format) and a NULL payload a null value, as Debezium's router writes them; the
+/// default stays a routing error.
+#[test]
+fn null_key_and_payload_as_debezium_writes_them() {
+    let null_key = with_value(seeds_insert(), "aggregate_id", Value::Null);
+    let null_payload = with_value(seeds_insert(), "payload", Value::Null);
+    let default_router = seeds_router(&RouteConfig::default());
+    assert!(default_router.route(&null_key).is_err());
+    assert!(default_router.route(&null_payload).is_err());
+
+    let raw: RouteConfig = toml::from_str("null_values = \"as_debezium\"").unwrap();
+    let router = seeds_router(&raw);
+    let record = common::record(&router, &null_key);
+    assert_eq!(record.key, None);
+    assert_eq!(record.header("aggregate_id"), None);
+    assert_eq!(common::record(&router, &null_payload).value, None);
+
+    let json: RouteConfig = toml::from_str(
+        "null_values = \"as_debezium\"\nkey_format = \"json\"\nvalue_format = \"json_with_schema\"",
+    )
+    .unwrap();
+    let router = seeds_router(&json);
+    assert_eq!(
+        common::record(&router, &null_key).key.as_deref(),
+        Some(&b"null"[..])
+    );
+    assert_eq!(
+        common::record(&router, &null_payload).value.as_deref(),
+        Some(&br#"{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":null}"#[..])
+    );
+}
+
+/// `route.tombstone.on.empty.payload` trims like Java's `String.trim()`.
+#[test]
+fn a_blank_payload_is_a_tombstone() {
+    let route: RouteConfig = toml::from_str("tombstone_on_empty_payload = true").unwrap();
+    let blank = with_value(seeds_insert(), "payload", Value::Text(" \t\n ".into()));
+    assert_eq!(common::record(&seeds_router(&route), &blank).value, None);
+}
