@@ -247,6 +247,10 @@ pub enum TimestampSource {
     Column,
     /// Always the binlog event time (seconds precision); the column is not read.
     EventTime,
+    /// No timestamp from the row: the producer stamps the record when it sends it, like
+    /// Debezium's default (its processing time, `ts_ms`, unless
+    /// `table.field.event.timestamp` is set). A resend gets a new time.
+    ProducerTime,
 }
 
 /// How the `[route]` section maps rows to records; shared by every outbox table.

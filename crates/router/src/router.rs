@@ -666,6 +666,7 @@ impl Router {
         let column = &table.mapping.timestamp;
         let value = match table.timestamp_source {
             TimestampSource::EventTime => return Ok(event_time),
+            TimestampSource::ProducerTime => return Ok(None),
             TimestampSource::ColumnOrEventTime => {
                 match indexes.timestamp.and_then(|index| row.values.get(index)) {
                     None => return Ok(event_time),

@@ -1354,3 +1354,18 @@ fn a_blank_payload_is_a_tombstone() {
     let blank = with_value(seeds_insert(), "payload", Value::Text(" \t\n ".into()));
     assert_eq!(common::record(&seeds_router(&route), &blank).value, None);
 }
+
+/// `timestamp_source = "producer_time"`: no timestamp from the row, so the producer stamps
+/// the send time, as Debezium's default record timestamp is its processing time.
+#[test]
+fn producer_time_leaves_the_timestamp_to_the_producer() {
+    let mut table = OutboxTableConfig::new("shop.outbox".parse().unwrap(), ColumnPreset::Seeds);
+    table.timestamp_source =
+        toml::from_str::<BTreeMap<String, TimestampSource>>("source = \"producer_time\"").unwrap()
+            ["source"];
+    let router = Router::new(&[table], &RouteConfig::default()).unwrap();
+    assert_eq!(
+        common::record(&router, &seeds_insert()).timestamp_millis,
+        None
+    );
+}
