@@ -322,6 +322,15 @@ pub struct RouteConfig {
     /// under a JSON format).
     #[serde(default)]
     pub null_values: NullValues,
+    /// Debezium's `route.topic.regex`: with `topic_replacement`, the topic comes from the
+    /// aggregate type as Kafka Connect's RegexRouter makes it (full match; no match: the
+    /// aggregate type itself), instead of the `topic` template. Topic overrides and a
+    /// table's own `topic` still win.
+    #[serde(default)]
+    pub topic_regex: Option<String>,
+    /// Debezium's `route.topic.replacement` (Java syntax: `${name}`, `$n`, `\$`).
+    #[serde(default)]
+    pub topic_replacement: Option<String>,
 }
 
 impl Default for RouteConfig {
@@ -343,6 +352,8 @@ impl Default for RouteConfig {
             json_payload_null_behavior: JsonNullBehavior::default(),
             connect_schema: ConnectSchemaConfig::default(),
             null_values: NullValues::default(),
+            topic_regex: None,
+            topic_replacement: None,
         }
     }
 }
@@ -398,6 +409,17 @@ impl RouteConfig {
         }
         if schema.key_type == ConnectSchemaType::Json {
             problems.push(ConfigProblem::JsonKeySchema);
+        }
+        match (&self.topic_regex, &self.topic_replacement) {
+            (None, None) => {}
+            (Some(regex), Some(replacement)) => {
+                if let Err(reason) = crate::topic_regex::TopicRegex::new(regex, replacement) {
+                    problems.push(ConfigProblem::TopicRegex { reason });
+                }
+            }
+            _ => problems.push(ConfigProblem::TopicRegex {
+                reason: "set both topic_regex and topic_replacement, or neither".to_string(),
+            }),
         }
     }
 
@@ -782,6 +804,12 @@ pub enum ConfigProblem {
     /// A JSON key schema.
     #[error("[route] connect_schema.key_type = \"json\" is not supported; use \"string\" for a text aggregate id")]
     JsonKeySchema,
+    /// `topic_regex` / `topic_replacement` unusable.
+    #[error("[route] topic_regex / topic_replacement: {reason}")]
+    TopicRegex {
+        /// What is wrong.
+        reason: String,
+    },
     /// Two settings produce the same header name.
     #[error("header `{header}` would be written by both {first} and {second}; rename one of them (an empty standard header name turns that header off)")]
     DuplicateHeaderName {

@@ -51,6 +51,7 @@ mod record;
 mod render;
 mod router;
 mod topic;
+mod topic_regex;
 
 pub use config::{
     validate_router_config, AdditionalHeader, BinaryEncoding, ColumnMapping, ColumnOverrides,

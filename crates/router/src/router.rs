@@ -32,6 +32,7 @@ use crate::render::{
 use crate::topic::{
     check_topic_name, TopicNameProblem, TopicPlaceholder, TopicTemplate, TopicValues,
 };
+use crate::topic_regex::TopicRegex;
 
 /// Routes rows of the configured outbox tables to Kafka records. Cheap to share between
 /// threads (`Send + Sync`); build it once with [`Router::new`].
@@ -86,6 +87,8 @@ struct RouteSettings {
     connect_schema: ConnectSchemaConfig,
     /// NULL aggregate ids and payloads: errors, or null as Debezium writes them.
     null_values: NullValues,
+    /// Debezium's regex router, replacing `topic` when configured.
+    topic_regex: Option<TopicRegex>,
 }
 
 /// One watched table: its mapping, topic and column position cache.
@@ -276,6 +279,16 @@ impl Router {
             json_payload_null_behavior: route.json_payload_null_behavior,
             connect_schema: route.connect_schema,
             null_values: route.null_values,
+            topic_regex: match (&route.topic_regex, &route.topic_replacement) {
+                (Some(regex), Some(replacement)) => {
+                    Some(TopicRegex::new(regex, replacement).map_err(|reason| {
+                        RouterConfigError {
+                            problems: vec![crate::config::ConfigProblem::TopicRegex { reason }],
+                        }
+                    })?)
+                }
+                _ => None,
+            },
         };
         let mut routes = HashMap::with_capacity(tables.len());
         let mut watched = Vec::with_capacity(tables.len());
@@ -402,34 +415,41 @@ impl Router {
             Cow::Borrowed("")
         };
 
-        let template = settings
+        let chosen = settings
             .topic_overrides
             .get(aggregate_type.as_ref())
-            .or(table.topic.as_ref())
-            .unwrap_or(&settings.topic);
-        let topic = template.render(&TopicValues {
-            aggregate_type: &aggregate_type,
-            event_type: &event_type,
-            table: &change.table.table,
-            database: &change.table.database,
-        });
+            .or(table.topic.as_ref());
+        let template = chosen.unwrap_or(&settings.topic);
+        let topic = match (chosen, &settings.topic_regex) {
+            (None, Some(regex)) => regex.route(&aggregate_type),
+            _ => template.render(&TopicValues {
+                aggregate_type: &aggregate_type,
+                event_type: &event_type,
+                table: &change.table.table,
+                database: &change.table.database,
+            }),
+        };
         if let Err(problem) = check_topic_name(&topic) {
-            let column = topic_fault_column(
-                template,
-                &problem,
-                [
-                    (
-                        TopicPlaceholder::AggregateType,
-                        &aggregate_type,
-                        &mapping.aggregate_type,
-                    ),
-                    (
-                        TopicPlaceholder::EventType,
-                        &event_type,
-                        &mapping.event_type,
-                    ),
-                ],
-            );
+            let column = if chosen.is_none() && settings.topic_regex.is_some() {
+                Some(mapping.aggregate_type.clone())
+            } else {
+                topic_fault_column(
+                    template,
+                    &problem,
+                    [
+                        (
+                            TopicPlaceholder::AggregateType,
+                            &aggregate_type,
+                            &mapping.aggregate_type,
+                        ),
+                        (
+                            TopicPlaceholder::EventType,
+                            &event_type,
+                            &mapping.event_type,
+                        ),
+                    ],
+                )
+            };
             return Err(RoutingError {
                 event_id: Some(event_id),
                 table: Arc::clone(&table.table),

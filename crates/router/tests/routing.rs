@@ -1369,3 +1369,26 @@ fn producer_time_leaves_the_timestamp_to_the_producer() {
         None
     );
 }
+
+/// `topic_regex` + `topic_replacement`: Debezium's `route.topic.regex` /
+/// `route.topic.replacement` (full match; no match routes to the aggregate type itself).
+#[test]
+fn topic_regex_routes_like_debezium() {
+    let route: RouteConfig = toml::from_str(
+        "topic_regex = \"(?<routedByValue>ord.*)\"\ntopic_replacement = \"shop.${routedByValue}.events\"",
+    )
+    .unwrap();
+    let router = seeds_router(&route);
+    assert_eq!(
+        common::record(&router, &seeds_insert()).topic,
+        "shop.order.events"
+    );
+    let customer = with_value(
+        seeds_insert(),
+        "aggregate_type",
+        Value::Text("customer".into()),
+    );
+    assert_eq!(common::record(&router, &customer).topic, "customer");
+    let half: RouteConfig = toml::from_str("topic_regex = \"(.*)\"").unwrap();
+    assert!(half.validate().is_err());
+}
