@@ -378,6 +378,9 @@ const DIFF_ROWS: &[DiffRow] = &[
     ("diff-nullpayload", "order", Some("o-4"), None, "acme"),
 ];
 
+/// Debezium's `route.topic.regex` in the differential test (every aggregate type matches).
+const ROUTE_TOPIC_REGEX: &str = "(?<routedByValue>order|customer)";
+
 /// Headers Debezium adds to every record of its own (`extended.headers.enabled`), which the
 /// relay deliberately does not send: they name the Debezium connector and task.
 const DEBEZIUM_CONTEXT_HEADER_PREFIX: &str = "__debezium.context.";
@@ -425,6 +428,10 @@ async fn start_mode(
             "transforms.outbox.table.expand.json.payload".to_string(),
             mode.expand.to_string(),
         ),
+        (
+            "transforms.outbox.route.topic.regex".to_string(),
+            ROUTE_TOPIC_REGEX.to_string(),
+        ),
         // No global read lock for the schema snapshot: five connectors start on one server.
         ("snapshot.locking.mode".to_string(), "none".to_string()),
         // A NULL aggregate id and a NULL payload are the rows' own (the relay: as_debezium).
@@ -447,6 +454,16 @@ async fn start_mode(
     .chain(mode.route)
     .map(|line| line.to_string())
     .collect();
+    if mode.name == "string" {
+        // This mode routes with Debezium's regex router settings instead of a template.
+        setup
+            .route_extra
+            .push(format!("topic_regex = \"{ROUTE_TOPIC_REGEX}\""));
+        setup.route_extra.push(format!(
+            "topic_replacement = \"{}.outbox.event.${{routedByValue}}\"",
+            setup.topic_tag
+        ));
+    }
     let mut relay = Relay::prepare(&setup);
     relay.edit_config(&[("server_id = 4242", &format!("server_id = {}", 4300 + index))]);
     relay.start();
