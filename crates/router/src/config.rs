@@ -247,6 +247,10 @@ pub enum TimestampSource {
     Column,
     /// Always the binlog event time (seconds precision); the column is not read.
     EventTime,
+    /// No timestamp from the row: the producer stamps the record when it sends it, like
+    /// Debezium's default (its processing time, `ts_ms`, unless
+    /// `table.field.event.timestamp` is set). A resend gets a new time.
+    ProducerTime,
 }
 
 /// How the `[route]` section maps rows to records; shared by every outbox table.
@@ -294,6 +298,39 @@ pub struct RouteConfig {
     /// `table.op.invalid.behavior`); cleanup jobs delete sent rows, hence `ignore`.
     #[serde(default = "default_invalid_operation")]
     pub invalid_operation: InvalidOperationBehavior,
+    /// How the key bytes are written, matching the Kafka Connect `key.converter` a Debezium
+    /// pipeline used, so its consumers read the relay's keys unchanged.
+    #[serde(default)]
+    pub key_format: RecordFormat,
+    /// How the value bytes are written, matching the `value.converter` of that pipeline.
+    #[serde(default)]
+    pub value_format: RecordFormat,
+    /// Debezium's `table.expand.json.payload`: a JSON payload becomes a structured value
+    /// (with `value_format = "json"` or `"json_with_schema"`) instead of a JSON string.
+    #[serde(default)]
+    pub expand_json_payload: bool,
+    /// Debezium's `table.json.payload.null.behavior`: what an expanded payload does with
+    /// `null` fields.
+    #[serde(default)]
+    pub json_payload_null_behavior: JsonNullBehavior,
+    /// The Connect schemas Debezium derives from the outbox table's DDL, which the relay does
+    /// not read; used by `json_with_schema` (`[route.connect_schema]`).
+    #[serde(default)]
+    pub connect_schema: ConnectSchemaConfig,
+    /// A NULL aggregate id or (with tombstones off) a NULL payload: a routing error (dead
+    /// letter), or, as Debezium's router writes them, a null key / null value (JSON `null`
+    /// under a JSON format).
+    #[serde(default)]
+    pub null_values: NullValues,
+    /// Debezium's `route.topic.regex`: with `topic_replacement`, the topic comes from the
+    /// aggregate type as Kafka Connect's RegexRouter makes it (full match; no match: the
+    /// aggregate type itself), instead of the `topic` template. Topic overrides and a
+    /// table's own `topic` still win.
+    #[serde(default)]
+    pub topic_regex: Option<String>,
+    /// Debezium's `route.topic.replacement` (Java syntax: `${name}`, `$n`, `\$`).
+    #[serde(default)]
+    pub topic_replacement: Option<String>,
 }
 
 impl Default for RouteConfig {
@@ -309,6 +346,14 @@ impl Default for RouteConfig {
             additional_headers: Vec::new(),
             tracing_span_context_column: None,
             invalid_operation: default_invalid_operation(),
+            key_format: RecordFormat::default(),
+            value_format: RecordFormat::default(),
+            expand_json_payload: false,
+            json_payload_null_behavior: JsonNullBehavior::default(),
+            connect_schema: ConnectSchemaConfig::default(),
+            null_values: NullValues::default(),
+            topic_regex: None,
+            topic_replacement: None,
         }
     }
 }
@@ -353,6 +398,29 @@ impl RouteConfig {
             problems.push(ConfigProblem::EmptyTracingColumn);
         }
         push_duplicate_headers(&self.header_claims(), 0, problems);
+        if self.expand_json_payload && self.value_format == RecordFormat::Raw {
+            problems.push(ConfigProblem::ExpandWithRawValue);
+        }
+        let schema = &self.connect_schema;
+        if schema.payload_type == ConnectSchemaType::Int32
+            || schema.payload_type == ConnectSchemaType::Int64
+        {
+            problems.push(ConfigProblem::IntegerPayloadSchema);
+        }
+        if schema.key_type == ConnectSchemaType::Json {
+            problems.push(ConfigProblem::JsonKeySchema);
+        }
+        match (&self.topic_regex, &self.topic_replacement) {
+            (None, None) => {}
+            (Some(regex), Some(replacement)) => {
+                if let Err(reason) = crate::topic_regex::TopicRegex::new(regex, replacement) {
+                    problems.push(ConfigProblem::TopicRegex { reason });
+                }
+            }
+            _ => problems.push(ConfigProblem::TopicRegex {
+                reason: "set both topic_regex and topic_replacement, or neither".to_string(),
+            }),
+        }
     }
 
     /// Every header name this section produces, with the setting that produces it.
@@ -533,6 +601,100 @@ pub enum InvalidOperationBehavior {
     Fail,
 }
 
+/// How key or value bytes are written: as a Kafka Connect converter would for Debezium.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordFormat {
+    /// The column bytes as they are (`StringConverter` / `ByteArrayConverter`).
+    #[default]
+    Raw,
+    /// `JsonConverter` with `schemas.enable=false`: a JSON string literal for text, a number
+    /// for an integer column, base64 for binary, `null` for NULL.
+    Json,
+    /// `JsonConverter` with `schemas.enable=true`: `{"schema":...,"payload":...}` with the
+    /// schemas of `[route.connect_schema]` (or of the expanded payload).
+    JsonWithSchema,
+}
+
+/// What a NULL aggregate id or NULL payload becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NullValues {
+    /// A routing error naming the column (the event goes to the dead-letter topic).
+    #[default]
+    Error,
+    /// A null key / null value, as Debezium writes them (JSON `null` under a JSON format).
+    AsDebezium,
+}
+
+/// Debezium's `table.json.payload.null.behavior` for expanded payloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JsonNullBehavior {
+    /// `null` fields are left out of the schema and the value (Debezium's default).
+    #[default]
+    Ignore,
+    /// `null` fields stay, with an optional bytes schema.
+    OptionalBytes,
+}
+
+/// A Kafka Connect schema type Debezium gives a column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConnectSchemaType {
+    /// `string` (CHAR, VARCHAR, TEXT columns).
+    String,
+    /// `string` named `io.debezium.data.Json`, version 1 (JSON columns, also MariaDB's).
+    Json,
+    /// `int32` (INT and smaller columns).
+    Int32,
+    /// `int64` (BIGINT columns).
+    Int64,
+    /// `bytes` (BINARY, VARBINARY, BLOB columns with `binary.handling.mode=bytes`).
+    Bytes,
+}
+
+/// `[route.connect_schema]`: the schemas Debezium's MySQL connector derives from the
+/// outbox table's DDL for the key and payload columns. The relay reads no DDL, so a
+/// `json_with_schema` pipeline states them here; the defaults are Debezium's documented
+/// outbox table (`aggregateid VARCHAR NOT NULL`, `payload JSON` nullable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectSchemaConfig {
+    /// The aggregate id column's schema type, written in the key's schema.
+    #[serde(default = "default_key_schema_type")]
+    pub key_type: ConnectSchemaType,
+    /// Whether the aggregate id column is nullable (`"optional"` of the key schema).
+    #[serde(default)]
+    pub key_optional: bool,
+    /// The payload column's schema type, written in the value's schema.
+    #[serde(default = "default_payload_schema_type")]
+    pub payload_type: ConnectSchemaType,
+    /// Whether the payload column is nullable (`"optional"` of the value schema).
+    #[serde(default = "default_payload_optional")]
+    pub payload_optional: bool,
+}
+
+impl Default for ConnectSchemaConfig {
+    fn default() -> Self {
+        Self {
+            key_type: default_key_schema_type(),
+            key_optional: false,
+            payload_type: default_payload_schema_type(),
+            payload_optional: default_payload_optional(),
+        }
+    }
+}
+
+fn default_key_schema_type() -> ConnectSchemaType {
+    ConnectSchemaType::String
+}
+fn default_payload_schema_type() -> ConnectSchemaType {
+    ConnectSchemaType::Json
+}
+fn default_payload_optional() -> bool {
+    true
+}
 fn default_preset() -> ColumnPreset {
     ColumnPreset::Seeds
 }
@@ -633,6 +795,21 @@ pub enum ConfigProblem {
     /// `tracing_span_context_column = ""`.
     #[error("[route] tracing_span_context_column is empty; name the column or remove the key")]
     EmptyTracingColumn,
+    /// `expand_json_payload` with the raw value format.
+    #[error("[route] expand_json_payload = true needs value_format = \"json\" or \"json_with_schema\" (Debezium with a StringConverter writes Java's Struct.toString() text, which the relay does not reproduce)")]
+    ExpandWithRawValue,
+    /// An integer payload schema.
+    #[error("[route] connect_schema.payload_type must be \"json\", \"string\" or \"bytes\": the payload column holds text or bytes")]
+    IntegerPayloadSchema,
+    /// A JSON key schema.
+    #[error("[route] connect_schema.key_type = \"json\" is not supported; use \"string\" for a text aggregate id")]
+    JsonKeySchema,
+    /// `topic_regex` / `topic_replacement` unusable.
+    #[error("[route] topic_regex / topic_replacement: {reason}")]
+    TopicRegex {
+        /// What is wrong.
+        reason: String,
+    },
     /// Two settings produce the same header name.
     #[error("header `{header}` would be written by both {first} and {second}; rename one of them (an empty standard header name turns that header off)")]
     DuplicateHeaderName {

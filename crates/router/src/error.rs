@@ -111,6 +111,22 @@ pub enum RoutingErrorKind {
         /// The parser's message (position and cause).
         reason: String,
     },
+    /// `expand_json_payload` met a payload Debezium's task would fail on.
+    #[error("the payload cannot be expanded like Debezium's table.expand.json.payload: {reason}")]
+    PayloadNotExpandable {
+        /// What does not fit.
+        reason: String,
+    },
+    /// A key or payload value that does not fit the configured `[route.connect_schema]`.
+    #[error("a {value_type} value does not fit connect_schema {setting} = \"{schema}\"; set the type Debezium gives this column")]
+    SchemaMismatch {
+        /// The value's type.
+        value_type: &'static str,
+        /// `key_type` or `payload_type`.
+        setting: &'static str,
+        /// The configured type.
+        schema: &'static str,
+    },
     /// The rendered topic is not a legal Kafka topic name.
     #[error("topic `{topic}` is not a legal Kafka topic name: {problem}")]
     InvalidTopic {
@@ -149,6 +165,8 @@ impl RoutingErrorKind {
             RoutingErrorKind::NotUuid { .. } => "not_uuid",
             RoutingErrorKind::UnsupportedType { .. } => "unsupported_type",
             RoutingErrorKind::PayloadNotJson { .. } => "payload_not_json",
+            RoutingErrorKind::PayloadNotExpandable { .. } => "payload_not_expandable",
+            RoutingErrorKind::SchemaMismatch { .. } => "schema_mismatch",
             RoutingErrorKind::InvalidTopic { .. } => "invalid_topic",
             RoutingErrorKind::InvalidTimestamp { .. } => "invalid_timestamp",
             RoutingErrorKind::InvalidPartition { .. } => "invalid_partition",

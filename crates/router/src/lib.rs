@@ -14,9 +14,14 @@
 //!   `[route] topic` (default `outbox.event.${aggregate_type}`), with `${aggregate_type}`,
 //!   `${event_type}`, `${table}`, `${database}` replaced. The result must be a legal Kafka
 //!   topic name; a bad one is a [`RoutingError`], never a mangled name.
-//! * **key**: the aggregate id, as text bytes (binary ids per `key_encoding`).
+//! * **key**: the aggregate id, as text bytes (binary ids per `key_encoding`), or under
+//!   `key_format = "json"` / `"json_with_schema"` as Kafka Connect's JsonConverter writes
+//!   it (see `connect_json.rs`).
 //! * **value**: the payload as is: a JSON column as its JSON text, text and binary columns
-//!   byte-exact; NULL/empty is a tombstone only with `tombstone_on_empty_payload`.
+//!   byte-exact; NULL/blank is a tombstone only with `tombstone_on_empty_payload`; under a
+//!   JSON `value_format` as the JsonConverter writes Debezium's value (optionally the
+//!   expanded payload, `expand_json_payload`). A NULL aggregate id or payload is an error
+//!   unless `null_values = "as_debezium"`.
 //! * **headers**: `id` (event id), `event_type`, `aggregate_type`, `aggregate_id`, the
 //!   `additional_headers` columns (route-wide, then per table), and the tracing span
 //!   context (`traceparent`).
@@ -40,16 +45,19 @@
 #![warn(missing_docs)]
 
 mod config;
+mod connect_json;
 mod error;
 mod record;
 mod render;
 mod router;
 mod topic;
+mod topic_regex;
 
 pub use config::{
     validate_router_config, AdditionalHeader, BinaryEncoding, ColumnMapping, ColumnOverrides,
-    ColumnPreset, ConfigProblem, HeaderNames, InvalidOperationBehavior, OutboxTableConfig,
-    PayloadMode, RouteConfig, RouterConfigError, TimestampSource, DEFAULT_TOPIC_TEMPLATE,
+    ColumnPreset, ConfigProblem, ConnectSchemaConfig, ConnectSchemaType, HeaderNames,
+    InvalidOperationBehavior, JsonNullBehavior, NullValues, OutboxTableConfig, PayloadMode,
+    RecordFormat, RouteConfig, RouterConfigError, TimestampSource, DEFAULT_TOPIC_TEMPLATE,
     TRACEPARENT_HEADER,
 };
 pub use error::{RoutingError, RoutingErrorKind};

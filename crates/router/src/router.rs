@@ -19,10 +19,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use outbox_binlog::{ColumnNames, Row, RowChange, RowOperation, TableFilter, TableName, Value};
 
 use crate::config::{
-    validate_router_config, AdditionalHeader, BinaryEncoding, ColumnMapping,
-    InvalidOperationBehavior, OutboxTableConfig, PayloadMode, RouteConfig, RouterConfigError,
-    TimestampSource, TRACEPARENT_HEADER,
+    validate_router_config, AdditionalHeader, BinaryEncoding, ColumnMapping, ConnectSchemaConfig,
+    ConnectSchemaType, InvalidOperationBehavior, JsonNullBehavior, NullValues, OutboxTableConfig,
+    PayloadMode, RecordFormat, RouteConfig, RouterConfigError, TimestampSource, TRACEPARENT_HEADER,
 };
+use crate::connect_json::{self, Data};
 use crate::error::{RoutingError, RoutingErrorKind};
 use crate::record::{KafkaRecord, RouteOutcome, SkipReason};
 use crate::render::{
@@ -31,6 +32,7 @@ use crate::render::{
 use crate::topic::{
     check_topic_name, TopicNameProblem, TopicPlaceholder, TopicTemplate, TopicValues,
 };
+use crate::topic_regex::TopicRegex;
 
 /// Routes rows of the configured outbox tables to Kafka records. Cheap to share between
 /// threads (`Send + Sync`); build it once with [`Router::new`].
@@ -73,6 +75,20 @@ struct RouteSettings {
     invalid_operation: InvalidOperationBehavior,
     /// True when some route-level template uses `${event_type}`.
     templates_use_event_type: bool,
+    /// Key bytes as this converter writes them.
+    key_format: RecordFormat,
+    /// Value bytes as this converter writes them.
+    value_format: RecordFormat,
+    /// Debezium's `table.expand.json.payload`.
+    expand_json_payload: bool,
+    /// Null fields of an expanded payload.
+    json_payload_null_behavior: JsonNullBehavior,
+    /// Column schemas for `json_with_schema`.
+    connect_schema: ConnectSchemaConfig,
+    /// NULL aggregate ids and payloads: errors, or null as Debezium writes them.
+    null_values: NullValues,
+    /// Debezium's regex router, replacing `topic` when configured.
+    topic_regex: Option<TopicRegex>,
 }
 
 /// One watched table: its mapping, topic and column position cache.
@@ -257,6 +273,22 @@ impl Router {
             tracing_span_context_column: route.tracing_span_context_column.clone(),
             invalid_operation: route.invalid_operation,
             templates_use_event_type,
+            key_format: route.key_format,
+            value_format: route.value_format,
+            expand_json_payload: route.expand_json_payload,
+            json_payload_null_behavior: route.json_payload_null_behavior,
+            connect_schema: route.connect_schema,
+            null_values: route.null_values,
+            topic_regex: match (&route.topic_regex, &route.topic_replacement) {
+                (Some(regex), Some(replacement)) => {
+                    Some(TopicRegex::new(regex, replacement).map_err(|reason| {
+                        RouterConfigError {
+                            problems: vec![crate::config::ConfigProblem::TopicRegex { reason }],
+                        }
+                    })?)
+                }
+                _ => None,
+            },
         };
         let mut routes = HashMap::with_capacity(tables.len());
         let mut watched = Vec::with_capacity(tables.len());
@@ -360,11 +392,20 @@ impl Router {
         let aggregate_type = render_value_text(aggregate_type_value, BinaryEncoding::Utf8)
             .map_err(|kind| context.error(&mapping.aggregate_type, kind))?;
 
-        let aggregate_id_value =
-            context.required(row, indexes.aggregate_id, &mapping.aggregate_id)?;
-        let key = render_value_bytes(aggregate_id_value, settings.key_encoding)
-            .map_err(|kind| context.error(&mapping.aggregate_id, kind))?
-            .into_owned();
+        let aggregate_id_value = if settings.null_values == NullValues::AsDebezium {
+            context.present(row, indexes.aggregate_id, &mapping.aggregate_id)?
+        } else {
+            context.required(row, indexes.aggregate_id, &mapping.aggregate_id)?
+        };
+        // A NULL aggregate id (only with `null_values = "as_debezium"`) has no raw key bytes.
+        let key = match aggregate_id_value {
+            Value::Null => None,
+            value => Some(
+                render_value_bytes(value, settings.key_encoding)
+                    .map_err(|kind| context.error(&mapping.aggregate_id, kind))?
+                    .into_owned(),
+            ),
+        };
 
         let event_type = if table.event_type_needed {
             let value = context.required(row, indexes.event_type, &mapping.event_type)?;
@@ -374,34 +415,41 @@ impl Router {
             Cow::Borrowed("")
         };
 
-        let template = settings
+        let chosen = settings
             .topic_overrides
             .get(aggregate_type.as_ref())
-            .or(table.topic.as_ref())
-            .unwrap_or(&settings.topic);
-        let topic = template.render(&TopicValues {
-            aggregate_type: &aggregate_type,
-            event_type: &event_type,
-            table: &change.table.table,
-            database: &change.table.database,
-        });
+            .or(table.topic.as_ref());
+        let template = chosen.unwrap_or(&settings.topic);
+        let topic = match (chosen, &settings.topic_regex) {
+            (None, Some(regex)) => regex.route(&aggregate_type),
+            _ => template.render(&TopicValues {
+                aggregate_type: &aggregate_type,
+                event_type: &event_type,
+                table: &change.table.table,
+                database: &change.table.database,
+            }),
+        };
         if let Err(problem) = check_topic_name(&topic) {
-            let column = topic_fault_column(
-                template,
-                &problem,
-                [
-                    (
-                        TopicPlaceholder::AggregateType,
-                        &aggregate_type,
-                        &mapping.aggregate_type,
-                    ),
-                    (
-                        TopicPlaceholder::EventType,
-                        &event_type,
-                        &mapping.event_type,
-                    ),
-                ],
-            );
+            let column = if chosen.is_none() && settings.topic_regex.is_some() {
+                Some(mapping.aggregate_type.clone())
+            } else {
+                topic_fault_column(
+                    template,
+                    &problem,
+                    [
+                        (
+                            TopicPlaceholder::AggregateType,
+                            &aggregate_type,
+                            &mapping.aggregate_type,
+                        ),
+                        (
+                            TopicPlaceholder::EventType,
+                            &event_type,
+                            &mapping.event_type,
+                        ),
+                    ],
+                )
+            };
             return Err(RoutingError {
                 event_id: Some(event_id),
                 table: Arc::clone(&table.table),
@@ -410,10 +458,16 @@ impl Router {
             });
         }
 
+        let record_key = self
+            .formatted_key(aggregate_id_value, key.as_deref())
+            .map_err(|kind| context.error(&mapping.aggregate_id, kind))?;
+
         let payload_value = context.present(row, indexes.payload, &mapping.payload)?;
-        let value = self
-            .payload_bytes(payload_value)
-            .map_err(|kind| context.error(&mapping.payload, kind))?;
+        let value = match settings.value_format {
+            RecordFormat::Raw => self.payload_bytes(payload_value),
+            format => self.formatted_payload(format, payload_value),
+        }
+        .map_err(|kind| context.error(&mapping.payload, kind))?;
 
         let timestamp_millis = self.timestamp(table, change, row, &indexes, &context)?;
 
@@ -437,7 +491,7 @@ impl Router {
                 aggregate_type.as_bytes().to_vec(),
             ));
         }
-        if !settings.aggregate_id_header.is_empty() {
+        if let (false, Some(key)) = (settings.aggregate_id_header.is_empty(), &key) {
             headers.push((settings.aggregate_id_header.clone(), key.clone()));
         }
         for (extra, index) in table.additional_headers.iter().zip(&indexes.additional) {
@@ -471,7 +525,7 @@ impl Router {
 
         Ok(KafkaRecord {
             topic,
-            key: Some(key),
+            key: record_key,
             value,
             headers,
             timestamp_millis,
@@ -485,6 +539,8 @@ impl Router {
         let tombstone = self.settings.tombstone_on_empty_payload;
         let bytes: &[u8] = match value {
             Value::Null if tombstone => return Ok(None),
+            // Debezium's StringConverter writes a NULL payload as a null value.
+            Value::Null if self.settings.null_values == NullValues::AsDebezium => return Ok(None),
             Value::Null => return Err(RoutingErrorKind::NullPayload),
             Value::Json(document) => {
                 // Already a JSON document: emit its JSON text (never a quoted string).
@@ -493,6 +549,10 @@ impl Router {
                         reason: error.to_string(),
                     }
                 });
+            }
+            // Debezium: `payload.toString().trim().isEmpty()` (Java's trim: every char <= ' ').
+            Value::Text(text) if tombstone && text.trim_matches(|c: char| c <= ' ').is_empty() => {
+                return Ok(None)
             }
             Value::Text(text) => text.as_bytes(),
             Value::Bytes(bytes) => bytes,
@@ -516,6 +576,103 @@ impl Router {
         Ok(Some(bytes.to_vec()))
     }
 
+    /// The record key under `key_format`: the raw key bytes, or the aggregate id as Kafka
+    /// Connect's `JsonConverter` writes it with the configured key schema.
+    /// `raw` is `None` for a NULL aggregate id: a null key, or JSON `null` under a JSON format.
+    fn formatted_key(
+        &self,
+        value: &Value,
+        raw: Option<&[u8]>,
+    ) -> Result<Option<Vec<u8>>, RoutingErrorKind> {
+        let format = self.settings.key_format;
+        if format == RecordFormat::Raw {
+            return Ok(raw.map(<[u8]>::to_vec));
+        }
+        let config = self.settings.connect_schema;
+        let schema = connect_json::configured_schema(config.key_type, config.key_optional);
+        let data = match (value, config.key_type) {
+            (Value::Null, _) => Data::Null,
+            (Value::Int(number), ConnectSchemaType::Int32 | ConnectSchemaType::Int64) => {
+                Data::Integer(*number)
+            }
+            (Value::UInt(number), ConnectSchemaType::Int32 | ConnectSchemaType::Int64) => {
+                Data::Integer(
+                    i64::try_from(*number)
+                        .map_err(|_| schema_mismatch(value, "key_type", config.key_type))?,
+                )
+            }
+            (Value::Bytes(bytes), ConnectSchemaType::Bytes) => Data::Bytes(bytes.clone()),
+            (_, ConnectSchemaType::String) => {
+                Data::String(render_value_text(value, self.settings.key_encoding)?.into_owned())
+            }
+            _ => return Err(schema_mismatch(value, "key_type", config.key_type)),
+        };
+        if let (Data::Integer(number), ConnectSchemaType::Int32) = (&data, config.key_type) {
+            if i32::try_from(*number).is_err() {
+                return Err(schema_mismatch(value, "key_type", config.key_type));
+            }
+        }
+        connect_json::converter_bytes(format, &schema, &data).map(Some)
+    }
+
+    /// The record value under a JSON `value_format` (`None`: tombstone), as Debezium's
+    /// router and Kafka Connect's `JsonConverter` write it.
+    fn formatted_payload(
+        &self,
+        format: RecordFormat,
+        value: &Value,
+    ) -> Result<Option<Vec<u8>>, RoutingErrorKind> {
+        let settings = &self.settings;
+        let config = settings.connect_schema;
+        let schema = connect_json::configured_schema(config.payload_type, config.payload_optional);
+        let text: Cow<'_, str> = match (value, config.payload_type) {
+            (Value::Null, _) if settings.tombstone_on_empty_payload => return Ok(None),
+            (Value::Null, _) if settings.null_values == NullValues::Error => {
+                return Err(RoutingErrorKind::NullPayload)
+            }
+            (Value::Null, _) => {
+                return connect_json::converter_bytes(format, &schema, &Data::Null).map(Some)
+            }
+            (Value::Bytes(bytes), ConnectSchemaType::Bytes) => {
+                if bytes.is_empty() && settings.tombstone_on_empty_payload {
+                    return Ok(None);
+                }
+                return connect_json::converter_bytes(format, &schema, &Data::Bytes(bytes.clone()))
+                    .map(Some);
+            }
+            (Value::Text(text), _) => Cow::Borrowed(text.as_str()),
+            (Value::Json(document), _) => Cow::Owned(document.to_string()),
+            (Value::Bytes(bytes), _) => {
+                Cow::Borrowed(std::str::from_utf8(bytes).map_err(|_| RoutingErrorKind::NotUtf8)?)
+            }
+            (other, _) => {
+                return Err(unusable_value_error(
+                    other,
+                    "the payload (use a JSON, text or binary column)",
+                ))
+            }
+        };
+        if settings.payload == PayloadMode::RequireJson {
+            serde_json::from_str::<serde::de::IgnoredAny>(&text).map_err(|error| {
+                RoutingErrorKind::PayloadNotJson {
+                    reason: error.to_string(),
+                }
+            })?;
+        }
+        if settings.expand_json_payload {
+            if let Some((expanded_schema, data)) =
+                connect_json::expand_payload(&text, settings.json_payload_null_behavior)?
+            {
+                return connect_json::converter_bytes(format, &expanded_schema, &data).map(Some);
+            }
+        }
+        // Debezium: `payload.toString().trim().isEmpty()` (Java's trim: every char <= ' ').
+        if settings.tombstone_on_empty_payload && text.trim_matches(|c: char| c <= ' ').is_empty() {
+            return Ok(None);
+        }
+        connect_json::string_record(format, &schema, Some(&text)).map(Some)
+    }
+
     /// The Kafka timestamp per the table's `timestamp_source`.
     fn timestamp(
         &self,
@@ -529,6 +686,7 @@ impl Router {
         let column = &table.mapping.timestamp;
         let value = match table.timestamp_source {
             TimestampSource::EventTime => return Ok(event_time),
+            TimestampSource::ProducerTime => return Ok(None),
             TimestampSource::ColumnOrEventTime => {
                 match indexes.timestamp.and_then(|index| row.values.get(index)) {
                     None => return Ok(event_time),
@@ -610,6 +768,25 @@ fn topic_fault_column(
                 }
         })
         .map(|(_, _, column)| column.clone())
+}
+
+/// A value that does not fit the configured Connect schema type.
+fn schema_mismatch(
+    value: &Value,
+    setting: &'static str,
+    schema: ConnectSchemaType,
+) -> RoutingErrorKind {
+    RoutingErrorKind::SchemaMismatch {
+        value_type: crate::render::value_type_name(value),
+        setting,
+        schema: match schema {
+            ConnectSchemaType::String => "string",
+            ConnectSchemaType::Json => "json",
+            ConnectSchemaType::Int32 => "int32",
+            ConnectSchemaType::Int64 => "int64",
+            ConnectSchemaType::Bytes => "bytes",
+        },
+    }
 }
 
 /// A partition number from the partition column (`None` for NULL).

@@ -1266,3 +1266,129 @@ fn invalid_topic_blames_the_right_column() {
     );
     assert_eq!(error.column, None);
 }
+
+/// `key_format` / `value_format` write the bytes Kafka Connect's JsonConverter writes for
+/// Debezium's records (schemas off and on), and `expand_json_payload` the expanded value.
+#[test]
+fn json_formats_write_what_the_json_converter_writes() {
+    let payload = Value::Text("{\"b\": 1, \"a\": [\"x\"], \"n\": null, \"e\": []}".into());
+    let insert = with_value(seeds_insert(), "payload", payload);
+    let json: RouteConfig =
+        toml::from_str("key_format = \"json\"\nvalue_format = \"json\"").unwrap();
+    let first = record(&seeds_router(&json), &insert);
+    let record = first;
+    assert_eq!(record.key.as_deref(), Some(&b"\"order-17\""[..]));
+    assert_eq!(
+        record.value.as_deref(),
+        Some(&br#""{\"b\": 1, \"a\": [\"x\"], \"n\": null, \"e\": []}""#[..])
+    );
+    // The aggregate id header keeps the plain id: headers go through Connect's header converter.
+    assert_eq!(record.header("aggregate_id"), Some(&b"order-17"[..]));
+
+    let with_schema: RouteConfig = toml::from_str(
+        "key_format = \"json_with_schema\"\nvalue_format = \"json_with_schema\"\n\
+         connect_schema = { payload_optional = false }",
+    )
+    .unwrap();
+    let record = common::record(&seeds_router(&with_schema), &insert);
+    assert_eq!(
+        record.key.as_deref(),
+        Some(&br#"{"schema":{"type":"string","optional":false},"payload":"order-17"}"#[..])
+    );
+    assert_eq!(
+        String::from_utf8(record.value.unwrap()).unwrap(),
+        r#"{"schema":{"type":"string","optional":false,"name":"io.debezium.data.Json","version":1},"payload":"{\"b\": 1, \"a\": [\"x\"], \"n\": null, \"e\": []}"}"#
+    );
+
+    let expanded: RouteConfig =
+        toml::from_str("value_format = \"json\"\nexpand_json_payload = true").unwrap();
+    let record = common::record(&seeds_router(&expanded), &insert);
+    assert_eq!(record.key.as_deref(), Some(&b"order-17"[..]));
+    assert_eq!(record.value.as_deref(), Some(&br#"{"b":1,"a":["x"]}"#[..]));
+}
+
+#[test]
+fn expanding_a_raw_value_is_refused() {
+    let route: RouteConfig = toml::from_str("expand_json_payload = true").unwrap();
+    let error = route.validate().unwrap_err().to_string();
+    assert!(error.contains("expand_json_payload"), "{error}");
+}
+
+/// `null_values = "as_debezium"`: a NULL aggregate id is a null key (JSON `null` under a JSON
+/// key format) and a NULL payload a null value, as Debezium's router writes them; the
+/// default stays a routing error.
+#[test]
+fn null_key_and_payload_as_debezium_writes_them() {
+    let null_key = with_value(seeds_insert(), "aggregate_id", Value::Null);
+    let null_payload = with_value(seeds_insert(), "payload", Value::Null);
+    let default_router = seeds_router(&RouteConfig::default());
+    assert!(default_router.route(&null_key).is_err());
+    assert!(default_router.route(&null_payload).is_err());
+
+    let raw: RouteConfig = toml::from_str("null_values = \"as_debezium\"").unwrap();
+    let router = seeds_router(&raw);
+    let record = common::record(&router, &null_key);
+    assert_eq!(record.key, None);
+    assert_eq!(record.header("aggregate_id"), None);
+    assert_eq!(common::record(&router, &null_payload).value, None);
+
+    let json: RouteConfig = toml::from_str(
+        "null_values = \"as_debezium\"\nkey_format = \"json\"\nvalue_format = \"json_with_schema\"",
+    )
+    .unwrap();
+    let router = seeds_router(&json);
+    assert_eq!(
+        common::record(&router, &null_key).key.as_deref(),
+        Some(&b"null"[..])
+    );
+    assert_eq!(
+        common::record(&router, &null_payload).value.as_deref(),
+        Some(&br#"{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":null}"#[..])
+    );
+}
+
+/// `route.tombstone.on.empty.payload` trims like Java's `String.trim()`.
+#[test]
+fn a_blank_payload_is_a_tombstone() {
+    let route: RouteConfig = toml::from_str("tombstone_on_empty_payload = true").unwrap();
+    let blank = with_value(seeds_insert(), "payload", Value::Text(" \t\n ".into()));
+    assert_eq!(common::record(&seeds_router(&route), &blank).value, None);
+}
+
+/// `timestamp_source = "producer_time"`: no timestamp from the row, so the producer stamps
+/// the send time, as Debezium's default record timestamp is its processing time.
+#[test]
+fn producer_time_leaves_the_timestamp_to_the_producer() {
+    let mut table = OutboxTableConfig::new("shop.outbox".parse().unwrap(), ColumnPreset::Seeds);
+    table.timestamp_source =
+        toml::from_str::<BTreeMap<String, TimestampSource>>("source = \"producer_time\"").unwrap()
+            ["source"];
+    let router = Router::new(&[table], &RouteConfig::default()).unwrap();
+    assert_eq!(
+        common::record(&router, &seeds_insert()).timestamp_millis,
+        None
+    );
+}
+
+/// `topic_regex` + `topic_replacement`: Debezium's `route.topic.regex` /
+/// `route.topic.replacement` (full match; no match routes to the aggregate type itself).
+#[test]
+fn topic_regex_routes_like_debezium() {
+    let route: RouteConfig = toml::from_str(
+        "topic_regex = \"(?<routedByValue>ord.*)\"\ntopic_replacement = \"shop.${routedByValue}.events\"",
+    )
+    .unwrap();
+    let router = seeds_router(&route);
+    assert_eq!(
+        common::record(&router, &seeds_insert()).topic,
+        "shop.order.events"
+    );
+    let customer = with_value(
+        seeds_insert(),
+        "aggregate_type",
+        Value::Text("customer".into()),
+    );
+    assert_eq!(common::record(&router, &customer).topic, "customer");
+    let half: RouteConfig = toml::from_str("topic_regex = \"(.*)\"").unwrap();
+    assert!(half.validate().is_err());
+}
