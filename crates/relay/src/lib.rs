@@ -40,6 +40,7 @@ pub mod pipeline;
 #[cfg(test)]
 mod pipeline_tests;
 pub mod recover;
+pub mod security;
 pub mod shutdown;
 pub mod sink;
 mod stores;
