@@ -631,8 +631,8 @@ pub struct CheckpointConfig {
     /// connection must not hold the relay or its shutdown.
     #[serde(default = "default_checkpoint_operation_timeout_ms")]
     pub operation_timeout_ms: u64,
-    /// MySQL store: a file holding the password (re-read whenever the store's pool opens a
-    /// connection is not possible with the client library; it is read at start).
+    /// MySQL store: a file holding the password, read when the store is opened (at start):
+    /// the store's connection pool keeps it for the process's life.
     #[serde(default)]
     pub password_file: Option<PathBuf>,
     /// MySQL store: `[checkpoint.tls]`, the same keys as `[source.tls]`.

@@ -503,6 +503,77 @@ mod tests {
         assert!(error.contains("sasl_ssl"), "{error}");
     }
 
+    fn relay_config(extra: &str) -> Result<crate::config::RelayConfig, crate::config::ConfigError> {
+        let mut text = crate::demo::demo_config_text(
+            "mysql://relay@127.0.0.1:3306",
+            "127.0.0.1:9092",
+            "/tmp/cp.json",
+        );
+        text.push_str(extra);
+        crate::config::RelayConfig::parse(&text)
+    }
+
+    #[test]
+    fn the_relay_config_refuses_tls_and_secret_mistakes_naming_the_key() {
+        let error =
+            relay_config("\n[source.tls]\nmode = \"verify_ca\"\nkey_file = \"/etc/hosts\"\n")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            error.contains("source.tls") && error.contains("cert_file"),
+            "{error}"
+        );
+        let error = relay_config(
+            "\n[source.tls]\nmode = \"verify_ca\"\nca_file = \"/nonexistent/ca.pem\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains("source.tls.ca_file") && error.contains("/nonexistent/ca.pem"),
+            "{error}"
+        );
+        let error = relay_config("\n[source.tls]\nmode = \"verify-ca\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("verify_ca"),
+            "the accepted values are listed: {error}"
+        );
+        let error = relay_config(
+            "\n[kafka.security]\nprotocol = \"sasl_ssl\"\nsasl_mechanism = \"PLAIN\"\n\
+             sasl_username = \"u\"\nsasl_password_env = \"OUTBOX_TEST_UNSET_VARIABLE_1\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("OUTBOX_TEST_UNSET_VARIABLE_1"), "{error}");
+        let text = crate::demo::demo_config_text(
+            "mysql://relay@127.0.0.1:3306",
+            "127.0.0.1:9092",
+            "/tmp/cp.json",
+        );
+        if text.contains("[kafka.properties]") {
+            let conflicting = text.replace(
+                "[kafka.properties]\n",
+                "[kafka.properties]\n\"security.protocol\" = \"ssl\"\n",
+            ) + "\n[kafka.security]\nprotocol = \"ssl\"\n";
+            let error = crate::config::RelayConfig::parse(&conflicting)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains("security.protocol") && error.contains("one place"),
+                "{error}"
+            );
+        }
+        let fine = relay_config(
+            "\n[source.tls]\nmode = \"required\"\nmin_version = \"1.3\"\n\n[kafka.security]\nprotocol = \"ssl\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            fine.source.tls_options().mode,
+            outbox_binlog::TlsMode::Required
+        );
+    }
+
     #[test]
     fn a_secret_never_prints() {
         let security = parse(
