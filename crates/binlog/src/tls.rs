@@ -443,6 +443,22 @@ impl ServerCertVerifier for ModeVerifier {
     }
 }
 
+/// Opens a `mysql_async` connection to `url` with the TLS settings (and password file) of
+/// `tls`, and reports what TLS it got. For the relay's own side queries (`check`'s table
+/// lookups, the checkpoint store's TLS probe).
+pub async fn connect_to_server(
+    url: &str,
+    tls: &TlsOptions,
+    timeout: std::time::Duration,
+) -> Result<(mysql_async::Conn, TlsSession), BinlogError> {
+    let endpoint = crate::live::ServerEndpoint::new(url, tls)?;
+    let mut conn = endpoint.connect(timeout, "side connection").await?;
+    let session = crate::live::session_tls(&mut conn, tls)
+        .await
+        .map_err(|error| endpoint.connect_error(error, "side connection"))?;
+    Ok((conn, session))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -491,20 +507,4 @@ mod tests {
             "chain verified against CA file /etc/ca.pem, host name verified"
         );
     }
-}
-
-/// Opens a `mysql_async` connection to `url` with the TLS settings (and password file) of
-/// `tls`, and reports what TLS it got. For the relay's own side queries (`check`'s table
-/// lookups, the checkpoint store's TLS probe).
-pub async fn connect_to_server(
-    url: &str,
-    tls: &TlsOptions,
-    timeout: std::time::Duration,
-) -> Result<(mysql_async::Conn, TlsSession), BinlogError> {
-    let endpoint = crate::live::ServerEndpoint::new(url, tls)?;
-    let mut conn = endpoint.connect(timeout, "side connection").await?;
-    let session = crate::live::session_tls(&mut conn, tls)
-        .await
-        .map_err(|error| endpoint.connect_error(error, "side connection"))?;
-    Ok((conn, session))
 }

@@ -163,8 +163,7 @@ async fn every_mode_streams_over_tls_and_each_refusal_names_the_mode_and_the_cau
         c
     })
     .await
-    .err()
-    .expect("an untrusted certificate is refused");
+    .expect_err("an untrusted certificate is refused");
     let text = error.to_string();
     assert!(matches!(error, BinlogError::Tls { .. }), "{error:?}");
     assert!(!error.is_transient(), "a certificate refusal is definite");
@@ -259,8 +258,7 @@ async fn a_certificate_for_another_host_fails_verify_identity_but_passes_verify_
     reader_config.tls = tls(TlsMode::VerifyIdentity, ca);
     let error = BinlogReader::connect(reader_config)
         .await
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     let text = error.to_string();
     assert!(matches!(error, BinlogError::Tls { .. }), "{error:?}");
     assert!(
@@ -279,8 +277,7 @@ async fn required_tls_against_a_server_without_tls_names_the_mode() {
     reader_config.tls = tls(TlsMode::Required, None);
     let error = BinlogReader::connect(reader_config)
         .await
-        .err()
-        .expect("no TLS on offer");
+        .expect_err("no TLS on offer");
     assert!(matches!(error, BinlogError::Tls { .. }), "{error:?}");
     assert!(error.to_string().contains("required"), "{error}");
 }

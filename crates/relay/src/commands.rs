@@ -267,8 +267,9 @@ pub async fn check_command(path: &Path, out: &mut dyn Write) -> anyhow::Result<i
             ok: true,
             item: "kafka".into(),
             detail: format!(
-                "{} reachable: {brokers} broker(s), {topics} topic(s)",
-                config.kafka.brokers
+                "{} reachable: {brokers} broker(s), {topics} topic(s); {}",
+                config.kafka.brokers,
+                config.kafka.security.describe()
             ),
         },
         Err(error) => CheckLine {

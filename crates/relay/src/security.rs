@@ -255,6 +255,41 @@ impl KafkaSecurityConfig {
         }
     }
 
+    /// How the connection is secured, for `check` (never the password): e.g. `sasl_ssl,
+    /// SCRAM-SHA-512 as relay, broker certificate verified against CA file /ca.pem and the
+    /// host name`.
+    pub fn describe(&self) -> String {
+        let mut text = self.protocol.property().to_owned();
+        if self.protocol.uses_sasl() {
+            if let Some(mechanism) = self.sasl_mechanism {
+                text.push_str(&format!(", {}", mechanism.property()));
+            }
+            if let Some(username) = &self.sasl_username {
+                text.push_str(&format!(" as {username}"));
+            }
+        }
+        if self.protocol.uses_tls() {
+            let against = match &self.ca_file {
+                Some(path) => format!("CA file {}", path.display()),
+                None => "the system CA store".into(),
+            };
+            text.push_str(&format!(
+                ", broker certificate verified against {against}{}",
+                if self.verify_hostname {
+                    " and the host name"
+                } else {
+                    " (host name not checked)"
+                }
+            ));
+            if self.cert_file.is_some() {
+                text.push_str(", client certificate presented");
+            }
+        } else {
+            text.push_str(" (not encrypted)");
+        }
+        text
+    }
+
     /// Checks the combination; each problem is `(key, message with the fix)`.
     pub fn validate(&self) -> Vec<(&'static str, String)> {
         let mut problems = Vec::new();

@@ -385,6 +385,33 @@ fn url_without_password(url: &str) -> String {
     }
 }
 
+/// The TLS state of a client-library connection, from the server's session status
+/// (`Ssl_version` empty: plaintext).
+pub(crate) async fn session_tls(
+    conn: &mut Conn,
+    tls: &TlsOptions,
+) -> Result<TlsSession, mysql_async::Error> {
+    let rows: Vec<(String, String)> = conn
+        .query("SHOW SESSION STATUS WHERE Variable_name IN ('Ssl_version', 'Ssl_cipher')")
+        .await?;
+    let value = |name: &str| {
+        rows.iter()
+            .find(|(variable, _)| variable.eq_ignore_ascii_case(name))
+            .map(|(_, value)| value.clone())
+            .unwrap_or_default()
+    };
+    let version = value("Ssl_version");
+    Ok(TlsSession {
+        verification: if version.is_empty() {
+            String::new()
+        } else {
+            tls.verification()
+        },
+        cipher: value("Ssl_cipher"),
+        version,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -431,31 +458,4 @@ mod tests {
         )));
         assert_eq!(classify(&garbage), ErrorKind::Definite);
     }
-}
-
-/// The TLS state of a client-library connection, from the server's session status
-/// (`Ssl_version` empty: plaintext).
-pub(crate) async fn session_tls(
-    conn: &mut Conn,
-    tls: &TlsOptions,
-) -> Result<TlsSession, mysql_async::Error> {
-    let rows: Vec<(String, String)> = conn
-        .query("SHOW SESSION STATUS WHERE Variable_name IN ('Ssl_version', 'Ssl_cipher')")
-        .await?;
-    let value = |name: &str| {
-        rows.iter()
-            .find(|(variable, _)| variable.eq_ignore_ascii_case(name))
-            .map(|(_, value)| value.clone())
-            .unwrap_or_default()
-    };
-    let version = value("Ssl_version");
-    Ok(TlsSession {
-        verification: if version.is_empty() {
-            String::new()
-        } else {
-            tls.verification()
-        },
-        cipher: value("Ssl_cipher"),
-        version,
-    })
 }
