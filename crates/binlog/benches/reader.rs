@@ -227,6 +227,7 @@ async fn decoded(
         heartbeat_interval: Duration::from_secs(5),
         idle_timeout: Duration::from_secs(60),
         connect_timeout: Duration::from_secs(30),
+        tls: outbox_binlog::TlsOptions::default(),
     };
     let mut reader = BinlogReader::connect_with_read_ahead(config, read_ahead_events)
         .await

@@ -28,8 +28,9 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
-use crate::live::ServerEndpoint;
+use crate::live::{session_tls, ServerEndpoint};
 use crate::{BinlogError, Flavor};
+use crate::{TlsOptions, TlsSession};
 
 /// How long [`check_server`] waits for the connection.
 const CHECK_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -101,6 +102,10 @@ pub struct ServerReport {
     pub identity: ServerIdentity,
     /// The wrong settings and missing grants; empty when everything is as needed.
     pub checks: Vec<SettingCheck>,
+    /// The TLS state of the checking connection (the relay's connections use the same
+    /// settings): version and cipher, or plaintext, and what the certificate was verified
+    /// against.
+    pub tls: TlsSession,
 }
 
 impl ServerReport {
@@ -127,8 +132,8 @@ impl ServerReport {
 /// Connects to `url` (`mysql://user:pass@host:port`) and checks settings and grants (see the
 /// module docs). Fails only when the server cannot be reached or queried; wrong settings are
 /// reported in the [`ServerReport`].
-pub async fn check_server(url: &str) -> Result<ServerReport, BinlogError> {
-    check_server_within(url, CHECK_CONNECT_TIMEOUT).await
+pub async fn check_server(url: &str, tls: &TlsOptions) -> Result<ServerReport, BinlogError> {
+    check_server_within(url, tls, CHECK_CONNECT_TIMEOUT).await
 }
 
 /// Like [`check_server`], giving up after `timeout` for connecting and again for the
@@ -137,11 +142,19 @@ pub async fn check_server(url: &str) -> Result<ServerReport, BinlogError> {
 /// [`BinlogError::ConnectTimeout`].
 pub async fn check_server_within(
     url: &str,
+    tls: &TlsOptions,
     timeout: Duration,
 ) -> Result<ServerReport, BinlogError> {
-    let endpoint = ServerEndpoint::from_url(url)?;
+    let endpoint = ServerEndpoint::new(url, tls)?;
     let mut conn = endpoint.connect(timeout, "startup check").await?;
-    let report = match tokio::time::timeout(timeout, inspect_server(&mut conn, &endpoint)).await {
+    let inspect = async {
+        let mut report = inspect_server(&mut conn, &endpoint).await?;
+        report.tls = session_tls(&mut conn, tls)
+            .await
+            .map_err(|error| endpoint.connect_error(error, "startup check"))?;
+        Ok(report)
+    };
+    let report = match tokio::time::timeout(timeout, inspect).await {
         Ok(report) => report,
         Err(_) => Err(BinlogError::ConnectTimeout {
             server: endpoint.address.clone(),
@@ -204,6 +217,7 @@ pub(crate) async fn inspect_server(
             hostname,
         },
         checks,
+        tls: TlsSession::default(),
     })
 }
 

@@ -228,6 +228,18 @@ pub enum BinlogError {
     },
     /// The reader configuration cannot work (bad URL, GTID set of the other flavor, ...).
     /// Definite.
+    /// TLS to the server failed for a reason a retry does not change: the server offers no
+    /// TLS under a mode that needs it, its certificate is not trusted or does not name the
+    /// host, or the TLS version is below the minimum. Definite.
+    #[error("TLS to {server} (tls.mode = {mode}) failed: {message}")]
+    Tls {
+        /// `host:port` of the server.
+        server: String,
+        /// The configured mode (`required`, `verify_ca`, `verify_identity`, ...).
+        mode: String,
+        /// The cause and the fix.
+        message: String,
+    },
     #[error("invalid reader configuration for {server}: {field}: {message}")]
     InvalidReaderConfig {
         /// `host:port` of the server (or the URL text when it does not parse).

@@ -28,6 +28,7 @@ mod file;
 mod gtid;
 mod internal_events;
 mod live;
+mod tls;
 mod types;
 mod watched_tables;
 
@@ -45,6 +46,7 @@ pub use internal_events::{
 #[doc(hidden)]
 pub use live::pull_raw_events;
 pub use live::{BinlogReader, ReaderConfig, StartPosition, DEFAULT_READ_AHEAD_EVENTS};
+pub use tls::{connect_to_server, TlsMode, TlsOptions, TlsSession, TlsVersion};
 pub use types::{
     BinlogPosition, ColumnNames, Commit, DateTime, Flavor, Heartbeat, Row, RowChange, RowOperation,
     StreamItem, TableFilter, TableName, Value, XaBoundary,

@@ -96,11 +96,11 @@ use crate::internal_events::{
     ColumnNamesLookedUp, InternalEvent, ItemsHandedOut, ReaderConnected, StreamError,
 };
 use crate::{BinlogError, BinlogPosition, Commit, Flavor, GtidSet, StreamItem, TableFilter};
-use crate::{Heartbeat, TableName};
+use crate::{Heartbeat, TableName, TlsOptions};
 use read_ahead::{IdleTimeoutElapsed, ReadAhead, ReadAheadMessage};
 use replication_connection::{DumpStart, EventBatch, ReplicationConnection};
 
-pub(crate) use connection::ServerEndpoint;
+pub(crate) use connection::{session_tls, ServerEndpoint};
 #[doc(hidden)]
 pub use raw_pull::pull_raw_events;
 
@@ -135,6 +135,8 @@ pub struct ReaderConfig {
     pub idle_timeout: Duration,
     /// Limit for connecting, the startup queries, and the server's first answer to the dump.
     pub connect_timeout: Duration,
+    /// TLS mode, certificates and credential files for every connection to the server.
+    pub tls: TlsOptions,
 }
 
 impl ReaderConfig {
@@ -154,6 +156,7 @@ impl ReaderConfig {
             heartbeat_interval: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -169,6 +172,7 @@ impl fmt::Debug for ReaderConfig {
             .field("heartbeat_interval", &self.heartbeat_interval)
             .field("idle_timeout", &self.idle_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -269,7 +273,7 @@ impl BinlogReader {
         config: ReaderConfig,
         read_ahead_events: usize,
     ) -> Result<BinlogReader, BinlogError> {
-        let endpoint = ServerEndpoint::from_url(&config.url)?;
+        let endpoint = ServerEndpoint::new(&config.url, &config.tls)?;
         let requested = config.start.to_string();
         if config.heartbeat_interval.is_zero() || config.heartbeat_interval >= config.idle_timeout {
             return Err(BinlogError::InvalidReaderConfig {
@@ -959,9 +963,10 @@ async fn open_stream(
     resolved: &StartPosition,
     requested: &str,
 ) -> Result<(ReplicationConnection, String), BinlogError> {
-    let mut conn = ReplicationConnection::open(&endpoint.opts)
-        .await
-        .map_err(|error| endpoint.connect_error(error, requested))?;
+    let mut conn = endpoint.open_replication(requested).await?;
+    if let Some(session) = conn.tls_session() {
+        tracing::debug!(server = %endpoint.address, tls = %session, "replication connection secured");
+    }
     let heartbeat_nanos = u64::try_from(config.heartbeat_interval.as_nanos()).unwrap_or(u64::MAX);
     let mut setup = vec![
         // Events arrive with their CRC32 as logged (the decoder verifies it).
@@ -1083,6 +1088,7 @@ mod tests {
             heartbeat_interval: Duration::from_secs(1),
             idle_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
+            tls: TlsOptions::default(),
         };
         assert!(!format!("{config:?}").contains("secret"));
     }

@@ -21,7 +21,9 @@ async fn wrong_settings_are_reported_and_refuse_to_start() {
     })
     .await
     .unwrap();
-    let report = check_server(&server.url()).await.unwrap();
+    let report = check_server(&server.url(), &outbox_binlog::TlsOptions::default())
+        .await
+        .unwrap();
     assert_eq!(report.identity.server_id, 1);
     assert_eq!(
         report.identity.server_uuid, None,
@@ -101,7 +103,9 @@ async fn users_without_replication_grants_are_reported_and_granted_users_pass() 
     )
     .await;
     let plain_url = format!("mysql://plain:plain-pw@127.0.0.1:{}", server.port());
-    let report = check_server(&plain_url).await.unwrap();
+    let report = check_server(&plain_url, &outbox_binlog::TlsOptions::default())
+        .await
+        .unwrap();
     let missing: Vec<(&str, &str, Severity)> = report
         .checks
         .iter()
@@ -127,7 +131,9 @@ async fn users_without_replication_grants_are_reported_and_granted_users_pass() 
     assert!(!error.to_string().contains("plain-pw"), "{error}");
 
     let relay_url = format!("mysql://relay:relay-pw@127.0.0.1:{}", server.port());
-    let report = check_server(&relay_url).await.unwrap();
+    let report = check_server(&relay_url, &outbox_binlog::TlsOptions::default())
+        .await
+        .unwrap();
     assert_eq!(report.checks, vec![]);
     let mut relay_config = config(&server, StartPosition::Latest, &["app.outbox"]);
     relay_config.url = relay_url;
@@ -161,7 +167,9 @@ async fn minimal_metadata_takes_column_names_from_information_schema_and_follows
         ],
     )
     .await;
-    let report = check_server(&server.url()).await.unwrap();
+    let report = check_server(&server.url(), &outbox_binlog::TlsOptions::default())
+        .await
+        .unwrap();
     assert_eq!(report.checks.len(), 1);
     assert_eq!(report.checks[0].setting, "binlog_row_metadata");
     assert_eq!(report.checks[0].severity, Severity::Warning);
@@ -222,7 +230,9 @@ async fn a_server_without_binary_log_is_refused() {
     })
     .await
     .unwrap();
-    let report = check_server(&server.url()).await.unwrap();
+    let report = check_server(&server.url(), &outbox_binlog::TlsOptions::default())
+        .await
+        .unwrap();
     let log_bin = report
         .checks
         .iter()
@@ -319,7 +329,11 @@ async fn the_server_check_gives_up_on_a_server_that_stops_answering() {
     let started = std::time::Instant::now();
     let checked = tokio::time::timeout(
         std::time::Duration::from_secs(20),
-        outbox_binlog::check_server_within(&url, std::time::Duration::from_secs(2)),
+        outbox_binlog::check_server_within(
+            &url,
+            &outbox_binlog::TlsOptions::default(),
+            std::time::Duration::from_secs(2),
+        ),
     )
     .await
     .expect("check_server_within hung on a server that stopped answering");

@@ -201,9 +201,10 @@ async fn refused_connection_is_transient_and_wrong_gtid_flavor_is_definite() {
         listener.local_addr().unwrap().port()
     };
     refused.url = format!("mysql://root@127.0.0.1:{closed_port}");
-    let check_error = outbox_binlog::check_server(&refused.url)
-        .await
-        .expect_err("nothing listens there");
+    let check_error =
+        outbox_binlog::check_server(&refused.url, &outbox_binlog::TlsOptions::default())
+            .await
+            .expect_err("nothing listens there");
     assert!(check_error.is_transient(), "{check_error}");
     let error = BinlogReader::connect(refused).await.expect_err("refused");
     assert!(error.is_transient(), "{error}");

@@ -198,7 +198,7 @@ pub async fn check_command(path: &Path, out: &mut dyn Write) -> anyhow::Result<i
         detail: format!("{} is valid", path.display()),
     }];
     let url = config.source.connection_url();
-    match outbox_binlog::check_server(&url).await {
+    match outbox_binlog::check_server(&url, &config.source.tls_options()).await {
         Ok(report) => {
             lines.push(CheckLine {
                 ok: true,
@@ -228,6 +228,15 @@ pub async fn check_command(path: &Path, out: &mut dyn Write) -> anyhow::Result<i
                     detail: "as needed".into(),
                 });
             }
+            lines.push(CheckLine {
+                ok: true,
+                item: "source TLS".into(),
+                detail: format!(
+                    "{} (tls.mode = {})",
+                    report.tls,
+                    config.source.tls_options().mode.as_str()
+                ),
+            });
         }
         Err(error) => lines.push(CheckLine {
             ok: false,
@@ -236,31 +245,34 @@ pub async fn check_command(path: &Path, out: &mut dyn Write) -> anyhow::Result<i
         }),
     }
     for table in config.outbox_tables() {
-        lines.push(match outbox_table_exists(&url, &table).await {
-            Ok(true) => CheckLine {
-                ok: true,
-                item: format!("outbox table {table}"),
-                detail: "exists".into(),
+        lines.push(
+            match outbox_table_exists(&url, &config.source.tls_options(), &table).await {
+                Ok(true) => CheckLine {
+                    ok: true,
+                    item: format!("outbox table {table}"),
+                    detail: "exists".into(),
+                },
+                Ok(false) => CheckLine {
+                    ok: false,
+                    item: format!("outbox table {table}"),
+                    detail: "does not exist (create it, or fix [[outbox]] table)".into(),
+                },
+                Err(error) => CheckLine {
+                    ok: false,
+                    item: format!("outbox table {table}"),
+                    detail: format!("cannot check: {error}"),
+                },
             },
-            Ok(false) => CheckLine {
-                ok: false,
-                item: format!("outbox table {table}"),
-                detail: "does not exist (create it, or fix [[outbox]] table)".into(),
-            },
-            Err(error) => CheckLine {
-                ok: false,
-                item: format!("outbox table {table}"),
-                detail: format!("cannot check: {error}"),
-            },
-        });
+        );
     }
     lines.push(match broker_metadata(&config).await {
         Ok((brokers, topics)) => CheckLine {
             ok: true,
             item: "kafka".into(),
             detail: format!(
-                "{} reachable: {brokers} broker(s), {topics} topic(s)",
-                config.kafka.brokers
+                "{} reachable: {brokers} broker(s), {topics} topic(s); {}",
+                config.kafka.brokers,
+                config.kafka.security.describe()
             ),
         },
         Err(error) => CheckLine {
@@ -326,12 +338,14 @@ pub async fn check_command(path: &Path, out: &mut dyn Write) -> anyhow::Result<i
     }
 }
 
-async fn outbox_table_exists(url: &str, table: &outbox_binlog::TableName) -> anyhow::Result<bool> {
+async fn outbox_table_exists(
+    url: &str,
+    tls: &outbox_binlog::TlsOptions,
+    table: &outbox_binlog::TableName,
+) -> anyhow::Result<bool> {
     use mysql_async::prelude::Queryable;
-    let opts = mysql_async::Opts::from_url(url).context("source.url is not a valid URL")?;
-    let mut conn = tokio::time::timeout(Duration::from_secs(30), mysql_async::Conn::new(opts))
-        .await
-        .context("connecting timed out")??;
+    let (mut conn, _tls) =
+        outbox_binlog::connect_to_server(url, tls, Duration::from_secs(30)).await?;
     let count: Option<u64> = conn
         .exec_first(
             "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",
@@ -387,14 +401,17 @@ pub async fn checkpoint_command(
             gtid,
         } => {
             let config = load_config(&config)?;
-            let report = outbox_binlog::check_server(&config.source.connection_url())
-                .await
-                .with_context(|| {
-                    format!(
-                        "`checkpoint set` reads the source's identity: cannot reach {}",
-                        config.source.redacted_url()
-                    )
-                })?;
+            let report = outbox_binlog::check_server(
+                &config.source.connection_url(),
+                &config.source.tls_options(),
+            )
+            .await
+            .with_context(|| {
+                format!(
+                    "`checkpoint set` reads the source's identity: cannot reach {}",
+                    config.source.redacted_url()
+                )
+            })?;
             let identity = crate::pipeline::identity_of(&report);
             let position = match (position, gtid) {
                 (Some(text), None) => {

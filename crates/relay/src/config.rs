@@ -208,6 +208,15 @@ pub struct SourceConfig {
     /// relay reconnects without limit.
     #[serde(default = "default_startup_attempts")]
     pub startup_attempts: u32,
+    /// A file holding the source password (trailing newline ignored), re-read at every
+    /// connect so a rotated password applies at the next reconnect. Overrides the URL's
+    /// password and `OUTBOX_RELAY_SOURCE_PASSWORD`.
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    /// `[source.tls]`: TLS of every connection to the source (replication stream, checks,
+    /// column lookups).
+    #[serde(default)]
+    pub tls: crate::security::MysqlTlsConfig,
 }
 
 impl std::fmt::Debug for SourceConfig {
@@ -220,6 +229,8 @@ impl std::fmt::Debug for SourceConfig {
             .field("idle_timeout_ms", &self.idle_timeout_ms)
             .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("startup_attempts", &self.startup_attempts)
+            .field("password_file", &self.password_file)
+            .field("tls", &self.tls)
             .finish_non_exhaustive()
     }
 }
@@ -334,6 +345,11 @@ impl SourceConfig {
         redact_url(&self.url)
     }
 
+    /// TLS and credential-file settings of every connection to the source.
+    pub fn tls_options(&self) -> outbox_binlog::TlsOptions {
+        self.tls.options(self.password_file.as_deref())
+    }
+
     /// `source.start`, parsed (validated by [`RelayConfig::validate`]).
     pub fn start_setting(&self) -> Result<StartSetting, ConfigError> {
         StartSetting::parse(&self.start).map_err(|m| invalid("source.start", m))
@@ -391,7 +407,7 @@ fn percent_encode(text: &str) -> String {
 }
 
 /// `[kafka]`: the cluster and producer settings.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaConfig {
     /// `bootstrap.servers`: comma-separated `host:port` list.
@@ -454,6 +470,29 @@ pub struct KafkaConfig {
     /// `max.in.flight` above 5, `retries`, `transactional.id`.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// `[kafka.security]`: TLS and SASL as first-class keys (see [`crate::security`]).
+    #[serde(default)]
+    pub security: crate::security::KafkaSecurityConfig,
+}
+
+impl std::fmt::Debug for KafkaConfig {
+    /// Pass-through properties may hold secrets (`sasl.password`, ...): masked.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let properties: Vec<(String, String)> = self
+            .properties
+            .iter()
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect();
+        f.debug_struct("KafkaConfig")
+            .field("brokers", &self.brokers)
+            .field("compression", &self.compression)
+            .field(
+                "properties",
+                &crate::security::redacted_properties(&properties),
+            )
+            .field("security", &self.security)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The values `kafka.compression` accepts; every one is compiled into this build's
@@ -592,6 +631,13 @@ pub struct CheckpointConfig {
     /// connection must not hold the relay or its shutdown.
     #[serde(default = "default_checkpoint_operation_timeout_ms")]
     pub operation_timeout_ms: u64,
+    /// MySQL store: a file holding the password, read when the store is opened (at start):
+    /// the store's connection pool keeps it for the process's life.
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    /// MySQL store: `[checkpoint.tls]`, the same keys as `[source.tls]`.
+    #[serde(default)]
+    pub tls: crate::security::MysqlTlsConfig,
 }
 
 fn default_store() -> String {
@@ -781,6 +827,56 @@ impl RelayConfig {
                 "kafka.brokers",
                 "is empty: list at least one `host:port`",
             ));
+        }
+        if let Some((key, message)) = kafka.security.validate().into_iter().next() {
+            return Err(invalid(key, message));
+        }
+        if !kafka.security.is_default() {
+            if let Some(property) = crate::security::KAFKA_SECURITY_PROPERTIES
+                .iter()
+                .find(|property| kafka.properties.contains_key(**property))
+            {
+                return Err(invalid(
+                    format!("kafka.properties.\"{property}\"").as_str(),
+                    "is also set by [kafka.security]; set it in one place ([kafka.security])",
+                ));
+            }
+        }
+        for (key, tls, password_file) in [
+            ("source.tls", &self.source.tls, &self.source.password_file),
+            (
+                "checkpoint.tls",
+                &self.checkpoint.tls,
+                &self.checkpoint.password_file,
+            ),
+        ] {
+            tls.options(password_file.as_deref())
+                .validate()
+                .map_err(|message| invalid(key, message))?;
+            for (field, path) in [
+                ("ca_file", &tls.ca_file),
+                ("cert_file", &tls.cert_file),
+                ("key_file", &tls.key_file),
+                ("server_public_key_path", &tls.server_public_key_path),
+            ] {
+                if let Some(path) = path.as_ref().filter(|path| !path.is_file()) {
+                    return Err(invalid(
+                        format!("{key}.{field}").as_str(),
+                        format!("{} is not a readable file", path.display()),
+                    ));
+                }
+            }
+        }
+        for (key, path) in [
+            ("source.password_file", &self.source.password_file),
+            ("checkpoint.password_file", &self.checkpoint.password_file),
+        ] {
+            if let Some(path) = path.as_ref().filter(|path| !path.is_file()) {
+                return Err(invalid(
+                    key,
+                    format!("{} is not a readable file", path.display()),
+                ));
+            }
         }
         if !KAFKA_COMPRESSIONS.contains(&kafka.compression.as_str()) {
             return Err(invalid(

@@ -471,6 +471,14 @@ fn consumer_config(kafka: &KafkaConfig) -> ClientConfig {
     for (key, value) in &kafka.properties {
         config.set(key, value);
     }
+    match kafka.security.properties() {
+        Ok(security) => {
+            for (key, value) in security {
+                config.set(key, value);
+            }
+        }
+        Err(message) => tracing::error!("{message}"),
+    }
     config
         .set("bootstrap.servers", &kafka.brokers)
         .set(

@@ -45,6 +45,7 @@ pub mod pipeline;
 mod pipeline_tests;
 pub mod purge_horizon;
 pub mod recover;
+pub mod security;
 pub mod shutdown;
 pub mod sink;
 pub mod status;

@@ -292,6 +292,7 @@ pub async fn run_relay(
             "purge-horizon",
             crate::purge_horizon::run_purge_horizon(
                 config.source.connection_url(),
+                config.source.tls_options(),
                 metrics.clone(),
                 controller.subscribe(),
             ),
@@ -301,6 +302,7 @@ pub async fn run_relay(
     // Connect first: the start position of a first run and the source identity come from
     // the server.
     let source_url = config.source.connection_url();
+    let source_tls = config.source.tls_options();
     let redacted = config.source.redacted_url();
     let startup_retry = StartupRetry {
         backoff: Backoff::new(
@@ -320,6 +322,7 @@ pub async fn run_relay(
                 // who we are talking to before streaming from it.
                 let Some(identity) = server_identity_at_startup(
                     &source_url,
+                    &source_tls,
                     startup_retry.clone(),
                     &metrics,
                     controller.subscribe(),
@@ -353,7 +356,7 @@ pub async fn run_relay(
                 StartSetting::Position(position) => StartPosition::Position(position),
                 // The flavor is not known before connecting: ask the server first.
                 StartSetting::Gtid(text) => {
-                    let report = outbox_binlog::check_server(&source_url)
+                    let report = outbox_binlog::check_server(&source_url, &source_tls)
                         .await
                         .map_err(RelayError::Source)?;
                     StartPosition::Gtid(
@@ -372,6 +375,7 @@ pub async fn run_relay(
         heartbeat_interval: Duration::from_millis(config.source.heartbeat_interval_ms),
         idle_timeout: Duration::from_millis(config.source.idle_timeout_ms),
         connect_timeout: Duration::from_millis(config.source.connect_timeout_ms),
+        tls: source_tls.clone(),
     };
     let connected = connect_at_startup(
         reader_config(first_start.clone()),
@@ -755,6 +759,7 @@ where
 /// The source server's identity (via `check_server`), retried like [`connect_at_startup`].
 async fn server_identity_at_startup(
     url: &str,
+    tls: &outbox_binlog::TlsOptions,
     retry: StartupRetry,
     metrics: &Metrics,
     shutdown: Shutdown,
@@ -764,7 +769,7 @@ async fn server_identity_at_startup(
         "the stored checkpoint".into(),
         metrics,
         shutdown,
-        || async { Ok(identity_of(&outbox_binlog::check_server(url).await?)) },
+        || async { Ok(identity_of(&outbox_binlog::check_server(url, tls).await?)) },
     )
     .await
 }
@@ -909,6 +914,7 @@ async fn run_source(
                             // Bounded: a half-open connection must not hang the reconnect.
                             checked = outbox_binlog::check_server_within(
                                 &reader_config.url,
+                                &reader_config.tls,
                                 reader_config.connect_timeout,
                             ) => checked,
                         };

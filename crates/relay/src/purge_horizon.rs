@@ -23,10 +23,14 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use mysql_async::prelude::Queryable;
+use outbox_binlog::TlsOptions;
 
 use crate::internal_events::{InternalEvent, PurgeHorizonMeasured, PurgeHorizonUnknown};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
+
+/// How long connecting for a measurement may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Time between two measurements of a running relay.
 pub const MEASURE_INTERVAL: Duration = Duration::from_secs(30);
@@ -61,6 +65,9 @@ pub enum PurgeHorizonError {
     /// A query failed.
     #[error("querying the source server: {0}")]
     Query(#[from] mysql_async::Error),
+    /// Connecting failed (with the source's TLS settings).
+    #[error("connecting to the source server: {0}")]
+    Connect(#[from] outbox_binlog::BinlogError),
     /// The checkpoint's file is not on the server any more.
     #[error("the checkpoint's binlog file `{0}` is not on the server (purged?)")]
     FileGone(String),
@@ -140,9 +147,12 @@ pub async fn read_retention(
 /// started the file), read over a non-blocking binlog dump on a connection of its own.
 /// Server id 0 with the non-blocking flag is what `mysqlbinlog` uses: it does not replace
 /// the relay's own dump connection.
-pub async fn first_event_time(url: &str, file: &str) -> Result<u32, PurgeHorizonError> {
-    let opts = mysql_async::Opts::from_url(url).map_err(mysql_async::Error::from)?;
-    let conn = mysql_async::Conn::new(opts).await?;
+pub async fn first_event_time(
+    url: &str,
+    tls: &TlsOptions,
+    file: &str,
+) -> Result<u32, PurgeHorizonError> {
+    let (conn, _tls) = outbox_binlog::connect_to_server(url, tls, CONNECT_TIMEOUT).await?;
     let request = mysql_async::BinlogStreamRequest::new(0)
         .with_non_blocking()
         .with_filename(file.as_bytes())
@@ -165,12 +175,12 @@ pub async fn first_event_time(url: &str, file: &str) -> Result<u32, PurgeHorizon
 /// first-event times (they never change) in `first_events`.
 pub async fn measure(
     url: &str,
+    tls: &TlsOptions,
     checkpoint_file: &str,
     checkpoint_offset: u64,
     first_events: &mut HashMap<String, u32>,
 ) -> Result<PurgeHorizon, PurgeHorizonError> {
-    let opts = mysql_async::Opts::from_url(url).map_err(mysql_async::Error::from)?;
-    let mut conn = mysql_async::Conn::new(opts).await?;
+    let (mut conn, _tls) = outbox_binlog::connect_to_server(url, tls, CONNECT_TIMEOUT).await?;
     let retention = read_retention(&mut conn).await;
     let _ = conn.disconnect().await;
     let retention = retention?;
@@ -185,7 +195,7 @@ pub async fn measure(
         Some(next) => match first_events.get(&next) {
             Some(time) => Some(*time),
             None => {
-                let time = first_event_time(url, &next).await?;
+                let time = first_event_time(url, tls, &next).await?;
                 first_events.insert(next, time);
                 Some(time)
             }
@@ -203,7 +213,12 @@ pub async fn measure(
 
 /// Measures the horizon of the committed checkpoint (as the metrics know it) every
 /// [`MEASURE_INTERVAL`] until `shutdown` fires.
-pub async fn run_purge_horizon(url: String, metrics: Arc<Metrics>, mut shutdown: Shutdown) {
+pub async fn run_purge_horizon(
+    url: String,
+    tls: TlsOptions,
+    metrics: Arc<Metrics>,
+    mut shutdown: Shutdown,
+) {
     let mut first_events = HashMap::new();
     let mut ticker = tokio::time::interval(MEASURE_INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -217,7 +232,7 @@ pub async fn run_purge_horizon(url: String, metrics: Arc<Metrics>, mut shutdown:
         };
         let measured = tokio::select! {
             _ = shutdown.recv() => return,
-            measured = measure(&url, &file, offset, &mut first_events) => measured,
+            measured = measure(&url, &tls, &file, offset, &mut first_events) => measured,
         };
         match measured {
             Ok(horizon) => PurgeHorizonMeasured { horizon: &horizon }.emit(&metrics),

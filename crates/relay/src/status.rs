@@ -138,6 +138,7 @@ pub async fn gather_status(config: &RelayConfig) -> Value {
             let mut first_events = HashMap::new();
             match crate::purge_horizon::measure(
                 &config.source.connection_url(),
+                &config.source.tls_options(),
                 &checkpoint.position.binlog.file,
                 checkpoint.position.binlog.position,
                 &mut first_events,

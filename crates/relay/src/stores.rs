@@ -9,19 +9,23 @@ use outbox_checkpoint::{
 
 use crate::config::CheckpointConfig;
 
-/// Opens the configured store. No I/O happens yet (the first `load` or `commit` does it).
+/// Opens the configured store. No I/O happens yet (the first `load` or `commit` does it),
+/// except for a MySQL store under `tls.mode = "preferred"`: one connection finds out whether
+/// the server offers TLS (the pool then requires it, or stays plaintext when the server has
+/// none). When the server cannot be reached for that probe, the pool requires TLS (fail
+/// closed: a plaintext fallback must come from the server's own answer).
 pub async fn open_checkpoint_store(
     config: &CheckpointConfig,
 ) -> Result<SharedCheckpointStore, CheckpointStoreError> {
     match config.store.as_str() {
         "mysql" => {
             let url = config.url.as_deref().unwrap_or_default();
-            let store = MysqlCheckpointStore::from_url(
-                url,
+            let store = MysqlCheckpointStore::new(
+                checkpoint_pool(config, url).await?,
                 &config.database,
                 &config.table,
                 &config.connector,
-            )?
+            )
             .with_operation_timeout(std::time::Duration::from_millis(
                 config.operation_timeout_ms,
             ));
@@ -33,4 +37,52 @@ pub async fn open_checkpoint_store(
             Ok(Arc::new(FileCheckpointStore::new(path)))
         }
     }
+}
+
+/// The MySQL store's connection pool, with `[checkpoint.tls]` and `checkpoint.password_file`.
+async fn checkpoint_pool(
+    config: &CheckpointConfig,
+    url: &str,
+) -> Result<mysql_async::Pool, CheckpointStoreError> {
+    let location = format!(
+        "{}.{} (connector `{}`)",
+        config.database, config.table, config.connector
+    );
+    let opts =
+        mysql_async::Opts::from_url(url).map_err(|error| CheckpointStoreError::Database {
+            location: location.clone(),
+            source: mysql_async::Error::Url(error),
+        })?;
+    let tls = config.tls.options(config.password_file.as_deref());
+    let mut builder = mysql_async::OptsBuilder::from_opts(opts);
+    if let Some(path) = &config.password_file {
+        let password =
+            std::fs::read_to_string(path).map_err(|error| CheckpointStoreError::Database {
+                location: location.clone(),
+                source: mysql_async::Error::Io(mysql_async::IoError::Io(std::io::Error::new(
+                    error.kind(),
+                    format!("checkpoint.password_file {}: {error}", path.display()),
+                ))),
+            })?;
+        builder = builder.pass(Some(password.trim_end_matches(['\r', '\n']).to_owned()));
+    }
+    let use_tls = match tls.mode {
+        outbox_binlog::TlsMode::Disabled => false,
+        outbox_binlog::TlsMode::Preferred => {
+            match outbox_binlog::connect_to_server(url, &tls, std::time::Duration::from_secs(10))
+                .await
+            {
+                Ok((conn, session)) => {
+                    let _ = conn.disconnect().await;
+                    !session.version.is_empty()
+                }
+                Err(_) => true,
+            }
+        }
+        _ => true,
+    };
+    if use_tls {
+        builder = builder.ssl_opts(tls.client_library_ssl_opts());
+    }
+    Ok(mysql_async::Pool::new(builder))
 }

@@ -45,9 +45,15 @@ async fn the_purge_horizon_falls_as_the_checkpoints_binlog_ages() {
     let mut first_events = HashMap::new();
 
     // In the active file: the whole expiry is left, and the bytes behind are the rest of it.
-    let active = measure(&db.url(), &checkpoint_file, 4, &mut first_events)
-        .await
-        .unwrap();
+    let active = measure(
+        &db.url(),
+        &outbox_binlog::TlsOptions::default(),
+        &checkpoint_file,
+        4,
+        &mut first_events,
+    )
+    .await
+    .unwrap();
     assert_eq!(active.seconds, EXPIRY_SECONDS, "{active:?}");
     assert_eq!(
         active.bytes,
@@ -68,7 +74,9 @@ async fn the_purge_horizon_falls_as_the_checkpoints_binlog_ages() {
         .unwrap()
         + 1]
     .0;
-    let started = first_event_time(&db.url(), next).await.unwrap();
+    let started = first_event_time(&db.url(), &outbox_binlog::TlsOptions::default(), next)
+        .await
+        .unwrap();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -77,17 +85,29 @@ async fn the_purge_horizon_falls_as_the_checkpoints_binlog_ages() {
         (now.saturating_sub(5)..=now).contains(&u64::from(started)),
         "the next file started at {started}, now is {now}"
     );
-    let first = measure(&db.url(), &checkpoint_file, 4, &mut first_events)
-        .await
-        .unwrap();
+    let first = measure(
+        &db.url(),
+        &outbox_binlog::TlsOptions::default(),
+        &checkpoint_file,
+        4,
+        &mut first_events,
+    )
+    .await
+    .unwrap();
     assert!(
         first.seconds < EXPIRY_SECONDS && first.seconds > EXPIRY_SECONDS - 10.0,
         "{first:?}"
     );
     tokio::time::sleep(Duration::from_millis(2100)).await;
-    let later = measure(&db.url(), &checkpoint_file, 4, &mut first_events)
-        .await
-        .unwrap();
+    let later = measure(
+        &db.url(),
+        &outbox_binlog::TlsOptions::default(),
+        &checkpoint_file,
+        4,
+        &mut first_events,
+    )
+    .await
+    .unwrap();
     let fell = first.seconds - later.seconds;
     assert!(
         (2.0..4.0).contains(&fell),
@@ -97,16 +117,28 @@ async fn the_purge_horizon_falls_as_the_checkpoints_binlog_ages() {
     db.exec(&["INSERT INTO horizon.t VALUES (4, REPEAT('x', 90))"])
         .await
         .unwrap();
-    let after_write = measure(&db.url(), &checkpoint_file, 4, &mut first_events)
-        .await
-        .unwrap();
+    let after_write = measure(
+        &db.url(),
+        &outbox_binlog::TlsOptions::default(),
+        &checkpoint_file,
+        4,
+        &mut first_events,
+    )
+    .await
+    .unwrap();
     assert!(
         after_write.bytes_behind > later.bytes_behind,
         "{later:?} {after_write:?}"
     );
 
     // A file the server no longer has is an error, not a number.
-    assert!(measure(&db.url(), "mysql-bin.999999", 4, &mut first_events)
-        .await
-        .is_err());
+    assert!(measure(
+        &db.url(),
+        &outbox_binlog::TlsOptions::default(),
+        "mysql-bin.999999",
+        4,
+        &mut first_events
+    )
+    .await
+    .is_err());
 }

@@ -78,6 +78,29 @@ pub struct KafkaBroker {
     frozen: bool,
     /// True for the process-wide shared broker, which tests must not stop or freeze.
     shared: bool,
+    /// The TLS and SASL_SSL listeners, when started with [`KafkaBroker::start_secure`].
+    secure: Option<SecureListeners>,
+}
+
+/// TLS listeners of a broker started with [`KafkaBroker::start_secure`].
+#[derive(Debug, Clone)]
+pub struct BrokerSecurity {
+    /// PEM file with the broker's private key (PKCS#8) and certificate chain (Kafka's
+    /// `PEM` key store), e.g. [`crate::certs::TestCertificates::server_key_and_cert`].
+    pub keystore_pem: PathBuf,
+    /// SCRAM-SHA-512 users (name, password) created when the storage is formatted.
+    pub scram_users: Vec<(String, String)>,
+}
+
+/// The extra listeners and what they need.
+#[derive(Debug, Clone)]
+struct SecureListeners {
+    /// What the caller asked for.
+    security: BrokerSecurity,
+    /// The `SSL` listener's port.
+    ssl_port: u16,
+    /// The `SASL_SSL` (SCRAM-SHA-512) listener's port.
+    sasl_ssl_port: u16,
 }
 
 impl KafkaBroker {
@@ -100,14 +123,59 @@ impl KafkaBroker {
         }
     }
 
+    /// A private broker with two more listeners besides PLAINTEXT (which tests keep for
+    /// their own admin and read-back clients): `SSL` ([`KafkaBroker::ssl_bootstrap`]) and
+    /// `SASL_SSL` with SCRAM-SHA-512 ([`KafkaBroker::sasl_ssl_bootstrap`]), both serving
+    /// `security.keystore_pem`.
+    pub async fn start_secure(security: BrokerSecurity) -> Result<Self, HarnessError> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once_with(Some(security.clone())).await {
+                Ok(broker) => return Ok(broker),
+                Err(error @ HarnessError::StartTimeout { .. }) if attempt < START_ATTEMPTS => {
+                    eprintln!("Kafka broker start attempt {attempt} failed, retrying on new ports: {error}");
+                    attempt += 1;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// `127.0.0.1:PORT` of the `SSL` listener (only with [`KafkaBroker::start_secure`]).
+    pub fn ssl_bootstrap(&self) -> Option<String> {
+        self.secure
+            .as_ref()
+            .map(|secure| format!("127.0.0.1:{}", secure.ssl_port))
+    }
+
+    /// `127.0.0.1:PORT` of the `SASL_SSL` listener (only with [`KafkaBroker::start_secure`]).
+    pub fn sasl_ssl_bootstrap(&self) -> Option<String> {
+        self.secure
+            .as_ref()
+            .map(|secure| format!("127.0.0.1:{}", secure.sasl_ssl_port))
+    }
+
     async fn start_once() -> Result<Self, HarnessError> {
+        Self::start_once_with(None).await
+    }
+
+    async fn start_once_with(security: Option<BrokerSecurity>) -> Result<Self, HarnessError> {
         let dir = tempfile::Builder::new()
             .prefix("outbox-kafka-")
             .tempdir()
             .map_err(io_err("creating the broker's scratch directory"))?;
         let port = free_port()?;
         let controller_port = free_port()?;
+        let secure = match security {
+            Some(security) => Some(SecureListeners {
+                security,
+                ssl_port: free_port()?,
+                sasl_ssl_port: free_port()?,
+            }),
+            None => None,
+        };
         let mut broker = KafkaBroker {
+            secure,
             process: None,
             dir: Some(dir),
             bootstrap: format!("127.0.0.1:{port}"),
@@ -130,6 +198,7 @@ impl KafkaBroker {
             .get_or_try_init(|| async {
                 let mut broker = match std::env::var(BOOTSTRAP_ENV) {
                     Ok(bootstrap) if !bootstrap.trim().is_empty() => KafkaBroker {
+                        secure: None,
                         process: None,
                         dir: None,
                         bootstrap: bootstrap.trim().to_string(),
@@ -162,6 +231,44 @@ impl KafkaBroker {
 
     /// `server.properties` for a single-node KRaft cluster on our two ports.
     fn server_properties(&self, data: &std::path::Path) -> String {
+        let port = self.port;
+        let controller = self.controller_port;
+        let base = self.plain_server_properties(data);
+        let Some(secure) = &self.secure else {
+            return base;
+        };
+        let (ssl, sasl) = (secure.ssl_port, secure.sasl_ssl_port);
+        let listeners = format!(
+            "listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller},\
+             SSL://127.0.0.1:{ssl},SASL_SSL://127.0.0.1:{sasl}\n\
+             advertised.listeners=PLAINTEXT://127.0.0.1:{port},SSL://127.0.0.1:{ssl},\
+             SASL_SSL://127.0.0.1:{sasl}\n\
+             listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,\
+             SSL:SSL,SASL_SSL:SASL_SSL\n"
+        );
+        let mut properties: String = base
+            .lines()
+            .filter(|line| {
+                !line.starts_with("listeners=")
+                    && !line.starts_with("advertised.listeners=")
+                    && !line.starts_with("listener.security.protocol.map=")
+            })
+            .map(|line| format!("{line}\n"))
+            .collect();
+        properties.push_str(&listeners);
+        properties.push_str(&format!(
+            "ssl.keystore.type=PEM\n\
+             ssl.keystore.location={}\n\
+             sasl.enabled.mechanisms=SCRAM-SHA-512\n\
+             listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=\
+             org.apache.kafka.common.security.scram.ScramLoginModule required;\n",
+            secure.security.keystore_pem.display()
+        ));
+        properties
+    }
+
+    /// The properties of the PLAINTEXT-only broker.
+    fn plain_server_properties(&self, data: &std::path::Path) -> String {
         let port = self.port;
         let controller = self.controller_port;
         format!(
@@ -226,6 +333,13 @@ impl KafkaBroker {
             "-c".to_string(),
             dir.join("server.properties").display().to_string(),
         ];
+        let mut args = args;
+        if let Some(secure) = &self.secure {
+            for (name, password) in &secure.security.scram_users {
+                args.push("--add-scram".into());
+                args.push(format!("SCRAM-SHA-512=[name={name},password={password}]"));
+            }
+        }
         let mut format = JvmProcess::spawn(
             &flags,
             &classpath,

@@ -19,6 +19,7 @@
 //!
 //! The jars come from Maven through `scripts/fetch-jars.sh` (see [`process::jar_folders`]).
 
+pub mod certs;
 pub mod connect;
 pub mod consume;
 pub mod kafka;

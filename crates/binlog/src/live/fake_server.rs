@@ -45,6 +45,13 @@ impl FakeServer {
         payload
     }
 
+    /// Waits for the client to hang up, failing if it sends anything first.
+    pub(crate) async fn expect_closed(&mut self) {
+        let mut rest = Vec::new();
+        self.socket.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty(), "the client sent {} more bytes", rest.len());
+    }
+
     /// Sends the greeting announcing `plugin`; returns the 20-byte nonce.
     pub(crate) async fn greet(&mut self, version: &str, plugin: &str) -> Vec<u8> {
         let capabilities = CapabilityFlags::CLIENT_PROTOCOL_41

@@ -9,7 +9,9 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 
 use super::fake_server::{fake_server, OK};
-use super::replication_connection::{DumpStart, EventBatch, ReplicationConnection, StreamEnd};
+use super::replication_connection::{
+    ConnectSecurity, DumpStart, EventBatch, ReplicationConnection, StreamEnd,
+};
 use super::start::mysql_sids;
 use crate::decoder::{Decoder, PushOutcome};
 use crate::{BinlogFileReader, Flavor, GtidSet, StreamItem, TableFilter};
@@ -95,7 +97,9 @@ async fn stream_through_fake_mysql(name: &str, events: Vec<Vec<u8>>) -> Vec<Stre
     .await;
 
     let opts = mysql_async::Opts::from_url(&url).unwrap();
-    let mut connection = ReplicationConnection::open(&opts).await.unwrap();
+    let mut connection = ReplicationConnection::open(&opts, &ConnectSecurity::default())
+        .await
+        .unwrap();
     connection
         .execute("SET @master_binlog_checksum='ALL'")
         .await

@@ -5,9 +5,7 @@
 
 use std::time::Duration;
 
-use super::replication_connection::{
-    DumpStart, EventBatch, ReadFailure, ReplicationConnection, StreamEnd,
-};
+use super::replication_connection::{DumpStart, EventBatch, ReadFailure, StreamEnd};
 use super::ServerEndpoint;
 use crate::decoder::{parse_rotate, EventHeader, HEADER_LEN};
 use crate::BinlogError;
@@ -28,11 +26,9 @@ pub async fn pull_raw_events(
     end_file: &str,
     end_position: u64,
 ) -> Result<u64, BinlogError> {
-    let endpoint = ServerEndpoint::from_url(url)?;
+    let endpoint = ServerEndpoint::new(url, &crate::TlsOptions::default())?;
     let failed = |error| endpoint.connect_error(error, first_file);
-    let mut connection = ReplicationConnection::open(&endpoint.opts)
-        .await
-        .map_err(failed)?;
+    let mut connection = endpoint.open_replication(first_file).await?;
     for statement in [
         "SET @master_binlog_checksum='ALL'",
         "SET @mariadb_slave_capability=4",

@@ -14,10 +14,15 @@
 //! `mysql_common`.
 //!
 //! # Contract
-//! * [`ReplicationConnection::open`] connects over TCP (never a Unix socket, no TLS: the
-//!   client library is built without TLS, see [`ServerEndpoint`]) and authenticates with
-//!   `mysql_native_password`, `caching_sha2_password` (fast path, or full authentication
-//!   with the server's RSA key) or, when the URL enables it, `mysql_clear_password`.
+//! * [`ReplicationConnection::open`] connects over TCP (never a Unix socket), switches to TLS
+//!   after the server's greeting when the mode asks for it (`crate::tls`: an `SSLRequest`
+//!   packet, then the rustls handshake, then the rest of the protocol inside TLS), and
+//!   authenticates with `mysql_native_password`, `caching_sha2_password`, MariaDB's
+//!   `client_ed25519` or, when the URL enables it, `mysql_clear_password`.
+//! * `caching_sha2_password` full authentication sends the password only where no one else
+//!   can read it: inside TLS; over plaintext RSA-encrypted to the pinned key
+//!   (`server_public_key_path`), or to a key fetched from the server only when the operator
+//!   allowed that (`allow_public_key_retrieval`); otherwise it fails, naming the three fixes.
 //! * Errors are `mysql_async::Error` values of the same kinds the client library reports
 //!   (server errors with their code, I/O errors, `ConnectionClosed`, `PacketOutOfOrder`,
 //!   `UnexpectedPacket`), so the reader's transient/definite classification
@@ -30,6 +35,9 @@
 //!   larger than the client's `max_allowed_packet` (1 GiB) is `PacketTooLarge`.
 
 use std::ops::Range;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use mysql_async::{DriverError, Error, IoError, Opts};
@@ -37,11 +45,13 @@ use mysql_common::constants::{CapabilityFlags, Command};
 use mysql_common::io::ParseBuf;
 use mysql_common::packets::{
     AuthPlugin, AuthSwitchRequest, ComBinlogDump, ComBinlogDumpGtid, ComRegisterSlave, ErrPacket,
-    HandshakePacket, HandshakeResponse, Sid,
+    HandshakePacket, HandshakeResponse, Sid, SslRequest,
 };
 use mysql_common::proto::MySerialize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+
+use crate::tls::{TlsMode, TlsSession};
 
 /// Largest payload of one physical packet; a payload of exactly this size continues in the
 /// next packet.
@@ -162,10 +172,113 @@ pub(crate) enum StreamEnd {
     Ended,
 }
 
+/// How the connection is secured and authenticated, prepared by the endpoint for each
+/// connect (files are read then, so replaced certificates and rotated passwords apply at the
+/// next reconnect).
+#[derive(Clone, Default)]
+pub(crate) struct ConnectSecurity {
+    /// The mode (decides what happens when the server offers no TLS).
+    pub(crate) mode: TlsMode,
+    /// The rustls configuration; `None` for `disabled`.
+    pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
+    /// What the certificate is checked against, for the session report.
+    pub(crate) verification: String,
+    /// The server's RSA key pinned by the operator (PEM), for plaintext
+    /// `caching_sha2_password`.
+    pub(crate) pinned_server_key: Option<Vec<u8>>,
+    /// Whether the server may be asked for its RSA key over plaintext.
+    pub(crate) allow_public_key_retrieval: bool,
+    /// The password from `password_file`, replacing the URL's.
+    pub(crate) password: Option<String>,
+}
+
+/// The byte stream under the protocol: the TCP socket, or TLS over it.
+enum Transport {
+    /// Plaintext.
+    Plain(TcpStream),
+    /// TLS (boxed: the session state is large).
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    /// Only while the socket moves into the TLS session.
+    Upgrading,
+}
+
+impl Transport {
+    /// Reads what is available without waiting (`WouldBlock` when nothing is).
+    fn try_read_buf(&mut self, buffer: &mut Vec<u8>) -> std::io::Result<usize> {
+        match self {
+            Transport::Plain(socket) => socket.try_read_buf(buffer),
+            Transport::Tls(_) | Transport::Upgrading => {
+                // One poll with a waker that does nothing: decrypted bytes rustls holds, or
+                // records the socket already has, come back at once; `Pending` leaves no
+                // state behind (what was read stays in the TLS session's buffer).
+                let mut context = Context::from_waker(std::task::Waker::noop());
+                let read = std::pin::pin!(self.read_buf(buffer));
+                match std::future::Future::poll(read, &mut context) {
+                    Poll::Ready(result) => result,
+                    Poll::Pending => Err(std::io::ErrorKind::WouldBlock.into()),
+                }
+            }
+        }
+    }
+}
+
+fn upgrading_error() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::NotConnected,
+        "TLS upgrade did not finish",
+    )
+}
+
+impl AsyncRead for Transport {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        buffer: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Transport::Plain(socket) => Pin::new(socket).poll_read(context, buffer),
+            Transport::Tls(stream) => Pin::new(stream.as_mut()).poll_read(context, buffer),
+            Transport::Upgrading => Poll::Ready(Err(upgrading_error())),
+        }
+    }
+}
+
+impl AsyncWrite for Transport {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+        bytes: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Transport::Plain(socket) => Pin::new(socket).poll_write(context, bytes),
+            Transport::Tls(stream) => Pin::new(stream.as_mut()).poll_write(context, bytes),
+            Transport::Upgrading => Poll::Ready(Err(upgrading_error())),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Transport::Plain(socket) => Pin::new(socket).poll_flush(context),
+            Transport::Tls(stream) => Pin::new(stream.as_mut()).poll_flush(context),
+            Transport::Upgrading => Poll::Ready(Err(upgrading_error())),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Transport::Plain(socket) => Pin::new(socket).poll_shutdown(context),
+            Transport::Tls(stream) => Pin::new(stream.as_mut()).poll_shutdown(context),
+            Transport::Upgrading => Poll::Ready(Err(upgrading_error())),
+        }
+    }
+}
+
 /// One open replication connection. See the module docs.
 pub(crate) struct ReplicationConnection {
-    /// The socket.
-    socket: TcpStream,
+    /// The socket, or the TLS session over it.
+    socket: Transport,
+    /// What the TLS session negotiated (`None`: plaintext), for `check` and the logs.
+    tls_session: Option<TlsSession>,
     /// Bytes read from the socket and not handed out yet; always starts at a packet header.
     buffer: Vec<u8>,
     /// The sequence id the next packet from the server must carry.
@@ -183,14 +296,10 @@ pub(crate) struct ReplicationConnection {
 
 impl ReplicationConnection {
     /// Connects to the server `opts` name and authenticates (see the module docs).
-    pub(crate) async fn open(opts: &Opts) -> Result<ReplicationConnection, Error> {
-        if opts.ssl_opts().is_some() {
-            return Err(definite(
-                "TLS was requested in the URL, but the replication connection does not \
-                 support TLS"
-                    .into(),
-            ));
-        }
+    pub(crate) async fn open(
+        opts: &Opts,
+        security: &ConnectSecurity,
+    ) -> Result<ReplicationConnection, Error> {
         let socket = TcpStream::connect((opts.ip_or_hostname(), opts.tcp_port()))
             .await
             .map_err(io_error)?;
@@ -204,7 +313,8 @@ impl ReplicationConnection {
                 .map_err(io_error)?;
         }
         let mut connection = ReplicationConnection {
-            socket,
+            socket: Transport::Plain(socket),
+            tls_session: None,
             buffer: Vec::with_capacity(READ_CHUNK),
             sequence: 0,
             capabilities: CapabilityFlags::empty(),
@@ -214,13 +324,14 @@ impl ReplicationConnection {
             max_packet: opts.max_allowed_packet().unwrap_or(1 << 30) + 1,
             needed: 0,
         };
-        connection.authenticate(opts).await?;
+        connection.authenticate(opts, security).await?;
         Ok(connection)
     }
 
     /// The handshake: the server's greeting, our response, then the plugin exchange until
     /// the server's OK.
-    async fn authenticate(&mut self, opts: &Opts) -> Result<(), Error> {
+    async fn authenticate(&mut self, opts: &Opts, security: &ConnectSecurity) -> Result<(), Error> {
+        let password = security.password.as_deref().or(opts.pass());
         let greeting = self.read_packet().await?;
         if greeting.first() == Some(&ERROR_PACKET) {
             // E.g. "Host is blocked" or too many connections, sent before the handshake.
@@ -238,6 +349,9 @@ impl ReplicationConnection {
         nonce.extend_from_slice(handshake.scramble_2_ref().unwrap_or(&[]));
         // The 20 scramble bytes; the server's zero terminator is not part of them.
         nonce.resize(20, 0);
+        let server_offers_tls = handshake
+            .capabilities()
+            .contains(CapabilityFlags::CLIENT_SSL);
         self.capabilities = handshake.capabilities() & client_capabilities();
         let version = handshake
             .maria_db_server_version_parsed()
@@ -248,7 +362,23 @@ impl ReplicationConnection {
             _ => AuthPlugin::MysqlNativePassword,
         };
         drop(handshake);
-        let auth_data = plugin.gen_data(opts.pass(), &nonce);
+        match (&security.tls, server_offers_tls) {
+            (Some(config), true) => {
+                self.capabilities |= CapabilityFlags::CLIENT_SSL;
+                self.start_tls(opts, config.clone(), security).await?;
+            }
+            (Some(_), false) if security.mode != TlsMode::Preferred => {
+                return Err(tls_refusal(format!(
+                    "tls.mode = {}: the server does not offer TLS (its `have_ssl` is not YES). \
+                     Give the server a certificate (ssl_cert, ssl_key in its config), or set tls.mode = \
+                     preferred / disabled to allow plaintext",
+                    security.mode.as_str()
+                )));
+            }
+            // `preferred` without a server certificate, or `disabled`.
+            _ => {}
+        }
+        let auth_data = plugin.gen_data(password, &nonce);
         let response = HandshakeResponse::new(
             auth_data.as_deref(),
             version,
@@ -286,11 +416,11 @@ impl ReplicationConnection {
                     nonce = request.plugin_data().to_vec();
                     plugin = request.auth_plugin().clone().into_owned();
                     let data = match &plugin {
-                        AuthPlugin::MysqlNativePassword | AuthPlugin::CachingSha2Password => {
-                            plugin.gen_data(opts.pass(), &nonce)
-                        }
+                        AuthPlugin::MysqlNativePassword
+                        | AuthPlugin::CachingSha2Password
+                        | AuthPlugin::Ed25519 => plugin.gen_data(password, &nonce),
                         AuthPlugin::MysqlClearPassword if opts.enable_cleartext_plugin() => {
-                            plugin.gen_data(opts.pass(), &nonce)
+                            plugin.gen_data(password, &nonce)
                         }
                         AuthPlugin::MysqlClearPassword => {
                             return Err(DriverError::CleartextPluginDisabled.into())
@@ -311,19 +441,142 @@ impl ReplicationConnection {
                 (Some(0x01), AuthPlugin::CachingSha2Password) => match packet.get(1) {
                     // Fast authentication succeeded; the OK packet follows.
                     Some(0x03) => {}
-                    // Full authentication: the password, encrypted with the server's key
-                    // (the connection is not TLS).
+                    // Full authentication: the password, where no one else can read it.
                     Some(0x04) => {
-                        self.write_packet(&[0x02]).await?;
-                        let key = self.read_packet().await?;
-                        let encrypted = encrypt_password(opts.pass(), &nonce, key.get(1..))?;
-                        self.write_packet(&encrypted).await?;
+                        if self.tls_session.is_some() {
+                            let mut clear = password.unwrap_or_default().as_bytes().to_vec();
+                            clear.push(0);
+                            self.write_packet(&clear).await?;
+                        } else if let Some(key) = &security.pinned_server_key {
+                            let encrypted = encrypt_password(password, &nonce, Some(key))?;
+                            self.write_packet(&encrypted).await?;
+                        } else if security.allow_public_key_retrieval {
+                            self.write_packet(&[0x02]).await?;
+                            let key = self.read_packet().await?;
+                            let encrypted = encrypt_password(password, &nonce, key.get(1..))?;
+                            self.write_packet(&encrypted).await?;
+                        } else {
+                            return Err(definite(
+                                "caching_sha2_password needs the password in full, and the \
+                                 connection is plaintext: use TLS (tls.mode = required or \
+                                 stricter), pin the server's RSA public key \
+                                 (tls.server_public_key_path), or set tls.allow_public_key_retrieval \
+                                 = true to fetch it unauthenticated (a man in the middle can \
+                                 then read the password)"
+                                    .into(),
+                            ));
+                        }
                     }
                     _ => return Err(unexpected(&packet)),
                 },
                 _ => return Err(unexpected(&packet)),
             }
         }
+    }
+
+    /// Sends the `SSLRequest` and runs the TLS handshake over the socket; everything after
+    /// it (the handshake response on) goes through TLS.
+    async fn start_tls(
+        &mut self,
+        opts: &Opts,
+        config: Arc<rustls::ClientConfig>,
+        security: &ConnectSecurity,
+    ) -> Result<(), Error> {
+        let mut bytes = Vec::new();
+        SslRequest::new(
+            self.capabilities,
+            u32::try_from(self.max_packet).unwrap_or(u32::MAX),
+            mysql_common::collations::CollationId::UTF8MB4_GENERAL_CI as u8,
+        )
+        .serialize(&mut bytes);
+        self.write_packet(&bytes).await?;
+        if !self.buffer.is_empty() {
+            return Err(unexpected(&self.buffer));
+        }
+        let host = opts.ip_or_hostname().to_owned();
+        let server_name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|_| {
+            definite(format!(
+                "`{host}` is neither a host name nor an IP address TLS can check"
+            ))
+        })?;
+        let Transport::Plain(socket) = std::mem::replace(&mut self.socket, Transport::Upgrading)
+        else {
+            return Err(io_error(upgrading_error()));
+        };
+        let stream = tokio_rustls::TlsConnector::from(config)
+            .connect(server_name, socket)
+            .await
+            .map_err(|error| tls_handshake_error(error, &host))?;
+        let (_, session) = stream.get_ref();
+        self.tls_session = Some(TlsSession {
+            version: match session.protocol_version() {
+                Some(rustls::ProtocolVersion::TLSv1_3) => "TLSv1.3".into(),
+                Some(rustls::ProtocolVersion::TLSv1_2) => "TLSv1.2".into(),
+                Some(other) => format!("{other:?}"),
+                None => "TLS".into(),
+            },
+            cipher: session
+                .negotiated_cipher_suite()
+                .map(|suite| format!("{:?}", suite.suite()))
+                .unwrap_or_default(),
+            verification: security.verification.clone(),
+        });
+        self.socket = Transport::Tls(Box::new(stream));
+        Ok(())
+    }
+
+    /// Connects, switches to TLS (checking the certificate as `security` says) and returns
+    /// the first DNS name the server's certificate lists, then hangs up without
+    /// authenticating. `None` when the server offers no TLS or the certificate names no
+    /// host. For `verify_ca` on the client library's connections: given a name the
+    /// certificate holds, its host-name check passes and its chain check remains (the
+    /// client library cannot skip only the name check with current rustls errors).
+    pub(crate) async fn certificate_dns_name(
+        opts: &Opts,
+        security: &ConnectSecurity,
+    ) -> Result<Option<String>, Error> {
+        let Some(config) = security.tls.clone() else {
+            return Ok(None);
+        };
+        let socket = TcpStream::connect((opts.ip_or_hostname(), opts.tcp_port()))
+            .await
+            .map_err(io_error)?;
+        let mut connection = ReplicationConnection {
+            socket: Transport::Plain(socket),
+            tls_session: None,
+            buffer: Vec::with_capacity(1024),
+            sequence: 0,
+            capabilities: CapabilityFlags::empty(),
+            max_packet: 1 << 20,
+            needed: 0,
+        };
+        let greeting = connection.read_packet().await?;
+        let capabilities = ParseBuf(&greeting)
+            .parse::<HandshakePacket>(())
+            .map(|handshake| handshake.capabilities())
+            .map_err(|_| unexpected(&greeting))?;
+        if !capabilities.contains(CapabilityFlags::CLIENT_SSL) {
+            return Ok(None);
+        }
+        connection.capabilities =
+            (capabilities & client_capabilities()) | CapabilityFlags::CLIENT_SSL;
+        connection.start_tls(opts, config, security).await?;
+        let Transport::Tls(stream) = &connection.socket else {
+            return Ok(None);
+        };
+        let name = stream
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .and_then(|der| webpki::EndEntityCert::try_from(der).ok())
+            .and_then(|certificate| certificate.valid_dns_names().next().map(str::to_owned));
+        Ok(name)
+    }
+
+    /// What the TLS session negotiated; `None` when the connection is plaintext.
+    pub(crate) fn tls_session(&self) -> Option<&TlsSession> {
+        self.tls_session.as_ref()
     }
 
     /// Runs one statement that returns no rows (`SET @...`).
@@ -669,6 +922,59 @@ fn encrypt_password(
     })
 }
 
+/// A failed TLS handshake: a certificate or protocol refusal is definite (the same
+/// certificate fails the same way next time) and names the mode and the cause; a broken
+/// connection stays an I/O error (transient).
+fn tls_handshake_error(error: std::io::Error, host: &str) -> Error {
+    match error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(cause) => tls_refusal(describe_tls_failure(host, cause)),
+        None => io_error(error),
+    }
+}
+
+/// A rustls refusal as a sentence with the likely fix.
+pub(crate) fn describe_tls_failure(host: &str, cause: &rustls::Error) -> String {
+    let hint = match cause {
+        rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer) => {
+            " (the server's certificate is not signed by tls.ca_file: is tls.ca_file the CA \
+             that issued it?)"
+        }
+        rustls::Error::InvalidCertificate(
+            rustls::CertificateError::NotValidForName
+            | rustls::CertificateError::NotValidForNameContext { .. },
+        ) => {
+            " (the certificate does not name the host of the URL; connect by a name the \
+             certificate lists, or use tls.mode = verify_ca)"
+        }
+        _ => "",
+    };
+    format!("TLS handshake with {host} failed: {cause:?}: {cause}{hint}")
+}
+
+/// Why TLS was refused (the mode needs TLS the server does not offer, or the handshake
+/// failed on a certificate or protocol check): carried inside the I/O error so the endpoint
+/// reports it as [`crate::BinlogError::Tls`], a definite error naming the mode.
+#[derive(Debug)]
+pub(crate) struct TlsRefusal(pub(crate) String);
+
+impl std::fmt::Display for TlsRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TlsRefusal {}
+
+fn tls_refusal(message: String) -> Error {
+    io_error(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        TlsRefusal(message),
+    ))
+}
+
 /// A packet that does not belong where it arrived (at most 64 of its bytes are kept).
 fn unexpected(payload: &[u8]) -> Error {
     DriverError::UnexpectedPacket {
@@ -703,7 +1009,8 @@ mod tests {
             .await
             .unwrap();
         let connection = ReplicationConnection {
-            socket,
+            socket: Transport::Plain(socket),
+            tls_session: None,
             buffer: bytes,
             sequence: 1,
             capabilities: CapabilityFlags::CLIENT_PROTOCOL_41,
@@ -878,8 +1185,86 @@ NQIDAQAB
         })
         .await;
         let opts = Opts::from_url(&url).unwrap();
-        let mut connection = ReplicationConnection::open(&opts).await.unwrap();
+        let security = ConnectSecurity {
+            allow_public_key_retrieval: true,
+            ..ConnectSecurity::default()
+        };
+        let mut connection = ReplicationConnection::open(&opts, &security).await.unwrap();
         connection.execute("SET @x=1").await.unwrap();
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn full_caching_sha2_authentication_over_plaintext_without_a_key_source_is_refused() {
+        let (url, server) = fake_server(|mut server| async move {
+            server.greet("8.4.0", "caching_sha2_password").await;
+            server.receive(1).await;
+            server.send(2, &[0x01, 0x04]).await;
+            // The client must not ask for the key (nor send anything): it hangs up.
+            server.expect_closed().await;
+        })
+        .await;
+        let opts = Opts::from_url(&url).unwrap();
+        let error = ReplicationConnection::open(&opts, &ConnectSecurity::default())
+            .await
+            .err()
+            .unwrap()
+            .to_string();
+        for fix in [
+            "tls.mode",
+            "tls.server_public_key_path",
+            "allow_public_key_retrieval",
+        ] {
+            assert!(error.contains(fix), "{error}");
+        }
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_pinned_server_key_is_used_without_asking_the_server() {
+        let (url, server) = fake_server(|mut server| async move {
+            server.greet("8.4.0", "caching_sha2_password").await;
+            server.receive(1).await;
+            server.send(2, &[0x01, 0x04]).await;
+            // Straight to the encrypted password: no 0x02 key request.
+            assert_eq!(server.receive(3).await.len(), 256, "RSA-2048 block");
+            server.send(4, OK).await;
+        })
+        .await;
+        let opts = Opts::from_url(&url).unwrap();
+        let security = ConnectSecurity {
+            pinned_server_key: Some(SERVER_PUBLIC_KEY.as_bytes().to_vec()),
+            ..ConnectSecurity::default()
+        };
+        ReplicationConnection::open(&opts, &security).await.unwrap();
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn mariadb_ed25519_authentication_signs_the_nonce() {
+        let (url, server) = fake_server(|mut server| async move {
+            server
+                .greet("5.5.5-10.11.6-MariaDB", "mysql_native_password")
+                .await;
+            server.receive(1).await;
+            let nonce = [7u8; 32];
+            let mut switch = vec![0xFE];
+            switch.extend_from_slice(b"client_ed25519\0");
+            switch.extend_from_slice(&nonce);
+            server.send(2, &switch).await;
+            let signature = server.receive(3).await;
+            assert_eq!(
+                signature,
+                mysql_common::scramble::create_response_for_ed25519(b"secret", &nonce),
+                "the Ed25519 signature of the nonce with the password-derived key"
+            );
+            server.send(4, OK).await;
+        })
+        .await;
+        let opts = Opts::from_url(&url).unwrap();
+        ReplicationConnection::open(&opts, &ConnectSecurity::default())
+            .await
+            .unwrap();
         server.await.unwrap();
     }
 
@@ -906,7 +1291,10 @@ NQIDAQAB
         })
         .await;
         let opts = Opts::from_url(&url).unwrap();
-        let error = ReplicationConnection::open(&opts).await.err().unwrap();
+        let error = ReplicationConnection::open(&opts, &ConnectSecurity::default())
+            .await
+            .err()
+            .unwrap();
         match error {
             Error::Server(error) => {
                 assert_eq!(error.code, 1045);
@@ -926,7 +1314,7 @@ NQIDAQAB
             let _response = server.receive(1).await;
             let mut switch = Vec::new();
             AuthSwitchRequest::new(
-                &b"client_ed25519"[..],
+                &b"auth_gssapi_client"[..],
                 &b"0123456789abcdef0123456789abcdef"[..],
             )
             .serialize(&mut switch);
@@ -934,8 +1322,11 @@ NQIDAQAB
         })
         .await;
         let opts = Opts::from_url(&url).unwrap();
-        let error = ReplicationConnection::open(&opts).await.err().unwrap();
-        assert!(error.to_string().contains("client_ed25519"), "{error}");
+        let error = ReplicationConnection::open(&opts, &ConnectSecurity::default())
+            .await
+            .err()
+            .unwrap();
+        assert!(error.to_string().contains("auth_gssapi_client"), "{error}");
         server.await.unwrap();
     }
 

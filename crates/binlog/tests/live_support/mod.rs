@@ -36,6 +36,7 @@ pub fn config(server: &ScratchMariadb, start: StartPosition, tables: &[&str]) ->
         heartbeat_interval: Duration::from_secs(1),
         idle_timeout: Duration::from_secs(20),
         connect_timeout: Duration::from_secs(20),
+        tls: outbox_binlog::TlsOptions::default(),
     }
 }
 

@@ -15,7 +15,7 @@ use crate::config::{KafkaConfig, PROTECTED_KAFKA_PROPERTIES};
 use crate::kafka_context::RelayClientContext;
 
 /// The librdkafka properties for `[kafka]`: bootstrap, the relay's tuning keys, then
-/// `[kafka.properties]`, then the protected idempotence settings.
+/// `[kafka.properties]`, then `[kafka.security]`, then the protected idempotence settings.
 pub fn producer_properties(kafka: &KafkaConfig) -> Vec<(String, String)> {
     let mut properties: BTreeMap<String, String> = BTreeMap::new();
     properties.insert("bootstrap.servers".into(), kafka.brokers.clone());
@@ -33,6 +33,13 @@ pub fn producer_properties(kafka: &KafkaConfig) -> Vec<(String, String)> {
     properties.insert("partitioner".into(), "murmur2_random".into());
     for (key, value) in &kafka.properties {
         properties.insert(key.clone(), value.clone());
+    }
+    // `[kafka.security]` (validation refuses the same keys in `[kafka.properties]`). A
+    // password file that became unreadable after validation leaves `sasl.password` unset,
+    // which librdkafka refuses by name when the client is created.
+    match kafka.security.properties() {
+        Ok(security) => properties.extend(security),
+        Err(message) => tracing::error!("{message}"),
     }
     for (key, value) in PROTECTED_KAFKA_PROPERTIES {
         properties.insert((*key).into(), (*value).into());

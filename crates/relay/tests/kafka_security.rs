@@ -1,0 +1,169 @@
+//! Kafka over TLS and SASL_SSL/SCRAM-SHA-512 against a real Apache Kafka broker with
+//! certificates generated at test time: the relay delivers and checkpoints over each
+//! listener (zstd compressed); a wrong password and an untrusted broker certificate stop it
+//! with errors that say what is wrong; the relay's whole output never shows the secrets.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use outbox_testkit::certs::TestCertificates;
+use outbox_testkit::kafka::{BrokerSecurity, KafkaBroker};
+
+const SCRAM_USER: &str = "relay-scram";
+const SCRAM_PASSWORD: &str = "scram-Secret-77421";
+
+/// Appends `[kafka.security]` (and optionally more lines) to the relay's config.
+fn add_security(relay: &Relay, security: &str) {
+    let mut text = std::fs::read_to_string(&relay.config_path).expect("read config");
+    text.push_str("\n[kafka.security]\n");
+    text.push_str(security);
+    std::fs::write(&relay.config_path, text).expect("write config");
+}
+
+async fn delivers_over(
+    db: &outbox_testkit::ScratchMariadb,
+    broker: &KafkaBroker,
+    listener: &str,
+    security: &str,
+    prefix: &str,
+) -> String {
+    let mut setup = RelaySetup::new(db, listener);
+    setup
+        .kafka_properties
+        .push(("compression.type".into(), "zstd".into()));
+    let mut relay = Relay::prepare(&setup);
+    add_security(&relay, security);
+    let mut writer = ShopWriter::connect(db, prefix).await;
+    writer
+        .transaction("order", &format!("{prefix}-1"), 2, true, true)
+        .await;
+    writer
+        .transaction("order", &format!("{prefix}-2"), 1, true, true)
+        .await;
+    let end = writer.master_position().await;
+    relay.start();
+    // Read back over the PLAINTEXT listener with the harness's own client.
+    let records = read_until_ids(
+        &broker.bootstrap(),
+        &[topic_for(db, "order")],
+        &writer.committed,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(
+        records.len() >= writer.committed.len(),
+        "{}",
+        relay.log_tail(30)
+    );
+    wait_for_checkpoint(&relay, &end, Duration::from_secs(30)).await;
+    let status = relay.terminate(Duration::from_secs(20)).await;
+    assert!(status.success(), "{status:?}: {}", relay.log_tail(30));
+    relay.log()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_delivers_over_tls_and_sasl_ssl_and_refuses_bad_credentials_clearly() {
+    let certs = TestCertificates::generate().unwrap();
+    let broker = KafkaBroker::start_secure(BrokerSecurity {
+        keystore_pem: certs.server_key_and_cert.clone(),
+        scram_users: vec![(SCRAM_USER.into(), SCRAM_PASSWORD.into())],
+    })
+    .await
+    .expect("a broker with SSL and SASL_SSL listeners starts");
+    let ssl = broker.ssl_bootstrap().unwrap();
+    let sasl_ssl = broker.sasl_ssl_bootstrap().unwrap();
+    let db = start_shop_database().await;
+    let ca = certs.ca_cert.display().to_string();
+    let secrets_dir = tempfile::tempdir().unwrap();
+    let password_file = secrets_dir.path().join("sasl-password");
+    std::fs::write(&password_file, format!("{SCRAM_PASSWORD}\n")).unwrap();
+
+    // 1. TLS, the broker's certificate checked against the test CA (and its name, 127.0.0.1).
+    let mut output = delivers_over(
+        &db,
+        &broker,
+        &ssl,
+        &format!("protocol = \"ssl\"\nca_file = \"{ca}\"\n"),
+        "tls",
+    )
+    .await;
+
+    // 2. SASL_SSL with SCRAM-SHA-512, the password from a file.
+    output += &delivers_over(
+        &db,
+        &broker,
+        &sasl_ssl,
+        &format!(
+            "protocol = \"sasl_ssl\"\nca_file = \"{ca}\"\nsasl_mechanism = \"SCRAM-SHA-512\"\n\
+             sasl_username = \"{SCRAM_USER}\"\nsasl_password_file = \"{}\"\n",
+            password_file.display()
+        ),
+        "scram",
+    )
+    .await;
+
+    // 3. A wrong password: the relay stops and says authentication failed.
+    let setup = RelaySetup::new(&db, &sasl_ssl);
+    let mut relay = Relay::prepare(&setup);
+    relay.edit_config(&[("[kafka]\n", "[kafka]\nstartup_attempts = 2\n")]);
+    add_security(
+        &relay,
+        &format!(
+            "protocol = \"sasl_ssl\"\nca_file = \"{ca}\"\nsasl_mechanism = \"SCRAM-SHA-512\"\n\
+             sasl_username = \"{SCRAM_USER}\"\nsasl_password_env = \"OUTBOX_TEST_SASL\"\n"
+        ),
+    );
+    relay.start_with_env(&[("OUTBOX_TEST_SASL", "not-the-password-4242")]);
+    let status = relay.wait_for_exit(Duration::from_secs(90)).await;
+    assert!(!status.success());
+    let log = relay.log();
+    assert!(
+        log.contains("Authentication failed") || log.contains("authentication"),
+        "the stop names the cause:\n{}",
+        relay.log_tail(30)
+    );
+    assert!(
+        log.contains(&sasl_ssl),
+        "the error names the listener:\n{}",
+        relay.log_tail(30)
+    );
+    output += &log;
+
+    // 4. A broker certificate from a CA the relay does not trust.
+    let mut relay = Relay::prepare(&RelaySetup::new(&db, &ssl));
+    relay.edit_config(&[("[kafka]\n", "[kafka]\nstartup_attempts = 2\n")]);
+    add_security(
+        &relay,
+        &format!(
+            "protocol = \"ssl\"\nca_file = \"{}\"\n",
+            certs.other_ca_cert.display()
+        ),
+    );
+    relay.start();
+    let status = relay.wait_for_exit(Duration::from_secs(90)).await;
+    assert!(!status.success());
+    let log = relay.log();
+    assert!(
+        log.contains("certificate verify failed"),
+        "the stop names the certificate problem:\n{}",
+        relay.log_tail(30)
+    );
+    assert!(
+        log.contains(&ssl),
+        "the error names the listener:\n{}",
+        relay.log_tail(30)
+    );
+    output += &log;
+
+    // No secret in anything the relay printed in any of the runs.
+    assert!(
+        !output.contains(SCRAM_PASSWORD),
+        "the SASL password leaked into the output"
+    );
+    assert!(
+        !output.contains("not-the-password-4242"),
+        "the (wrong) SASL password leaked into the output"
+    );
+}
