@@ -41,8 +41,10 @@ use rustls::{
 
 use crate::BinlogError;
 
-/// How connections to the source use TLS (see the module docs' table).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How connections to the source use TLS (see the module docs' table). Deserializes from
+/// MySQL's names (`verify_ca`, ...), as configuration files spell them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum TlsMode {
     /// Plaintext only.
     Disabled,
@@ -75,13 +77,15 @@ impl TlsMode {
     }
 }
 
-/// The lowest TLS version accepted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+/// The lowest TLS version accepted; `"1.2"` or `"1.3"` in configuration files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, serde::Deserialize)]
 pub enum TlsVersion {
     /// TLS 1.2 (and 1.3).
     #[default]
+    #[serde(rename = "1.2")]
     Tls12,
     /// TLS 1.3 only.
+    #[serde(rename = "1.3")]
     Tls13,
 }
 

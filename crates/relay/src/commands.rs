@@ -609,6 +609,45 @@ pub fn render_error_chain(error: &anyhow::Error) -> String {
     message
 }
 
+/// The whole `outbox-relay` program: parses the command line, sets up logging, runs the
+/// command on a multi-threaded runtime and turns the outcome into the exit code. Both the
+/// `outbox-relay` binary and the examples' copy of it are this one call.
+pub fn main_entry() -> std::process::ExitCode {
+    use clap::Parser;
+    let cli = crate::cli::Cli::parse();
+    let log_format = cli.log_format;
+    init_logging(log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("outbox-relay")
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return std::process::ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(execute(cli));
+    // Blocking helpers (a metadata request to a frozen broker, a producer flushing on drop)
+    // must not hold the exit past the shutdown deadline: everything that matters (the final
+    // checkpoint) is done by now.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
+        Ok(code) => std::process::ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(error) => {
+            let message = render_error_chain(&error);
+            match log_format {
+                crate::cli::LogFormat::Json => {
+                    tracing::error!(error = %message, "outbox-relay failed")
+                }
+                crate::cli::LogFormat::Human => eprintln!("error: {message}"),
+            }
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,35 +37,6 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-/// `ssl_mode` values, MySQL's names.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum MysqlTlsMode {
-    /// Plaintext.
-    Disabled,
-    /// TLS when the server offers it (the MySQL client default).
-    #[default]
-    Preferred,
-    /// TLS, certificate not checked.
-    Required,
-    /// TLS, chain checked against `ca_file`.
-    VerifyCa,
-    /// TLS, chain and host name checked.
-    VerifyIdentity,
-}
-
-/// The lowest TLS version accepted: `"1.2"` or `"1.3"`.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
-pub enum MinTlsVersion {
-    /// TLS 1.2 and 1.3.
-    #[default]
-    #[serde(rename = "1.2")]
-    Tls12,
-    /// TLS 1.3 only.
-    #[serde(rename = "1.3")]
-    Tls13,
-}
-
 /// `[source.tls]` and `[checkpoint.tls]`: how a MySQL connection uses TLS (MySQL's
 /// `--ssl-mode` semantics; see the README's Security section).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
@@ -74,7 +45,7 @@ pub struct MysqlTlsConfig {
     /// `disabled`, `preferred` (default), `required`, `verify_ca` or `verify_identity`.
     /// Production: `verify_ca` with the provider's CA bundle, or `verify_identity`.
     #[serde(default)]
-    pub mode: MysqlTlsMode,
+    pub mode: TlsMode,
     /// PEM CA certificate(s) the server's certificate must chain to; without it the Mozilla
     /// root set built into the relay.
     #[serde(default)]
@@ -87,7 +58,7 @@ pub struct MysqlTlsConfig {
     pub key_file: Option<PathBuf>,
     /// `"1.2"` (default) or `"1.3"`.
     #[serde(default)]
-    pub min_version: MinTlsVersion,
+    pub min_version: TlsVersion,
     /// `caching_sha2_password` over plaintext: the server's RSA public key (PEM), pinned.
     #[serde(default)]
     pub server_public_key_path: Option<PathBuf>,
@@ -101,20 +72,11 @@ impl MysqlTlsConfig {
     /// The reader's options, with the password file of the section.
     pub fn options(&self, password_file: Option<&Path>) -> TlsOptions {
         TlsOptions {
-            mode: match self.mode {
-                MysqlTlsMode::Disabled => TlsMode::Disabled,
-                MysqlTlsMode::Preferred => TlsMode::Preferred,
-                MysqlTlsMode::Required => TlsMode::Required,
-                MysqlTlsMode::VerifyCa => TlsMode::VerifyCa,
-                MysqlTlsMode::VerifyIdentity => TlsMode::VerifyIdentity,
-            },
+            mode: self.mode,
             ca_file: self.ca_file.clone(),
             cert_file: self.cert_file.clone(),
             key_file: self.key_file.clone(),
-            min_version: match self.min_version {
-                MinTlsVersion::Tls12 => TlsVersion::Tls12,
-                MinTlsVersion::Tls13 => TlsVersion::Tls13,
-            },
+            min_version: self.min_version,
             server_public_key_path: self.server_public_key_path.clone(),
             allow_public_key_retrieval: self.allow_public_key_retrieval,
             password_file: password_file.map(Path::to_path_buf),

@@ -13,6 +13,7 @@ use outbox_testkit::kafka::{BrokerSecurity, KafkaBroker};
 
 const SCRAM_USER: &str = "relay-scram";
 const SCRAM_PASSWORD: &str = "scram-Secret-77421";
+const SOURCE_PASSWORD: &str = "source-Secret-99017";
 
 /// Appends `[kafka.security]` (and optionally more lines) to the relay's config.
 fn add_security(relay: &Relay, security: &str) {
@@ -30,10 +31,13 @@ async fn delivers_over(
     prefix: &str,
 ) -> String {
     let mut setup = RelaySetup::new(db, listener);
-    setup
-        .kafka_properties
-        .push(("compression.type".into(), "zstd".into()));
+    // The relay's own user, with a password in the URL: it must never be printed.
+    setup.mysql_url = format!(
+        "mysql://secure_relay:{SOURCE_PASSWORD}@127.0.0.1:{}",
+        db.port()
+    );
     let mut relay = Relay::prepare(&setup);
+    relay.edit_config(&[("[kafka]\n", "[kafka]\ncompression = \"zstd\"\n")]);
     add_security(&relay, security);
     let mut writer = ShopWriter::connect(db, prefix).await;
     writer
@@ -63,6 +67,25 @@ async fn delivers_over(
     relay.log()
 }
 
+/// Waits for the relay to stop with an error whose log names `cause` and `listener`;
+/// returns the log.
+async fn stops_naming(relay: &mut Relay, cause: &str, listener: &str) -> String {
+    let status = relay.wait_for_exit(Duration::from_secs(90)).await;
+    assert!(!status.success());
+    let log = relay.log();
+    assert!(
+        log.contains(cause),
+        "the stop names the cause `{cause}`:\n{}",
+        relay.log_tail(30)
+    );
+    assert!(
+        log.contains(listener),
+        "the error names the listener:\n{}",
+        relay.log_tail(30)
+    );
+    log
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_relay_delivers_over_tls_and_sasl_ssl_and_refuses_bad_credentials_clearly() {
     let certs = TestCertificates::generate().unwrap();
@@ -75,6 +98,12 @@ async fn the_relay_delivers_over_tls_and_sasl_ssl_and_refuses_bad_credentials_cl
     let ssl = broker.ssl_bootstrap().unwrap();
     let sasl_ssl = broker.sasl_ssl_bootstrap().unwrap();
     let db = start_shop_database().await;
+    db.exec(&[
+        &format!("CREATE USER secure_relay@'%' IDENTIFIED BY '{SOURCE_PASSWORD}'"),
+        "GRANT SELECT, REPLICATION SLAVE, BINLOG MONITOR, REPLICATION CLIENT ON *.* TO secure_relay@'%'",
+    ])
+    .await
+    .expect("create the relay's user");
     let ca = certs.ca_cert.display().to_string();
     let secrets_dir = tempfile::tempdir().unwrap();
     let password_file = secrets_dir.path().join("sasl-password");
@@ -116,20 +145,7 @@ async fn the_relay_delivers_over_tls_and_sasl_ssl_and_refuses_bad_credentials_cl
         ),
     );
     relay.start_with_env(&[("OUTBOX_TEST_SASL", "not-the-password-4242")]);
-    let status = relay.wait_for_exit(Duration::from_secs(90)).await;
-    assert!(!status.success());
-    let log = relay.log();
-    assert!(
-        log.contains("Authentication failed") || log.contains("authentication"),
-        "the stop names the cause:\n{}",
-        relay.log_tail(30)
-    );
-    assert!(
-        log.contains(&sasl_ssl),
-        "the error names the listener:\n{}",
-        relay.log_tail(30)
-    );
-    output += &log;
+    output += &stops_naming(&mut relay, "Authentication failed", &sasl_ssl).await;
 
     // 4. A broker certificate from a CA the relay does not trust.
     let mut relay = Relay::prepare(&RelaySetup::new(&db, &ssl));
@@ -142,22 +158,13 @@ async fn the_relay_delivers_over_tls_and_sasl_ssl_and_refuses_bad_credentials_cl
         ),
     );
     relay.start();
-    let status = relay.wait_for_exit(Duration::from_secs(90)).await;
-    assert!(!status.success());
-    let log = relay.log();
-    assert!(
-        log.contains("certificate verify failed"),
-        "the stop names the certificate problem:\n{}",
-        relay.log_tail(30)
-    );
-    assert!(
-        log.contains(&ssl),
-        "the error names the listener:\n{}",
-        relay.log_tail(30)
-    );
-    output += &log;
+    output += &stops_naming(&mut relay, "certificate verify failed", &ssl).await;
 
     // No secret in anything the relay printed in any of the runs.
+    assert!(
+        !output.contains(SOURCE_PASSWORD),
+        "the source password leaked into the output"
+    );
     assert!(
         !output.contains(SCRAM_PASSWORD),
         "the SASL password leaked into the output"
