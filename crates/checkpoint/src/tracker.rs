@@ -402,6 +402,19 @@ impl AckTracker {
         &self.checkpoint
     }
 
+    /// How many records (by sequence, from 0) the checkpoint has passed: every record whose
+    /// [`AckToken::sequence`] is below this number belongs to a transaction at or before
+    /// [`AckTracker::checkpoint`], and every record at or above it to a later one. The
+    /// exactly-once sink commits a Kafka transaction with the checkpoint only when the last
+    /// record it sent is below this number: the transaction then holds whole binlog
+    /// transactions and nothing after its checkpoint.
+    pub fn records_passed(&self) -> u64 {
+        self.entries
+            .keys()
+            .next()
+            .map_or(self.next_sequence, |(first_sequence, _)| *first_sequence)
+    }
+
     /// Records added and not yet acked.
     pub fn in_flight(&self) -> usize {
         self.in_flight

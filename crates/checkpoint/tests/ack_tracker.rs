@@ -465,3 +465,32 @@ fn a_position_carries_the_server_it_was_read_from() {
     assert_eq!(moved.binlog, end_position(1));
     assert_eq!(tracker.checkpoint_source(), Some(&new_server));
 }
+
+/// `records_passed` splits the record sequence exactly at the checkpoint: records of a
+/// transaction that has not ended, or is not fully acked, are never counted as passed,
+/// whatever the order of acks (the exactly-once sink relies on it to cut Kafka
+/// transactions at binlog transaction boundaries).
+#[test]
+fn records_passed_counts_exactly_the_records_before_the_checkpoint() {
+    let mut tracker = AckTracker::new(start_position());
+    assert_eq!(tracker.records_passed(), 0);
+    let a = tracker.add_record();
+    let b = tracker.add_record();
+    tracker.end_transaction(end_of(0, false));
+    let c = tracker.add_record();
+    tracker.ack(b).unwrap();
+    tracker.ack(c).unwrap();
+    assert_eq!(tracker.records_passed(), 0, "record a is unacked");
+    tracker.ack(a).unwrap();
+    assert_eq!(
+        tracker.records_passed(),
+        2,
+        "transaction 0 passed; c's transaction is still open although c is acked"
+    );
+    // An empty transaction (no records) and a heartbeat move the checkpoint, not the count.
+    tracker.end_transaction(end_of(1, false));
+    assert_eq!(tracker.records_passed(), 3);
+    tracker.end_transaction(end_of(2, true));
+    assert_eq!(tracker.records_passed(), 3);
+    assert_eq!(tracker.checkpoint().binlog, end_position(2));
+}

@@ -473,6 +473,48 @@ pub struct KafkaConfig {
     /// `[kafka.security]`: TLS and SASL as first-class keys (see [`crate::security`]).
     #[serde(default)]
     pub security: crate::security::KafkaSecurityConfig,
+    /// `at_least_once` (the default: an idempotent producer, the checkpoint stored after
+    /// the acks; a crash re-sends what was acked after the last checkpoint) or
+    /// `exactly_once` (a transactional producer commits each batch of whole binlog
+    /// transactions together with the checkpoint record in one Kafka transaction:
+    /// `read_committed` consumers see every event once, across crashes; needs
+    /// `[checkpoint] store = "kafka"`).
+    #[serde(default)]
+    pub delivery: DeliveryMode,
+    /// Exactly-once: `transaction.timeout.ms`, how long a transaction may stay open before
+    /// the broker aborts it (at most the broker's `transaction.max.timeout.ms`, 15 minutes
+    /// by default). A record that cannot be delivered within it aborts the transaction
+    /// and the relay restarts from the checkpoint.
+    #[serde(default = "default_transaction_timeout_ms")]
+    pub transaction_timeout_ms: u64,
+    /// Exactly-once: a Kafka transaction is committed (at the next binlog transaction
+    /// boundary) once it holds this many records, or after `pipeline.commit_interval_ms`.
+    #[serde(default = "default_transaction_max_records")]
+    pub transaction_max_records: usize,
+    /// Exactly-once: ... or this many bytes of keys, values and headers.
+    #[serde(default = "default_transaction_max_bytes")]
+    pub transaction_max_bytes: usize,
+}
+
+/// `kafka.delivery`: what a consumer may see after a crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryMode {
+    /// Every event at least once, with a stable id; duplicates after a crash.
+    #[default]
+    AtLeastOnce,
+    /// Every event exactly once for `read_committed` consumers (Kafka transactions).
+    ExactlyOnce,
+}
+
+fn default_transaction_timeout_ms() -> u64 {
+    60_000
+}
+fn default_transaction_max_records() -> usize {
+    10_000
+}
+fn default_transaction_max_bytes() -> usize {
+    16 * 1024 * 1024
 }
 
 impl std::fmt::Debug for KafkaConfig {
@@ -638,6 +680,13 @@ pub struct CheckpointConfig {
     /// MySQL store: `[checkpoint.tls]`, the same keys as `[source.tls]`.
     #[serde(default)]
     pub tls: crate::security::MysqlTlsConfig,
+    /// Kafka store: the compacted topic holding the checkpoint record (key = `connector`).
+    #[serde(default = "default_checkpoint_topic")]
+    pub topic: String,
+}
+
+fn default_checkpoint_topic() -> String {
+    "outbox-relay-checkpoints".to_owned()
 }
 
 fn default_store() -> String {
@@ -973,6 +1022,27 @@ impl RelayConfig {
                     "checkpoint.store",
                     format!("`{other}` is not `file` or `mysql`"),
                 ))
+            }
+        }
+
+        if self.kafka.delivery == DeliveryMode::ExactlyOnce {
+            if checkpoint.store != "kafka" {
+                return Err(invalid(
+                    "kafka.delivery",
+                    format!("\"exactly_once\" commits the checkpoint in the same Kafka transaction as the events, so it needs [checkpoint] store = \"kafka\" (now \"{}\"); set store = \"kafka\", or use delivery = \"at_least_once\"", checkpoint.store),
+                ));
+            }
+            if self.kafka.transaction_max_records == 0 || self.kafka.transaction_max_bytes == 0 {
+                return Err(invalid(
+                    "kafka.transaction_max_records",
+                    "kafka.transaction_max_records and kafka.transaction_max_bytes must be above 0",
+                ));
+            }
+            if self.kafka.transaction_timeout_ms < 1_000 {
+                return Err(invalid(
+                    "kafka.transaction_timeout_ms",
+                    format!("{} ms is too short for a transaction to be committed; use at least 1000 (default 60000)", self.kafka.transaction_timeout_ms),
+                ));
             }
         }
 

@@ -269,6 +269,53 @@ impl InternalEvent for CheckpointCommitFailed<'_> {
     }
 }
 
+/// The exactly-once sink committed a Kafka transaction (its records and the checkpoint).
+#[derive(Debug)]
+pub struct KafkaTransactionCommitted {
+    /// Records in it (the checkpoint record not counted).
+    pub records: usize,
+    /// How long `commit_transaction` took.
+    pub duration: std::time::Duration,
+}
+
+impl InternalEvent for KafkaTransactionCommitted {
+    fn emit(self, metrics: &Metrics) {
+        metrics
+            .kafka_transactions
+            .with_label_values(&["committed"])
+            .inc();
+        metrics
+            .kafka_transaction_commit_seconds
+            .observe(self.duration.as_secs_f64());
+        tracing::debug!(records = self.records, commit_ms = self.duration.as_millis() as u64, "Kafka transaction committed");
+    }
+}
+
+/// The exactly-once sink aborted a Kafka transaction; the pipeline restarts from the
+/// stored checkpoint.
+#[derive(Debug)]
+pub struct KafkaTransactionAborted<'a> {
+    /// Why.
+    pub reason: &'a str,
+    /// Records sent in it (none of them becomes visible to `read_committed` consumers).
+    pub records: usize,
+    /// Why the abort itself failed, if it did (the broker then aborts it on timeout).
+    pub abort_error: Option<&'a str>,
+}
+
+impl InternalEvent for KafkaTransactionAborted<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics
+            .kafka_transactions
+            .with_label_values(&["aborted"])
+            .inc();
+        match self.abort_error {
+            None => tracing::warn!(reason = self.reason, records = self.records, "Kafka transaction aborted; restarting from the stored checkpoint (read_committed consumers see none of it)"),
+            Some(error) => tracing::warn!(reason = self.reason, records = self.records, abort_error = error, "Kafka transaction could not be aborted cleanly; the broker aborts it when the next producer with this transactional.id starts or at transaction.timeout.ms"),
+        }
+    }
+}
+
 /// A delivery failed transiently; the record will be resent.
 #[derive(Debug)]
 pub struct DeliveryFailedTransient<'a> {

@@ -98,6 +98,10 @@ pub struct Metrics {
     pub producer_rebuilds: IntCounterVec,
     /// Unix time (seconds) of the newest dead letter; 0 when none this run.
     pub dead_letter_last_timestamp_seconds: Gauge,
+    /// Kafka transactions of the exactly-once sink by `outcome` (`committed`, `aborted`).
+    pub kafka_transactions: IntCounterVec,
+    /// Seconds `commit_transaction` took (exactly-once sink): the checkpoint's cost.
+    pub kafka_transaction_commit_seconds: Histogram,
     /// 1 when `/readyz` says ready, else 0 (rendered from `health`).
     pub ready: IntGauge,
     /// Always 1, labelled with the build's `version` and `git_sha`.
@@ -286,6 +290,15 @@ impl Metrics {
             dead_letter_last_timestamp_seconds: gauge(
                 "dead_letter_last_timestamp_seconds",
                 "Unix time of the newest dead letter written; 0 when none",
+            ),
+            kafka_transactions: counter_vec(
+                "kafka_transactions_total",
+                "Kafka transactions of the exactly-once sink by outcome (committed, aborted)",
+                "outcome",
+            ),
+            kafka_transaction_commit_seconds: histogram(
+                "kafka_transaction_commit_seconds",
+                "Seconds commit_transaction took (exactly-once sink)",
             ),
             ready: int_gauge("ready", "1 when /readyz reports ready, else 0"),
             binlog_purge_horizon_seconds: gauge(

@@ -57,7 +57,7 @@ use tokio::sync::{mpsc, Notify};
 
 use crate::backoff::Backoff;
 use crate::budget::{row_change_bytes, BudgetPermit, InFlightBudget};
-use crate::config::{RelayConfig, StartSetting};
+use crate::config::{DeliveryMode, RelayConfig, StartSetting};
 use crate::dead_letter::{dead_letter_for_routing_error, RecordOrigin};
 use crate::internal_events::{
     CheckpointCommitFailed, CheckpointCommitted, CheckpointLoaded, DeadLettered, HeartbeatRead,
@@ -66,7 +66,10 @@ use crate::internal_events::{
 };
 use crate::metrics::Metrics;
 use crate::shutdown::{Shutdown, ShutdownController};
-use crate::sink::{run_kafka_sink, KafkaSinkSettings, OutboundRecord, SinkError, SinkItem};
+use crate::sink::{
+    run_kafka_sink, run_transactional_sink, BatchBoundary, KafkaSinkSettings, OutboundRecord,
+    RejectedRecords, SequencedTicket, SinkError, SinkItem, TransactionalSinkSettings,
+};
 use crate::stores::open_checkpoint_store;
 use crate::tasks::spawn_named;
 use crate::xa_hold::{describe_refused, HeldRecord, XaHolds, XaRelease, XaResolution};
@@ -252,21 +255,70 @@ pub async fn run_relay(
 ) -> Result<RelaySummary, RelayError> {
     let metrics = handles.metrics.clone();
     let controller = handles.shutdown.clone();
-    let warn_on_skip =
-        config.route.invalid_operation == outbox_router::InvalidOperationBehavior::Warn;
-    let router = Router::new(&config.outbox, &config.route)
+    // Checked before anything is served: a bad route is a config error.
+    Router::new(&config.outbox, &config.route)
         .map_err(|e| RelayError::RouterConfig(e.to_string()))?;
-    let store: SharedCheckpointStore = open_checkpoint_store(&config.checkpoint)
-        .await
-        .map_err(RelayError::Checkpoint)?;
-    let stored = store.load().await.map_err(RelayError::Checkpoint)?;
-    if let Some(checkpoint) = &stored {
-        CheckpointLoaded {
-            position: &checkpoint.position.binlog,
+    serve_side_tasks(&config, &metrics, &controller).await?;
+    // An aborted Kafka transaction (exactly-once) restarts the pipeline from the stored
+    // checkpoint: nothing of it became visible, so nothing is lost or seen twice. Records
+    // Kafka rejected are remembered across those restarts, for their dead letters.
+    let rejected = RejectedRecords::default();
+    let mut backoff = Backoff::new(
+        Duration::from_millis(config.kafka.retry_initial_backoff_ms),
+        Duration::from_millis(config.kafka.retry_max_backoff_ms),
+    );
+    let outcome = loop {
+        let attempt = ShutdownController::new();
+        {
+            let mut global = controller.subscribe();
+            let mut attempt_done = attempt.subscribe();
+            let attempt = attempt.clone();
+            spawn_named("attempt-stop-forwarder", async move {
+                tokio::select! {
+                    _ = global.recv() => attempt.trigger(),
+                    _ = attempt_done.recv() => {}
+                }
+            });
         }
-        .emit(&metrics);
+        let outcome = run_pipeline(&config, &metrics, &attempt, &rejected).await;
+        attempt.trigger();
+        match outcome {
+            Err(RelayError::Sink(error))
+                if error.is_transaction_retry() && !controller.is_triggered() =>
+            {
+                let delay = backoff.next_delay();
+                tracing::warn!(%error, retry_in_ms = delay.as_millis() as u64, "restarting the pipeline from the stored checkpoint");
+                let mut stop = controller.subscribe();
+                tokio::select! {
+                    _ = stop.recv() => break Ok(RelaySummary::default()),
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+            other => break other,
+        }
+    };
+    controller.trigger();
+    match outcome {
+        Ok(summary) => {
+            tracing::info!(
+                delivered = summary.delivered,
+                abandoned = summary.abandoned,
+                checkpoint = %summary.checkpoint.as_ref().map(|c| c.position.binlog.to_string()).unwrap_or_else(|| "none".into()),
+                "relay stopped"
+            );
+            Ok(summary)
+        }
+        Err(error) => Err(error),
     }
+}
 
+/// The metrics and health endpoint and the tasks that only feed it (broker probe, purge
+/// horizon): once per process, across pipeline restarts.
+async fn serve_side_tasks(
+    config: &RelayConfig,
+    metrics: &Arc<Metrics>,
+    controller: &ShutdownController,
+) -> Result<(), RelayError> {
     metrics
         .health
         .set_max_backoff(Duration::from_millis(config.metrics.ready_max_backoff_ms));
@@ -283,7 +335,7 @@ pub async fn run_relay(
         spawn_named(
             "broker-probe",
             crate::broker_probe::run_broker_probe(
-                KafkaSinkSettings::from_relay_config(&config),
+                KafkaSinkSettings::from_relay_config(config),
                 metrics.clone(),
                 controller.subscribe(),
             ),
@@ -297,6 +349,33 @@ pub async fn run_relay(
                 controller.subscribe(),
             ),
         );
+    }
+    Ok(())
+}
+
+/// One run of the pipeline (source, router, sink, committer) from the stored checkpoint,
+/// until shutdown or the first error; `controller` stops this run only.
+async fn run_pipeline(
+    config: &RelayConfig,
+    metrics: &Arc<Metrics>,
+    controller: &ShutdownController,
+    rejected: &RejectedRecords,
+) -> Result<RelaySummary, RelayError> {
+    let metrics = metrics.clone();
+    let controller = controller.clone();
+    let warn_on_skip =
+        config.route.invalid_operation == outbox_router::InvalidOperationBehavior::Warn;
+    let router = Router::new(&config.outbox, &config.route)
+        .map_err(|e| RelayError::RouterConfig(e.to_string()))?;
+    let store: SharedCheckpointStore = open_checkpoint_store(&config.checkpoint)
+        .await
+        .map_err(RelayError::Checkpoint)?;
+    let stored = store.load().await.map_err(RelayError::Checkpoint)?;
+    if let Some(checkpoint) = &stored {
+        CheckpointLoaded {
+            position: &checkpoint.position.binlog,
+        }
+        .emit(&metrics);
     }
 
     // Connect first: the start position of a first run and the source identity come from
@@ -482,67 +561,64 @@ pub async fn run_relay(
             controller.subscribe(),
         ),
     );
-    let sink_tracker = tracker.clone();
-    let sink_acked = acked.clone();
-    let sink_budget = budget.clone();
-    let sink_metrics = metrics.clone();
-    let sink_task = spawn_named(
-        "kafka-sink",
-        run_kafka_sink(
-            KafkaSinkSettings::from_relay_config(&config),
+    let on_delivered = delivery_acker(tracker.clone(), acked.clone(), budget.clone(), metrics.clone());
+    let exactly_once = config.kafka.delivery == DeliveryMode::ExactlyOnce;
+    let sink_task = if exactly_once {
+        let settings = transactional_sink_settings(config);
+        let boundary_tracker = tracker.clone();
+        let boundary_identity = identity.clone();
+        let sink = run_transactional_sink(
+            settings,
             records_rx,
-            move |ticket: RecordTicket| {
-                let RecordTicket {
-                    token,
-                    budget,
-                    xa_release,
-                } = ticket;
-                let result = {
-                    let mut tracker = lock_tracker(&sink_tracker);
-                    let result = tracker.ack(token);
-                    match xa_release.and_then(|release| release.record_acked()) {
-                        Some(hold_token) => result.and(tracker.ack(hold_token)),
-                        None => result,
-                    }
-                };
-                drop(budget);
-                sink_metrics
-                    .in_flight_bytes
-                    .set(i64::try_from(sink_budget.reserved_bytes()).unwrap_or(i64::MAX));
-                if let Err(error) = result {
-                    tracing::error!(%error, "ack tracker rejected an ack (a bug; the checkpoint is held back)");
-                }
-                sink_acked.notify_one();
-            },
+            on_delivered,
+            move |last_sent| exactly_once_boundary(&boundary_tracker, &boundary_identity, last_sent),
+            acked.clone(),
+            rejected.clone(),
+            stored.clone(),
             metrics.clone(),
             controller.subscribe(),
-        ),
-    );
-    let committer_stop = ShutdownController::new();
-    let committer_task = spawn_named(
-        "checkpoint-committer",
-        run_committer(
-            CommitterSettings {
-                identity: identity.clone(),
-                policy: CommitPolicy {
-                    max_interval: config.pipeline.commit_interval(),
-                    max_transactions: config.pipeline.commit_max_transactions,
-                },
-                // A checkpoint of another server (resumed by GTID set) cannot be compared
-                // with this server's positions: start the monotonic check afresh.
-                resumed_from: stored
-                    .as_ref()
-                    .filter(|c| c.source == identity)
-                    .map(|c| c.position.clone()),
-                record_transactions: record_transactions.clone(),
-            },
-            store.clone(),
-            tracker.clone(),
-            acked.clone(),
+        );
+        spawn_named("kafka-transactional-sink", async move {
+            sink.await.map(|summary| (summary.sink, Some(summary.checkpoint)))
+        })
+    } else {
+        let sink = run_kafka_sink(
+            KafkaSinkSettings::from_relay_config(config),
+            records_rx,
+            on_delivered,
             metrics.clone(),
-            committer_stop.subscribe(),
-        ),
-    );
+            controller.subscribe(),
+        );
+        spawn_named("kafka-sink", async move { sink.await.map(|summary| (summary, None)) })
+    };
+    // Exactly-once: the sink commits the checkpoint inside its Kafka transactions.
+    let committer_stop = ShutdownController::new();
+    let committer_task = (!exactly_once).then(|| {
+        spawn_named(
+            "checkpoint-committer",
+            run_committer(
+                CommitterSettings {
+                    identity: identity.clone(),
+                    policy: CommitPolicy {
+                        max_interval: config.pipeline.commit_interval(),
+                        max_transactions: config.pipeline.commit_max_transactions,
+                    },
+                    // A checkpoint of another server (resumed by GTID set) cannot be compared
+                    // with this server's positions: start the monotonic check afresh.
+                    resumed_from: stored
+                        .as_ref()
+                        .filter(|c| c.source == identity)
+                        .map(|c| c.position.clone()),
+                    record_transactions: record_transactions.clone(),
+                },
+                store.clone(),
+                tracker.clone(),
+                acked.clone(),
+                metrics.clone(),
+                committer_stop.subscribe(),
+            ),
+        )
+    });
 
     // A failing source or router stops reading (the sink drains what was routed); a failing
     // sink stops everything. The first error is the one reported.
@@ -555,39 +631,115 @@ pub async fn run_relay(
     let mut summary = RelaySummary::default();
     flatten_task("binlog-source", source_result, &mut errors);
     flatten_task("router", router_result, &mut errors);
-    if let Some(sink_summary) = flatten_task(
+    if let Some((sink_summary, sink_checkpoint)) = flatten_task(
         "kafka-sink",
         sink_result.map(|r| r.map_err(RelayError::Sink)),
         &mut errors,
     ) {
         summary.delivered = sink_summary.delivered;
         summary.abandoned = sink_summary.abandoned;
+        if let Some(checkpoint) = sink_checkpoint {
+            summary.checkpoint = checkpoint;
+        }
     }
     committer_stop.trigger();
-    if let Some(last) = flatten_task("checkpoint-committer", committer_task.await, &mut errors) {
-        summary.checkpoint = last;
-    }
-    let first_error = if errors.is_empty() {
-        None
-    } else {
-        for error in &errors {
-            tracing::error!(%error, "relay stopped on error");
+    if let Some(committer_task) = committer_task {
+        if let Some(last) = flatten_task("checkpoint-committer", committer_task.await, &mut errors)
+        {
+            summary.checkpoint = last;
         }
-        Some(errors.remove(0))
-    };
+    }
+    for error in &errors {
+        tracing::error!(%error, "relay stopped on error");
+    }
     controller.trigger();
-    match first_error {
+    match errors.into_iter().next() {
         Some(error) => Err(error),
-        None => {
-            tracing::info!(
-                delivered = summary.delivered,
-                abandoned = summary.abandoned,
-                checkpoint = %summary.checkpoint.as_ref().map(|c| c.position.binlog.to_string()).unwrap_or_else(|| "none".into()),
-                "relay stopped"
-            );
-            Ok(summary)
-        }
+        None => Ok(summary),
     }
+}
+
+/// What the sink calls for each delivered record: acks it in the tracker (and the XA hold
+/// it releases), frees its byte budget, and wakes the committer.
+fn delivery_acker(
+    tracker: SharedTracker,
+    acked: Arc<Notify>,
+    budget: InFlightBudget,
+    metrics: Arc<Metrics>,
+) -> impl FnMut(RecordTicket) + Send {
+    move |ticket: RecordTicket| {
+        let RecordTicket {
+            token,
+            budget: permit,
+            xa_release,
+        } = ticket;
+        let result = {
+            let mut tracker = lock_tracker(&tracker);
+            let result = tracker.ack(token);
+            match xa_release.and_then(|release| release.record_acked()) {
+                Some(hold_token) => result.and(tracker.ack(hold_token)),
+                None => result,
+            }
+        };
+        drop(permit);
+        metrics
+            .in_flight_bytes
+            .set(i64::try_from(budget.reserved_bytes()).unwrap_or(i64::MAX));
+        if let Err(error) = result {
+            tracing::error!(%error, "ack tracker rejected an ack (a bug; the checkpoint is held back)");
+        }
+        acked.notify_one();
+    }
+}
+
+impl SequencedTicket for RecordTicket {
+    fn sequence(&self) -> u64 {
+        self.token.sequence()
+    }
+}
+
+/// The exactly-once sink's settings from the config.
+fn transactional_sink_settings(config: &RelayConfig) -> TransactionalSinkSettings {
+    let commit_interval = config.pipeline.commit_interval();
+    TransactionalSinkSettings {
+        sink: KafkaSinkSettings::from_relay_config(config),
+        transactional_id: format!("outbox-relay-{}", config.checkpoint.connector),
+        checkpoint_topic: config.checkpoint.topic.clone(),
+        checkpoint_key: config.checkpoint.connector.as_bytes().to_vec(),
+        max_interval: commit_interval,
+        max_records: config.kafka.transaction_max_records,
+        max_bytes: config.kafka.transaction_max_bytes,
+        // As for idle-only checkpoint commits of the at-least-once committer.
+        idle_interval: commit_interval.saturating_mul(10).max(Duration::from_secs(5)),
+        transaction_timeout: Duration::from_millis(config.kafka.transaction_timeout_ms),
+    }
+}
+
+/// The checkpoint a Kafka transaction may be committed with: the tracker's, once every
+/// record up to `last_sent` belongs to a binlog transaction it has passed (see
+/// [`AckTracker::records_passed`]). After a move to another server (failover by GTID
+/// set), the checkpoint names that server and is GTID-only, as the committer stores it.
+fn exactly_once_boundary(
+    tracker: &SharedTracker,
+    identity: &SourceIdentity,
+    last_sent: Option<u64>,
+) -> Option<BatchBoundary> {
+    let tracker = lock_tracker(tracker);
+    if last_sent.is_some_and(|sequence| sequence >= tracker.records_passed()) {
+        return None;
+    }
+    let mut position = tracker.checkpoint().clone();
+    let source = match tracker.checkpoint_source() {
+        Some(moved) if moved != identity => {
+            position.binlog = gtid_only_binlog_position();
+            moved.clone()
+        }
+        _ => identity.clone(),
+    };
+    Some(BatchBoundary {
+        checkpoint: Checkpoint::new(source, position),
+        caught_up: tracker.tracked_transactions() == 0,
+    })
 }
 
 /// The binlog position of a checkpoint that only has a GTID set (written by

@@ -256,6 +256,19 @@ pub async fn console_consume(
     max_records: usize,
     timeout: Duration,
 ) -> Result<Vec<ConsumedRecord>, HarnessError> {
+    console_consume_isolated(bootstrap, topic, max_records, timeout, "read_uncommitted").await
+}
+
+/// [`console_consume`] with the console consumer's `--isolation-level`
+/// (`read_committed` or `read_uncommitted`, its default): a `read_committed` read shows
+/// only records of committed Kafka transactions (and non-transactional ones).
+pub async fn console_consume_isolated(
+    bootstrap: &str,
+    topic: &str,
+    max_records: usize,
+    timeout: Duration,
+    isolation_level: &str,
+) -> Result<Vec<ConsumedRecord>, HarnessError> {
     let jars = jar_folders()?;
     let dir = tempfile::Builder::new()
         .prefix("outbox-console-consumer-")
@@ -287,6 +300,7 @@ pub async fn console_consume(
             topic,
             "--from-beginning",
         ])
+        .args(["--isolation-level", isolation_level])
         .args(["--max-messages", &max_records.to_string()])
         .args(["--timeout-ms", &timeout.as_millis().to_string()]);
     for (property, value) in [

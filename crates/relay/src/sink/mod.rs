@@ -67,12 +67,17 @@ mod task;
 #[cfg(test)]
 mod tests;
 mod topics;
+mod transactional;
 
 pub use classify::{classify_delivery_error, FailureKind};
 pub use producer::{
     check_client_properties, create_kafka_client, producer_properties, KafkaClientError,
 };
 pub use task::run_kafka_sink;
+pub use transactional::{
+    run_transactional_sink, transactional_properties, BatchBoundary, RejectedRecords,
+    SequencedTicket, TransactionalSinkSettings, TransactionalSummary,
+};
 
 /// A record ready for Kafka, independent of how it was routed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,6 +204,24 @@ pub enum SinkError {
         /// The last request's error (boxed: large, and this path is cold).
         error: Box<KafkaError>,
     },
+    /// The exactly-once sink aborted its Kafka transaction (transient): nothing of it is
+    /// visible to `read_committed` consumers; the relay restarts from the checkpoint.
+    #[error("Kafka transaction of `{transactional_id}` aborted: {reason}; restarting from the stored checkpoint")]
+    TransactionAborted {
+        /// The producer's `transactional.id`.
+        transactional_id: String,
+        /// What failed.
+        reason: String,
+    },
+    /// A newer producer with the same `transactional.id` fenced this one: another relay
+    /// with the same connector name is active. Definite for this process.
+    #[error("the Kafka producer `{transactional_id}` was fenced by a newer one with the same transactional.id ({message}): another relay with connector name of this id is active; this one stopped publishing")]
+    Fenced {
+        /// The producer's `transactional.id`.
+        transactional_id: String,
+        /// librdkafka's message.
+        message: String,
+    },
     /// Kafka rejected a record for a reason retrying cannot fix.
     #[error("Kafka rejected a record for topic `{topic}` (key {key}): {error}; the relay stopped so nothing is skipped")]
     Permanent {
@@ -209,6 +232,14 @@ pub enum SinkError {
         /// What Kafka said (boxed: it is large and this path is cold).
         error: Box<KafkaError>,
     },
+}
+
+impl SinkError {
+    /// Whether the pipeline may restart from the stored checkpoint and try again (an
+    /// aborted Kafka transaction of the exactly-once sink).
+    pub fn is_transaction_retry(&self) -> bool {
+        matches!(self, SinkError::TransactionAborted { .. })
+    }
 }
 
 /// What the sink did before it returned normally.
