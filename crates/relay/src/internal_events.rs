@@ -287,7 +287,11 @@ impl InternalEvent for KafkaTransactionCommitted {
         metrics
             .kafka_transaction_commit_seconds
             .observe(self.duration.as_secs_f64());
-        tracing::debug!(records = self.records, commit_ms = self.duration.as_millis() as u64, "Kafka transaction committed");
+        tracing::debug!(
+            records = self.records,
+            commit_ms = self.duration.as_millis() as u64,
+            "Kafka transaction committed"
+        );
     }
 }
 

@@ -561,7 +561,12 @@ async fn run_pipeline(
             controller.subscribe(),
         ),
     );
-    let on_delivered = delivery_acker(tracker.clone(), acked.clone(), budget.clone(), metrics.clone());
+    let on_delivered = delivery_acker(
+        tracker.clone(),
+        acked.clone(),
+        budget.clone(),
+        metrics.clone(),
+    );
     let exactly_once = config.kafka.delivery == DeliveryMode::ExactlyOnce;
     let sink_task = if exactly_once {
         let settings = transactional_sink_settings(config);
@@ -571,7 +576,9 @@ async fn run_pipeline(
             settings,
             records_rx,
             on_delivered,
-            move |last_sent| exactly_once_boundary(&boundary_tracker, &boundary_identity, last_sent),
+            move |last_sent| {
+                exactly_once_boundary(&boundary_tracker, &boundary_identity, last_sent)
+            },
             acked.clone(),
             rejected.clone(),
             stored.clone(),
@@ -579,7 +586,8 @@ async fn run_pipeline(
             controller.subscribe(),
         );
         spawn_named("kafka-transactional-sink", async move {
-            sink.await.map(|summary| (summary.sink, Some(summary.checkpoint)))
+            sink.await
+                .map(|summary| (summary.sink, Some(summary.checkpoint)))
         })
     } else {
         let sink = run_kafka_sink(
@@ -589,7 +597,9 @@ async fn run_pipeline(
             metrics.clone(),
             controller.subscribe(),
         );
-        spawn_named("kafka-sink", async move { sink.await.map(|summary| (summary, None)) })
+        spawn_named("kafka-sink", async move {
+            sink.await.map(|summary| (summary, None))
+        })
     };
     // Exactly-once: the sink commits the checkpoint inside its Kafka transactions.
     let committer_stop = ShutdownController::new();
@@ -710,7 +720,9 @@ fn transactional_sink_settings(config: &RelayConfig) -> TransactionalSinkSetting
         max_records: config.kafka.transaction_max_records,
         max_bytes: config.kafka.transaction_max_bytes,
         // As for idle-only checkpoint commits of the at-least-once committer.
-        idle_interval: commit_interval.saturating_mul(10).max(Duration::from_secs(5)),
+        idle_interval: commit_interval
+            .saturating_mul(10)
+            .max(Duration::from_secs(5)),
         transaction_timeout: Duration::from_millis(config.kafka.transaction_timeout_ms),
     }
 }

@@ -68,6 +68,8 @@ mod task;
 mod tests;
 mod topics;
 mod transactional;
+#[cfg(test)]
+mod transactional_tests;
 
 pub use classify::{classify_delivery_error, FailureKind};
 pub use producer::{

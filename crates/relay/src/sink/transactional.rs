@@ -285,7 +285,10 @@ where
     }
     {
         let producer = producer.clone();
-        let timeout = settings.sink.admin_timeout.max(settings.transaction_timeout);
+        let timeout = settings
+            .sink
+            .admin_timeout
+            .max(settings.transaction_timeout);
         let outcome = tokio::task::spawn_blocking(move || producer.init_transactions(timeout))
             .await
             .map_err(|join| SinkError::TransactionAborted {
@@ -326,12 +329,7 @@ where
             match boundary(batch.last_sent_sequence) {
                 Some(found) if batch.open && due => {
                     commit_batch(
-                        &producer,
-                        &settings,
-                        &mut batch,
-                        &found,
-                        &rejected,
-                        &metrics,
+                        &producer, &settings, &mut batch, &found, &rejected, &metrics,
                     )
                     .await?;
                     summary.sink.delivered += std::mem::take(&mut batch.delivered);
@@ -344,17 +342,12 @@ where
                         stored.position.binlog != found.checkpoint.position.binlog
                             || stored.position.gtid_set != found.checkpoint.position.gtid_set
                     });
-                    let idle_due = last_idle_commit
-                        .is_none_or(|at| at.elapsed() >= settings.idle_interval);
+                    let idle_due =
+                        last_idle_commit.is_none_or(|at| at.elapsed() >= settings.idle_interval);
                     if moved && idle_due {
                         begin(&producer, &settings, &mut batch)?;
                         commit_batch(
-                            &producer,
-                            &settings,
-                            &mut batch,
-                            &found,
-                            &rejected,
-                            &metrics,
+                            &producer, &settings, &mut batch, &found, &rejected, &metrics,
                         )
                         .await?;
                         summary.checkpoint = Some(found.checkpoint);
@@ -389,7 +382,10 @@ where
             && in_transaction.len() < settings.sink.max_in_flight
             && (!due || (in_transaction.is_empty() && boundary_missed));
         OldestUnackedChanged {
-            since_ms: in_transaction.values().next().map(|item| item.accepted_at_ms),
+            since_ms: in_transaction
+                .values()
+                .next()
+                .map(|item| item.accepted_at_ms),
         }
         .emit(&metrics);
         let batch_due_at = batch
@@ -415,6 +411,7 @@ where
                         }
                     }
                     Err(error) => {
+                        fenced_by_fatal_error(&producer, &settings)?;
                         let failed = in_transaction.remove(&local);
                         let reason = on_delivery_failure(&settings, failed.as_ref(), &error, &rejected)?;
                         abort_batch(&producer, &settings, &mut batch, &reason, &metrics).await;
@@ -472,6 +469,7 @@ where
                 let delivery: futures_util::future::BoxFuture<'static, DeliveryOutcome> = match send_with_room(&producer, &record, local).await {
                     Ok(delivery) => delivery,
                     Err(error) => {
+                        fenced_by_fatal_error(&producer, &settings)?;
                         let failed = InTransaction { ticket, rejection_key: key, is_dead_letter, topic: record.topic.clone(), key: record.key.clone(), sent_at: Instant::now(), event_timestamp: origin.event_timestamp, accepted_at_ms: crate::health::unix_millis_now() };
                         let reason = on_delivery_failure(&settings, Some(&failed), &error, &rejected)?;
                         abort_batch(&producer, &settings, &mut batch, &reason, &metrics).await;
@@ -546,10 +544,7 @@ fn on_delivery_failure<T>(
         return Ok(format!("a delivery failed: {error}"));
     };
     if classify_delivery_error(error) != FailureKind::Permanent {
-        return Ok(format!(
-            "delivery to `{}` failed: {error}",
-            failed.topic
-        ));
+        return Ok(format!("delivery to `{}` failed: {error}", failed.topic));
     }
     let dead_letter = &settings.sink.dead_letter;
     let class = kafka_error_class(error);
@@ -667,6 +662,7 @@ async fn commit_batch(
         }
     };
     if let Err(error) = committed {
+        fenced_by_fatal_error(producer, settings)?;
         let reason = format!("commit_transaction failed: {error}");
         abort_batch(producer, settings, batch, &reason, metrics).await;
         return Err(fenced_or_aborted(settings, &error, reason));
@@ -738,6 +734,30 @@ fn is_fenced(error: &KafkaError) -> bool {
             | Some(RDKafkaErrorCode::Fenced)
             | Some(RDKafkaErrorCode::TransactionalIdAuthorizationFailed)
     ) || error.to_string().contains("fenced")
+}
+
+/// `Err(Fenced)` when the producer's fatal error says it was fenced: librdkafka then
+/// purges every queued record, so their delivery reports only say "purged".
+fn fenced_by_fatal_error(
+    producer: &RelayProducer,
+    settings: &TransactionalSinkSettings,
+) -> Result<(), SinkError> {
+    match producer.client().fatal_error() {
+        Some((code, message))
+            if matches!(
+                code,
+                RDKafkaErrorCode::ProducerFenced
+                    | RDKafkaErrorCode::InvalidProducerEpoch
+                    | RDKafkaErrorCode::Fenced
+            ) || message.contains("fenced") =>
+        {
+            Err(SinkError::Fenced {
+                transactional_id: settings.transactional_id.clone(),
+                message,
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 fn fenced_or_aborted(
