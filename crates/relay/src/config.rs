@@ -533,6 +533,10 @@ impl std::fmt::Debug for KafkaConfig {
                 &crate::security::redacted_properties(&properties),
             )
             .field("security", &self.security)
+            .field("delivery", &self.delivery)
+            .field("transaction_timeout_ms", &self.transaction_timeout_ms)
+            .field("transaction_max_records", &self.transaction_max_records)
+            .field("transaction_max_bytes", &self.transaction_max_bytes)
             .finish_non_exhaustive()
     }
 }
@@ -1465,6 +1469,11 @@ commit_max_transactions = 1000
                 "[source]\n",
                 "[source]\nheartbeat_interval_ms = 5000\nidle_timeout_ms = 1000\n",
                 "source.idle_timeout_ms",
+            ),
+            (
+                "brokers = \"127.0.0.1:9092\"",
+                "brokers = \"127.0.0.1:9092\"\ndelivery = \"exactly_once\"",
+                "kafka.delivery",
             ),
             (
                 "brokers = \"127.0.0.1:9092\"",
