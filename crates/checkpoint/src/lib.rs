@@ -42,12 +42,15 @@
 //! [`FileCheckpointStore`] (atomic JSON file, the embedded default) and
 //! [`MysqlCheckpointStore`] (a row per connector in a MySQL/MariaDB table). The trait is
 //! dyn-compatible ([`SharedCheckpointStore`]), so the backend is chosen at runtime and a later
-//! Kafka compacted-topic store is just one more implementation.
+//! Kafka compacted-topic store is just one more implementation (it lives in `outbox-kafka`).
+//! Every backend passes the same contract suite (module `contract`, feature `contract-tests`).
 
 #![warn(missing_docs)]
 
 mod checkpoint;
 mod committer;
+#[cfg(feature = "contract-tests")]
+pub mod contract;
 mod file_store;
 mod gtid_union;
 pub mod internal_events;
@@ -63,5 +66,7 @@ pub use committer::{CheckpointCommitter, CommitPolicy};
 pub use file_store::FileCheckpointStore;
 pub use internal_events::register_metrics;
 pub use mysql_store::{MysqlCheckpointStore, DEFAULT_OPERATION_TIMEOUT};
-pub use store::{CheckpointStore, CheckpointStoreError, SharedCheckpointStore, StoreFuture};
+pub use store::{
+    reject_regression, CheckpointStore, CheckpointStoreError, SharedCheckpointStore, StoreFuture,
+};
 pub use tracker::{AckError, AckToken, AckTracker};

@@ -118,6 +118,36 @@ pub enum CheckpointStoreError {
         /// The older position that was offered.
         offered: String,
     },
+    /// The Kafka store could not do its work: the cluster did not answer within the store's
+    /// operation timeout, or a request failed. Transient: the commit is retried later and
+    /// nothing is assumed stored; a load that fails this way is never `None`.
+    #[error("checkpoint {location}: {operation} failed: {message} (are the brokers reachable? the commit is retried)")]
+    Kafka {
+        /// Topic, brokers and connector name.
+        location: String,
+        /// What was being done (`loading`, `committing`, `creating the topic`, ...).
+        operation: &'static str,
+        /// librdkafka's own reason.
+        message: String,
+    },
+    /// The Kafka store's compacted topic does not exist and the store may not create it.
+    #[error("checkpoint topic `{topic}` does not exist on {brokers}; create it (1 partition, cleanup.policy=compact), or set `kafka.create_topics = true` so the relay creates it")]
+    KafkaTopicMissing {
+        /// The checkpoint topic.
+        topic: String,
+        /// `bootstrap.servers`, so the operator knows which cluster was asked.
+        brokers: String,
+    },
+    /// Another store instance with the same connector name (a second relay process, or
+    /// `outbox-relay checkpoint set` while the relay runs) took over the Kafka store's
+    /// transactional id, so this one may never write again: definite, the relay stops.
+    #[error("checkpoint {location}: this relay was fenced: {message}; another process with the same connector name writes this checkpoint now (run one relay per connector)")]
+    ProducerFenced {
+        /// Topic, brokers and connector name.
+        location: String,
+        /// librdkafka's words.
+        message: String,
+    },
     /// A blocking file operation's task panicked or was cancelled.
     #[error("checkpoint store task for {location} failed: {message}")]
     Task {
@@ -128,8 +158,10 @@ pub enum CheckpointStoreError {
     },
 }
 
-/// `Err(Regression)` when `offered` is older than `stored` (same source, comparable files).
-pub(crate) fn reject_regression(
+/// `Err(Regression)` when `offered` is older than `stored` (same source, comparable files):
+/// the monotonicity rule every store applies in [`CheckpointStore::commit`] (see the module
+/// docs), public so stores in other crates apply the very same rule.
+pub fn reject_regression(
     location: &str,
     stored: Option<&Checkpoint>,
     offered: &Checkpoint,

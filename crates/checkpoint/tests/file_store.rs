@@ -1,10 +1,15 @@
-//! File store crash safety: atomic replace, torn temp files, corrupt files, missing
-//! directories, monotonic commits, format versions.
+//! File store: the shared store contract, plus crash safety: atomic replace, torn temp
+//! files, corrupt files, missing directories, format versions, concurrent commits.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 
 use outbox_binlog::{BinlogPosition, Flavor, Gtid, GtidSet};
+use outbox_checkpoint::contract::{run_contract, StoreLocations};
 use outbox_checkpoint::{
     Checkpoint, CheckpointFormatError, CheckpointPosition, CheckpointStore, CheckpointStoreError,
-    FileCheckpointStore, SourceIdentity,
+    FileCheckpointStore, SharedCheckpointStore, SourceIdentity,
 };
 
 fn source() -> SourceIdentity {
@@ -155,57 +160,26 @@ async fn a_missing_directory_is_a_clear_error_and_is_not_created() {
     assert!(!missing.exists());
 }
 
-#[tokio::test]
-async fn commits_are_monotonic_but_set_and_reset_are_not_checked() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("checkpoint.json");
-    let store = FileCheckpointStore::new(&path);
-    let newer = checkpoint_at("binlog.000010", 100, 20);
-    store.commit(&newer).await.unwrap();
-    // Same position again is fine; a later file with a smaller offset is newer.
-    store.commit(&newer).await.unwrap();
-    let rotated = checkpoint_at("binlog.000011", 4, 21);
-    store.commit(&rotated).await.unwrap();
-    // Backwards (in this instance, and in a fresh instance that must read the file first).
-    let older = checkpoint_at("binlog.000010", 900, 19);
-    for store in [store.clone(), FileCheckpointStore::new(&path)] {
-        let error = store.commit(&older).await.unwrap_err();
-        assert!(
-            matches!(error, CheckpointStoreError::Regression { .. }),
-            "{error:?}"
-        );
-        assert!(error.to_string().contains("binlog.000010:900"), "{error}");
-        assert_eq!(store.load().await.unwrap(), Some(rotated.clone()));
+/// The file store's locations for the shared contract suite: one file per name in a temp dir.
+struct FileLocations(tempfile::TempDir);
+
+impl StoreLocations for FileLocations {
+    fn open<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> Pin<Box<dyn Future<Output = SharedCheckpointStore> + Send + 'a>> {
+        let path = self.0.path().join(format!("{name}.json"));
+        Box::pin(async move { Arc::new(FileCheckpointStore::new(path)) as SharedCheckpointStore })
     }
-    // A different source (failover) cannot be ordered: accepted.
-    let mut other_source = checkpoint_at("binlog.000001", 4, 1);
-    other_source.source.server_id = 2;
-    store.commit(&other_source).await.unwrap();
-    // The operator may move it anywhere, and reset it.
-    store.set(&older).await.unwrap();
-    assert_eq!(
-        FileCheckpointStore::new(&path).load().await.unwrap(),
-        Some(older)
-    );
-    store.reset().await.unwrap();
-    assert!(!path.exists());
-    assert_eq!(store.load().await.unwrap(), None);
-    store.reset().await.unwrap();
-    // After a reset any position may be committed again.
-    store
-        .commit(&checkpoint_at("binlog.000001", 4, 1))
-        .await
-        .unwrap();
 }
 
+/// The contract every store passes (`outbox_checkpoint::contract`): None until the first
+/// commit, read back by a new instance, monotonic commits, operator set/reset, independent
+/// locations.
 #[tokio::test]
-async fn usable_as_a_runtime_chosen_trait_object() {
-    let dir = tempfile::tempdir().unwrap();
-    let store: outbox_checkpoint::SharedCheckpointStore =
-        std::sync::Arc::new(FileCheckpointStore::new(dir.path().join("c.json")));
-    let checkpoint = checkpoint_at("binlog.000001", 4, 1);
-    store.commit(&checkpoint).await.unwrap();
-    assert_eq!(store.load().await.unwrap(), Some(checkpoint));
+async fn the_file_store_passes_the_store_contract() {
+    let locations = FileLocations(tempfile::tempdir().unwrap());
+    run_contract(&locations, "file").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
