@@ -123,13 +123,12 @@ pub async fn ensure_checkpoint_topic(
 ) -> Result<(), CheckpointStoreError> {
     let brokers = brokers_of(properties);
     let location = format!("topic `{topic}` on {brokers}");
-    let failed = |operation: &'static str, error: &dyn std::fmt::Display| {
-        CheckpointStoreError::Kafka {
+    let failed =
+        |operation: &'static str, error: &dyn std::fmt::Display| CheckpointStoreError::Kafka {
             location: location.clone(),
             operation,
             message: error.to_string(),
-        }
-    };
+        };
     if topic_exists(properties, topic, timeout)
         .await
         .map_err(|message| failed("checking the topic", &message))?
@@ -152,7 +151,12 @@ pub async fn ensure_checkpoint_topic(
         .operation_timeout(Some(timeout));
     let results = tokio::time::timeout(timeout, admin.create_topics([&new_topic], &options))
         .await
-        .map_err(|_| failed("creating the topic", &format!("no answer within {timeout:?}")))?
+        .map_err(|_| {
+            failed(
+                "creating the topic",
+                &format!("no answer within {timeout:?}"),
+            )
+        })?
         .map_err(|error| failed("creating the topic", &error))?;
     for result in results {
         match result {
@@ -420,7 +424,10 @@ impl KafkaStoreInner {
             .map_err(|error| {
                 self.kafka_error(
                     "loading",
-                    format!("no offsets within {:?}: {error}", settings.operation_timeout),
+                    format!(
+                        "no offsets within {:?}: {error}",
+                        settings.operation_timeout
+                    ),
                 )
             })?;
         drop(uncommitted);
@@ -507,12 +514,12 @@ impl KafkaStoreInner {
                         reason: "the record value is not UTF-8 text".to_owned(),
                     },
                 })?;
-                Checkpoint::from_json(&text)
-                    .map(Some)
-                    .map_err(|source| CheckpointStoreError::Corrupt {
+                Checkpoint::from_json(&text).map(Some).map_err(|source| {
+                    CheckpointStoreError::Corrupt {
                         location: self.location.clone(),
                         source,
-                    })
+                    }
+                })
             }
         }
     }

@@ -196,7 +196,11 @@ async fn an_open_transaction_is_neither_read_nor_waited_for_forever() {
     let started = Instant::now();
     let loaded = store(&bootstrap, &topic, "orders").load().await.unwrap();
     let waited = started.elapsed();
-    assert_eq!(loaded, Some(committed), "the open transaction's record was read");
+    assert_eq!(
+        loaded,
+        Some(committed),
+        "the open transaction's record was read"
+    );
     assert!(
         waited < Duration::from_secs(8),
         "load waited {waited:?} for an open transaction"
@@ -257,7 +261,11 @@ async fn an_unreachable_cluster_is_an_error_naming_the_brokers_not_none() {
     let store = KafkaCheckpointStore::new(unreachable);
     let started = Instant::now();
     let error = store.load().await.expect_err("must not be None");
-    assert!(started.elapsed() < Duration::from_secs(8), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
     assert!(
         matches!(error, CheckpointStoreError::Kafka { .. }),
         "{error:?}"
@@ -300,9 +308,7 @@ async fn a_corrupt_record_is_an_error_naming_the_topic() {
         "{error}"
     );
     assert!(matches!(
-        store
-            .commit(&checkpoint_at(1, "binlog.000001", 4, 1))
-            .await,
+        store.commit(&checkpoint_at(1, "binlog.000001", 4, 1)).await,
         Err(CheckpointStoreError::Corrupt { .. })
     ));
 }

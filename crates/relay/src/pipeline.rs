@@ -715,7 +715,7 @@ fn transactional_sink_settings(config: &RelayConfig) -> TransactionalSinkSetting
         sink: KafkaSinkSettings::from_relay_config(config),
         transactional_id: format!("outbox-relay-{}", config.checkpoint.connector),
         checkpoint_topic: config.checkpoint.topic.clone(),
-        checkpoint_key: config.checkpoint.connector.as_bytes().to_vec(),
+        checkpoint_key: outbox_kafka::checkpoint_record_key(&config.checkpoint.connector),
         max_interval: commit_interval,
         max_records: config.kafka.transaction_max_records,
         max_bytes: config.kafka.transaction_max_bytes,

@@ -298,10 +298,20 @@ where
         outcome.map_err(|error| transaction_error(&settings.transactional_id, "init", &error))?;
     }
     tracing::info!(transactional_id = %settings.transactional_id, checkpoint_topic = %settings.checkpoint_topic, "exactly-once producer ready (transactions initialised; older producers with this id are fenced)");
+    // The checkpoint topic is the Kafka checkpoint store's: compacted, one partition.
+    outbox_kafka::ensure_checkpoint_topic(
+        &settings.sink.client_properties,
+        &settings.checkpoint_topic,
+        settings.sink.create_topics,
+        settings.sink.topic_replication_factor,
+        settings.sink.admin_timeout,
+    )
+    .await
+    .map_err(|error| SinkError::TopicCreation {
+        topic: settings.checkpoint_topic.clone(),
+        message: error.to_string(),
+    })?;
     let mut topics = TopicManager::new(&settings.sink)?;
-    topics
-        .ensure(&settings.checkpoint_topic, &producer, &metrics)
-        .await?;
 
     let mut summary = TransactionalSummary {
         checkpoint: resumed_from,
@@ -630,10 +640,10 @@ async fn commit_batch(
     let checkpoint_record = OutboundRecord {
         topic: settings.checkpoint_topic.clone(),
         key: Some(settings.checkpoint_key.clone()),
-        payload: Some(found.checkpoint.to_json().into_bytes()),
+        payload: Some(outbox_kafka::checkpoint_record_value(&found.checkpoint)),
         headers: Vec::new(),
         timestamp_ms: None,
-        partition: None,
+        partition: Some(outbox_kafka::CHECKPOINT_PARTITION),
     };
     let checkpoint_delivery = match send_with_room(producer, &checkpoint_record, u64::MAX).await {
         Ok(delivery) => delivery,
