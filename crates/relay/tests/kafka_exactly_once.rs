@@ -234,3 +234,85 @@ async fn a_paused_relay_is_fenced_by_its_successor_and_nothing_it_sends_becomes_
     successor.stop_gracefully("final stop").await;
     writer.close().await;
 }
+
+/// A record the broker rejects for good (the topic's `max.message.bytes` is below it) in
+/// exactly-once mode: each rejection aborts the Kafka transaction and the pipeline restarts
+/// from the checkpoint; after `dead_letter.max_attempts` its dead letter is committed in its
+/// place, and read_committed consumers see the events around it exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_record_is_dead_lettered_inside_the_transaction_that_passes_it() {
+    let (db, broker) = start_shop_database_and_broker().await;
+    broker
+        .create_topic_with_config(
+            &topic_for(&db, "order"),
+            1,
+            &[("max.message.bytes", "4096")],
+        )
+        .await
+        .expect("topic with a small record limit");
+    let mut relay = Relay::prepare(&RelaySetup::new(&db, &broker.bootstrap()));
+    make_exactly_once(&relay, "eos-dead-letter");
+    let mut conn = db.conn().await.expect("connect");
+    let big_payload = format!("{{\"blob\":\"{}\"}}", "y".repeat(20_000));
+    for (event_id, payload) in [
+        ("small-1", "{\"n\":1}".to_string()),
+        ("broker-rejects-2", big_payload),
+        ("small-3", "{\"n\":3}".to_string()),
+    ] {
+        mysql_async::prelude::Queryable::exec_drop(
+            &mut conn,
+            "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES (?, 'order', 'order-1', 'order_created', ?)",
+            (event_id, payload),
+        )
+        .await
+        .unwrap();
+    }
+    conn.disconnect().await.unwrap();
+    relay.start();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let letters = loop {
+        let letters = read_committed(
+            &broker.bootstrap(),
+            &[dlq_topic(&db)],
+            Duration::from_secs(3),
+        )
+        .await;
+        if !letters.is_empty() || Instant::now() > deadline {
+            break letters;
+        }
+        relay.assert_running("while dead-lettering");
+    };
+    let letter_ids: Vec<String> = letters.iter().filter_map(|r| r.header_str("id")).collect();
+    assert_eq!(
+        letter_ids,
+        ["broker-rejects-2"],
+        "one committed dead letter; relay log:\n{}",
+        relay.log_tail(40)
+    );
+    assert_eq!(
+        letters[0].header_str("dlq.error_class").as_deref(),
+        Some("message_too_large")
+    );
+    let delivered = read_committed(
+        &broker.bootstrap(),
+        &[topic_for(&db, "order")],
+        Duration::from_secs(5),
+    )
+    .await;
+    let ids: Vec<String> = delivered
+        .iter()
+        .filter_map(|r| r.header_str("id"))
+        .collect();
+    assert_eq!(
+        ids,
+        ["small-1", "small-3"],
+        "each once, although the aborted attempts sent small-1 too"
+    );
+    assert!(
+        relay.log().matches("aborted").count() >= 3,
+        "every rejection aborted a transaction:\n{}",
+        relay.log_tail(40)
+    );
+    relay.stop_gracefully("after the dead letter").await;
+}
