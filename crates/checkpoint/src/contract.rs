@@ -24,8 +24,10 @@ use crate::store::{CheckpointStoreError, SharedCheckpointStore};
 pub trait StoreLocations: Sync {
     /// A new store instance over the location `name`: the same name twice means the same
     /// stored checkpoint (as after a relay restart), a new name a location never written.
-    fn open<'a>(&'a self, name: &'a str)
-        -> Pin<Box<dyn Future<Output = SharedCheckpointStore> + Send + 'a>>;
+    fn open<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> Pin<Box<dyn Future<Output = SharedCheckpointStore> + Send + 'a>>;
 }
 
 /// A MariaDB checkpoint of server `server_id` at `file:position`, GTID sequence `sequence`.
@@ -177,7 +179,10 @@ pub async fn locations_are_independent(locations: &dyn StoreLocations, name: &st
     assert_eq!(second.load().await.expect("load b"), None);
     second.commit(&second_checkpoint).await.expect("commit b");
     first.reset().await.expect("reset a");
-    assert_eq!(locations.open(&first_name).await.load().await.expect("a"), None);
+    assert_eq!(
+        locations.open(&first_name).await.load().await.expect("a"),
+        None
+    );
     assert_eq!(
         locations.open(&second_name).await.load().await.expect("b"),
         Some(second_checkpoint)

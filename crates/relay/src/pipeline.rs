@@ -67,7 +67,7 @@ use crate::internal_events::{
 use crate::metrics::Metrics;
 use crate::shutdown::{Shutdown, ShutdownController};
 use crate::sink::{run_kafka_sink, KafkaSinkSettings, OutboundRecord, SinkError, SinkItem};
-use crate::stores::open_checkpoint_store;
+use crate::stores::open_checkpoint_store_for_writing;
 use crate::tasks::spawn_named;
 use crate::xa_hold::{describe_refused, HeldRecord, XaHolds, XaRelease, XaResolution};
 
@@ -256,9 +256,10 @@ pub async fn run_relay(
         config.route.invalid_operation == outbox_router::InvalidOperationBehavior::Warn;
     let router = Router::new(&config.outbox, &config.route)
         .map_err(|e| RelayError::RouterConfig(e.to_string()))?;
-    let store: SharedCheckpointStore = open_checkpoint_store(&config.checkpoint)
-        .await
-        .map_err(RelayError::Checkpoint)?;
+    let store: SharedCheckpointStore =
+        open_checkpoint_store_for_writing(&config.checkpoint, &config.kafka)
+            .await
+            .map_err(RelayError::Checkpoint)?;
     let stored = store.load().await.map_err(RelayError::Checkpoint)?;
     if let Some(checkpoint) = &stored {
         CheckpointLoaded {
@@ -1411,9 +1412,11 @@ async fn run_committer(
         };
         match outcome {
             Ok(_) => {}
-            Err(error @ CheckpointStoreError::Regression { .. }) => {
-                return Err(RelayError::Checkpoint(error))
-            }
+            // Definite: a regression, or another process fenced this one's Kafka store.
+            Err(
+                error @ (CheckpointStoreError::Regression { .. }
+                | CheckpointStoreError::ProducerFenced { .. }),
+            ) => return Err(RelayError::Checkpoint(error)),
             Err(error) if stopping => return Err(RelayError::Checkpoint(error)),
             Err(error) => CheckpointCommitFailed { error: &error }.emit(&metrics),
         }
