@@ -57,6 +57,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
+use crate::kafka_store_context::StoreClientContext;
 use crate::kafka_store_events::{CheckpointTopicCreated, CheckpointTopicTransactionOpen};
 
 /// The checkpoint topic unless `[checkpoint] topic` says otherwise.
@@ -169,7 +170,24 @@ pub async fn ensure_checkpoint_topic(
             Err((_, code)) => return Err(failed("creating the topic", &code)),
         }
     }
-    Ok(())
+    // A new topic's partition has no leader in the metadata for a moment; offset queries
+    // and sends before that fail with "unknown partition".
+    let deadline = Instant::now() + timeout;
+    loop {
+        match topic_exists(properties, topic, timeout).await {
+            Ok(true) => return Ok(()),
+            Ok(false) | Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(false) => {
+                return Err(failed(
+                    "creating the topic",
+                    &format!("created, but no leader for partition 0 within {timeout:?}"),
+                ))
+            }
+            Err(message) => return Err(failed("creating the topic", &message)),
+        }
+    }
 }
 
 /// Whether `topic` exists (metadata request bounded by `timeout`); `Err` with librdkafka's
@@ -182,7 +200,9 @@ async fn topic_exists(
     let config = client_config(properties, &[]);
     let topic = topic.to_owned();
     tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = config.create().map_err(|error| error.to_string())?;
+        let consumer: BaseConsumer<StoreClientContext> = config
+            .create_with_context(StoreClientContext)
+            .map_err(|error| error.to_string())?;
         let metadata = consumer
             .fetch_metadata(Some(&topic), timeout)
             .map_err(|error| format!("no metadata within {timeout:?}: {error}"))?;
@@ -190,7 +210,9 @@ async fn topic_exists(
             return Ok(false);
         };
         match found.error() {
-            None => Ok(!found.partitions().is_empty()),
+            None => Ok(found.partitions().iter().any(|partition| {
+                partition.id() == CHECKPOINT_PARTITION && partition.leader() >= 0
+            })),
             Some(code) => match RDKafkaErrorCode::from(code) {
                 RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic => {
                     Ok(false)
@@ -364,6 +386,23 @@ impl KafkaCheckpointStore {
         Ok(())
     }
 
+    /// Becomes the writer now instead of at the first write: creates the transactional
+    /// producer and calls `init_transactions`, which fences any older instance with the same
+    /// connector and aborts a transaction a crashed one left open (so the next `load` need
+    /// not wait for it). For `outbox-relay run`; never for read-only users (`checkpoint
+    /// show`, `status`), which would fence the running relay.
+    pub async fn claim_writer(&self) -> Result<(), CheckpointStoreError> {
+        self.ensure_topic().await?;
+        self.blocking(|inner| {
+            inner.check_not_fenced()?;
+            let mut slot = inner.lock_producer();
+            let outcome = inner.ensure_producer(&mut slot);
+            inner.after_failure(&mut slot, &outcome);
+            outcome
+        })
+        .await
+    }
+
     async fn commit_checked(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointStoreError> {
         let stored = match self.inner.remembered() {
             Some(stored) => stored,
@@ -400,7 +439,7 @@ impl KafkaStoreInner {
         let remaining = || deadline.saturating_duration_since(Instant::now());
         let topic = settings.topic.as_str();
         let reader_group = format!("{CHECKPOINT_TRANSACTIONAL_ID_PREFIX}reader");
-        let committed: BaseConsumer = client_config(
+        let committed: BaseConsumer<StoreClientContext> = client_config(
             &settings.client_properties,
             &[
                 ("group.id", reader_group.as_str()),
@@ -411,25 +450,34 @@ impl KafkaStoreInner {
                 ("auto.offset.reset", "earliest"),
             ],
         )
-        .create()
+        .create_with_context(StoreClientContext)
         .map_err(|error| self.kafka_error("creating a consumer", error))?;
-        let uncommitted: BaseConsumer = client_config(
+        let uncommitted: BaseConsumer<StoreClientContext> = client_config(
             &settings.client_properties,
             &[("isolation.level", "read_uncommitted")],
         )
-        .create()
+        .create_with_context(StoreClientContext)
         .map_err(|error| self.kafka_error("creating a consumer", error))?;
-        let (low, high) = uncommitted
-            .fetch_watermarks(topic, CHECKPOINT_PARTITION, remaining())
-            .map_err(|error| {
-                self.kafka_error(
-                    "loading",
-                    format!(
-                        "no offsets within {:?}: {error}",
-                        settings.operation_timeout
-                    ),
-                )
-            })?;
+        // Retried until the deadline: a partition just created, or whose leader moves,
+        // answers "unknown partition" for a moment.
+        let (low, high) = loop {
+            match uncommitted.fetch_watermarks(topic, CHECKPOINT_PARTITION, remaining()) {
+                Ok(watermarks) => break watermarks,
+                Err(error) if remaining() > Duration::from_millis(100) => {
+                    tracing::debug!(%error, "checkpoint topic offsets not known yet; retrying");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(error) => {
+                    return Err(self.kafka_error(
+                        "loading",
+                        format!(
+                            "no offsets within {:?}: {error}",
+                            settings.operation_timeout
+                        ),
+                    ))
+                }
+            }
+        };
         drop(uncommitted);
         if high <= low {
             return Ok(None);
@@ -531,18 +579,28 @@ impl KafkaStoreInner {
         }
     }
 
-    /// One transaction writing `value` (a tombstone when `None`) under the connector's key.
-    fn write_blocking(&self, value: Option<Vec<u8>>) -> Result<(), CheckpointStoreError> {
-        if let Some(message) = self.fenced.lock().ok().and_then(|fenced| fenced.clone()) {
-            return Err(self.fenced_error(message));
+    /// `Err(ProducerFenced)` once this instance was fenced: it never writes again.
+    fn check_not_fenced(&self) -> Result<(), CheckpointStoreError> {
+        match self.fenced.lock().ok().and_then(|fenced| fenced.clone()) {
+            Some(message) => Err(self.fenced_error(message)),
+            None => Ok(()),
         }
-        let mut slot = self
-            .producer
+    }
+
+    fn lock_producer(&self) -> std::sync::MutexGuard<'_, Option<ProducerSlot>> {
+        self.producer
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let outcome = self.transaction(&mut slot, value.as_deref());
-        if let Err(error) = &outcome {
-            // A failed transaction leaves the producer in a state only a new one resolves.
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// After a failed write: a failed transaction leaves the producer in a state only a new
+    /// one resolves, so it is dropped; a fencing is remembered for good.
+    fn after_failure(
+        &self,
+        slot: &mut Option<ProducerSlot>,
+        outcome: &Result<(), CheckpointStoreError>,
+    ) {
+        if let Err(error) = outcome {
             *slot = None;
             if let CheckpointStoreError::ProducerFenced { message, .. } = error {
                 if let Ok(mut fenced) = self.fenced.lock() {
@@ -550,7 +608,25 @@ impl KafkaStoreInner {
                 }
             }
         }
+    }
+
+    /// One transaction writing `value` (a tombstone when `None`) under the connector's key.
+    fn write_blocking(&self, value: Option<Vec<u8>>) -> Result<(), CheckpointStoreError> {
+        self.check_not_fenced()?;
+        let mut slot = self.lock_producer();
+        let outcome = self.transaction(&mut slot, value.as_deref());
+        self.after_failure(&mut slot, &outcome);
         outcome
+    }
+
+    /// [`CheckpointStoreError::ProducerFenced`] when `error` says another producer took the
+    /// transactional id, else a transient [`CheckpointStoreError::Kafka`].
+    fn classify(&self, operation: &'static str, error: KafkaError) -> CheckpointStoreError {
+        if is_fenced(&error) {
+            self.fenced_error(error.to_string())
+        } else {
+            self.kafka_error(operation, error)
+        }
     }
 
     fn transaction(
@@ -558,40 +634,53 @@ impl KafkaStoreInner {
         slot: &mut Option<ProducerSlot>,
         value: Option<&[u8]>,
     ) -> Result<(), CheckpointStoreError> {
-        let settings = &self.settings;
-        let timeout = settings.operation_timeout;
-        let classify = |operation: &'static str, error: KafkaError| {
-            if is_fenced(&error) {
-                self.fenced_error(error.to_string())
-            } else {
-                self.kafka_error(operation, error)
-            }
-        };
-        if slot.is_none() {
-            let transactional_id = checkpoint_transactional_id(&settings.connector);
-            // The broker aborts a transaction of this producer left open by a crash after
-            // this long (a transaction here lasts milliseconds).
-            let transaction_timeout = timeout.max(Duration::from_secs(1)).as_millis().to_string();
-            let producer: BaseProducer = client_config(
-                &settings.client_properties,
-                &[
-                    ("transactional.id", transactional_id.as_str()),
-                    ("enable.idempotence", "true"),
-                    ("acks", "all"),
-                    ("linger.ms", "0"),
-                    ("transaction.timeout.ms", transaction_timeout.as_str()),
-                ],
-            )
-            .create()
-            .map_err(|error| self.kafka_error("creating the transactional producer", error))?;
-            producer
-                .init_transactions(timeout)
-                .map_err(|error| classify("initializing transactions", error))?;
-            *slot = Some(ProducerSlot(producer));
-        }
+        self.ensure_producer(slot)?;
         let Some(ProducerSlot(producer)) = slot.as_ref() else {
             return Err(self.kafka_error("committing", "no producer"));
         };
+        self.send_in_transaction(producer, value)
+    }
+
+    /// Creates the transactional producer and calls `init_transactions`, unless `slot`
+    /// already holds one.
+    fn ensure_producer(&self, slot: &mut Option<ProducerSlot>) -> Result<(), CheckpointStoreError> {
+        if slot.is_some() {
+            return Ok(());
+        }
+        let settings = &self.settings;
+        let timeout = settings.operation_timeout;
+        let transactional_id = checkpoint_transactional_id(&settings.connector);
+        // The broker aborts a transaction of this producer left open by a crash after
+        // this long (a transaction here lasts milliseconds).
+        let transaction_timeout = timeout.max(Duration::from_secs(1)).as_millis().to_string();
+        let producer: BaseProducer = client_config(
+            &settings.client_properties,
+            &[
+                ("transactional.id", transactional_id.as_str()),
+                ("enable.idempotence", "true"),
+                ("acks", "all"),
+                ("linger.ms", "0"),
+                ("transaction.timeout.ms", transaction_timeout.as_str()),
+            ],
+        )
+        .create()
+        .map_err(|error| self.kafka_error("creating the transactional producer", error))?;
+        producer
+            .init_transactions(timeout)
+            .map_err(|error| self.classify("initializing transactions", error))?;
+        *slot = Some(ProducerSlot(producer));
+        Ok(())
+    }
+
+    /// The second half of a write: begin, send, commit.
+    fn send_in_transaction(
+        &self,
+        producer: &BaseProducer,
+        value: Option<&[u8]>,
+    ) -> Result<(), CheckpointStoreError> {
+        let settings = &self.settings;
+        let timeout = settings.operation_timeout;
+        let classify = |operation: &'static str, error: KafkaError| self.classify(operation, error);
         let key = checkpoint_record_key(&settings.connector);
         producer
             .begin_transaction()

@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 mod kafka_store;
+mod kafka_store_context;
 mod kafka_store_events;
 
 pub use kafka_store::{

@@ -312,3 +312,62 @@ async fn a_corrupt_record_is_an_error_naming_the_topic() {
         Err(CheckpointStoreError::Corrupt { .. })
     ));
 }
+
+/// `claim_writer` (what `outbox-relay run` does at start) aborts a transaction that a
+/// crashed writer with the same connector left open, so the following `load` reads the
+/// committed checkpoint without waiting for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claiming_the_writer_aborts_a_crashed_writers_open_transaction() {
+    let broker = broker().await;
+    let bootstrap = broker.bootstrap();
+    let topic = unique("claim-checkpoints");
+    let committed = checkpoint_at(1, "binlog.000004", 500, 5);
+    store(&bootstrap, &topic, "orders")
+        .commit(&committed)
+        .await
+        .unwrap();
+    // A "crashed" writer: same transactional id, a transaction begun and never finished.
+    let crashed = producer(
+        &bootstrap,
+        Some(&outbox_kafka::checkpoint_transactional_id("orders")),
+    );
+    let (key, value) = (
+        checkpoint_record_key("orders"),
+        checkpoint_record_value(&checkpoint_at(1, "binlog.000004", 900, 6)),
+    );
+    let topic_for_send = topic.clone();
+    let crashed = tokio::task::spawn_blocking(move || {
+        crashed.init_transactions(Duration::from_secs(10)).unwrap();
+        crashed.begin_transaction().unwrap();
+        crashed
+            .send(
+                BaseRecord::to(&topic_for_send)
+                    .key(key.as_slice())
+                    .payload(value.as_slice())
+                    .partition(0),
+            )
+            .map_err(|(error, _)| error)
+            .unwrap();
+        crashed.flush(Duration::from_secs(10)).unwrap();
+        crashed
+    })
+    .await
+    .unwrap();
+
+    let restarted = store(&bootstrap, &topic, "orders");
+    restarted.claim_writer().await.unwrap();
+    let started = Instant::now();
+    assert_eq!(restarted.load().await.unwrap(), Some(committed));
+    assert!(
+        started.elapsed() < outbox_kafka::OPEN_TRANSACTION_WAIT,
+        "load waited {:?} although the open transaction was aborted",
+        started.elapsed()
+    );
+    // The crashed writer is fenced.
+    let fenced = tokio::task::spawn_blocking(move || {
+        crashed.commit_transaction(Duration::from_secs(10)).is_err()
+    })
+    .await
+    .unwrap();
+    assert!(fenced, "the old writer could still commit");
+}

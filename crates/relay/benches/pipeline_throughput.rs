@@ -74,7 +74,7 @@ fn main() {
         )
         .replace("max_in_flight = 1000", "max_in_flight = 10000");
         let config = RelayConfig::parse(&text).expect("config");
-        let store = open_checkpoint_store(&config.checkpoint).await.expect("store");
+        let store = open_checkpoint_store(&config.checkpoint, &config.kafka).await.expect("store");
         let handles = RelayHandles::default();
         let started = Instant::now();
         let relay = tokio::spawn(run_relay(config, handles.clone()));

@@ -281,7 +281,7 @@ pub async fn check_command(path: &Path, out: &mut dyn Write) -> anyhow::Result<i
             detail: format!("{}: {error}", config.kafka.brokers),
         },
     });
-    let store = open_checkpoint_store(&config.checkpoint).await;
+    let store = open_checkpoint_store(&config.checkpoint, &config.kafka).await;
     lines.push(match store {
         Err(error) => CheckLine {
             ok: false,
@@ -385,7 +385,7 @@ pub async fn checkpoint_command(
     match action {
         CheckpointAction::Show { config } => {
             let config = load_config(&config)?;
-            let store = open_checkpoint_store(&config.checkpoint).await?;
+            let store = open_checkpoint_store(&config.checkpoint, &config.kafka).await?;
             match store.load().await? {
                 Some(checkpoint) => writeln!(out, "{}", checkpoint.to_json())?,
                 None => {
@@ -428,7 +428,7 @@ pub async fn checkpoint_command(
                 _ => bail!("give exactly one of --position FILE:POS or --gtid SET"),
             };
             let checkpoint = Checkpoint::new(identity, position);
-            let store = open_checkpoint_store(&config.checkpoint).await?;
+            let store = open_checkpoint_store(&config.checkpoint, &config.kafka).await?;
             store.set(&checkpoint).await?;
             writeln!(out, "{}", checkpoint.to_json())?;
             eprintln!("checkpoint stored in {}", store.describe());
@@ -436,7 +436,7 @@ pub async fn checkpoint_command(
         }
         CheckpointAction::Reset { config } => {
             let config = load_config(&config)?;
-            let store = open_checkpoint_store(&config.checkpoint).await?;
+            let store = open_checkpoint_store(&config.checkpoint, &config.kafka).await?;
             store.reset().await?;
             eprintln!(
                 "checkpoint removed from {}; the next run starts at `{}`",

@@ -653,7 +653,8 @@ pub fn check_protected_property(key: &str, value: &str) -> Option<String> {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointConfig {
-    /// `file` (a JSON file, written atomically) or `mysql` (a row in a table).
+    /// `file` (a JSON file, written atomically), `mysql` (a row in a table) or `kafka` (a
+    /// record on a compacted topic, keyed by `connector`).
     #[serde(default = "default_store")]
     pub store: String,
     /// File store: the checkpoint file's path.
@@ -669,11 +670,18 @@ pub struct CheckpointConfig {
     /// MySQL store: table name.
     #[serde(default = "default_checkpoint_table")]
     pub table: String,
-    /// MySQL store: row key, so several relays can share one table.
+    /// MySQL store: row key; Kafka store: record key and `transactional.id` suffix
+    /// (`outbox-relay-checkpoint-NAME`). Several relays can share one table or topic.
     #[serde(default = "default_connector")]
     pub connector: String,
-    /// MySQL store: how long one operation (a commit, a load) may take before it fails as
-    /// transient and is retried at the next commit: a hung server or a half-open
+    /// Kafka store: the compacted topic holding the checkpoint records (default
+    /// `outbox-relay-checkpoints`; created with one partition and `cleanup.policy=compact`
+    /// when `kafka.create_topics`). `None` when not set, so a file or MySQL store that sets
+    /// it is refused instead of ignoring it.
+    #[serde(default)]
+    pub topic: Option<String>,
+    /// MySQL and Kafka stores: how long one operation (a commit, a load) may take before it
+    /// fails as transient and is retried at the next commit: a hung server or a half-open
     /// connection must not hold the relay or its shutdown.
     #[serde(default = "default_checkpoint_operation_timeout_ms")]
     pub operation_timeout_ms: u64,
@@ -684,13 +692,6 @@ pub struct CheckpointConfig {
     /// MySQL store: `[checkpoint.tls]`, the same keys as `[source.tls]`.
     #[serde(default)]
     pub tls: crate::security::MysqlTlsConfig,
-    /// Kafka store: the compacted topic holding the checkpoint record (key = `connector`).
-    #[serde(default = "default_checkpoint_topic")]
-    pub topic: String,
-}
-
-fn default_checkpoint_topic() -> String {
-    "outbox-relay-checkpoints".to_owned()
 }
 
 fn default_store() -> String {
@@ -707,6 +708,26 @@ fn default_connector() -> String {
 }
 fn default_checkpoint_operation_timeout_ms() -> u64 {
     10_000
+}
+
+impl CheckpointConfig {
+    /// The Kafka store's topic: `topic`, or `outbox-relay-checkpoints`.
+    pub fn kafka_topic(&self) -> &str {
+        self.topic
+            .as_deref()
+            .unwrap_or(outbox_kafka::DEFAULT_CHECKPOINT_TOPIC)
+    }
+}
+
+/// Whether `name` is a legal Kafka topic name (1 to 249 of `[a-zA-Z0-9._-]`, not `.`/`..`).
+fn is_legal_topic_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 249
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
 /// Default of `metrics.ready_max_backoff_ms`.
@@ -981,8 +1002,65 @@ impl RelayConfig {
             return Err(invalid(&key, error.to_string()));
         }
 
+        self.validate_checkpoint()?;
+
+        if let Some(listen) = &self.metrics.listen {
+            listen.parse::<SocketAddr>().map_err(|_| {
+                invalid(
+                    "metrics.listen",
+                    format!("`{listen}` is not `ip:port`, e.g. `127.0.0.1:9187`"),
+                )
+            })?;
+        }
+
+        let dead_letter = &self.dead_letter;
+        if dead_letter.topic.trim().is_empty() {
+            return Err(invalid(
+                "dead_letter.topic",
+                "must not be empty (default `outbox.dlq`)",
+            ));
+        }
+        if let Some(unknown) = dead_letter
+            .fail_on
+            .iter()
+            .find(|class| !DEAD_LETTER_ERROR_CLASSES.contains(&class.as_str()))
+        {
+            return Err(invalid(
+                "dead_letter.fail_on",
+                format!(
+                    "unknown error class `{unknown}`; use any of {}",
+                    DEAD_LETTER_ERROR_CLASSES.join(", ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `[checkpoint]`: the keys each store needs, and none of another store's.
+    fn validate_checkpoint(&self) -> Result<(), ConfigError> {
         let checkpoint = &self.checkpoint;
-        match checkpoint.store.as_str() {
+        let store = checkpoint.store.as_str();
+        // Keys that belong to one store only, refused with the others: a key that would be
+        // silently ignored usually means the store line is wrong.
+        let set_keys: [(&str, bool, &str); 3] = [
+            ("checkpoint.path", checkpoint.path.is_some(), "file"),
+            ("checkpoint.url", checkpoint.url.is_some(), "mysql"),
+            ("checkpoint.topic", checkpoint.topic.is_some(), "kafka"),
+        ];
+        if ["file", "mysql", "kafka"].contains(&store) {
+            if let Some((key, _, owner)) = set_keys
+                .iter()
+                .find(|(_, set, owner)| *set && *owner != store)
+            {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "is a key of store = \"{owner}\", but store = \"{store}\"; remove it, or set store = \"{owner}\""
+                    ),
+                ));
+            }
+        }
+        match store {
             "file" => {
                 if checkpoint
                     .path
@@ -1021,10 +1099,36 @@ impl RelayConfig {
                     return Err(invalid("checkpoint.connector", "must not be empty"));
                 }
             }
+            "kafka" => {
+                let topic = checkpoint.kafka_topic();
+                if !is_legal_topic_name(topic) {
+                    return Err(invalid(
+                        "checkpoint.topic",
+                        format!(
+                            "`{topic}` is not a Kafka topic name (1 to 249 letters, digits, `.`, `_`, `-`), e.g. `{}`",
+                            outbox_kafka::DEFAULT_CHECKPOINT_TOPIC
+                        ),
+                    ));
+                }
+                if checkpoint.connector.is_empty() {
+                    return Err(invalid(
+                        "checkpoint.connector",
+                        "must not be empty (it is the record key and names the transactional id)",
+                    ));
+                }
+                if checkpoint.password_file.is_some()
+                    || checkpoint.tls != crate::security::MysqlTlsConfig::default()
+                {
+                    return Err(invalid(
+                        "checkpoint.tls",
+                        "[checkpoint.tls] and checkpoint.password_file are for store = \"mysql\"; the Kafka store connects as [kafka] and [kafka.security] say",
+                    ));
+                }
+            }
             other => {
                 return Err(invalid(
                     "checkpoint.store",
-                    format!("`{other}` is not `file` or `mysql`"),
+                    format!("`{other}` is not `file`, `mysql` or `kafka`"),
                 ))
             }
         }
@@ -1050,35 +1154,6 @@ impl RelayConfig {
             }
         }
 
-        if let Some(listen) = &self.metrics.listen {
-            listen.parse::<SocketAddr>().map_err(|_| {
-                invalid(
-                    "metrics.listen",
-                    format!("`{listen}` is not `ip:port`, e.g. `127.0.0.1:9187`"),
-                )
-            })?;
-        }
-
-        let dead_letter = &self.dead_letter;
-        if dead_letter.topic.trim().is_empty() {
-            return Err(invalid(
-                "dead_letter.topic",
-                "must not be empty (default `outbox.dlq`)",
-            ));
-        }
-        if let Some(unknown) = dead_letter
-            .fail_on
-            .iter()
-            .find(|class| !DEAD_LETTER_ERROR_CLASSES.contains(&class.as_str()))
-        {
-            return Err(invalid(
-                "dead_letter.fail_on",
-                format!(
-                    "unknown error class `{unknown}`; use any of {}",
-                    DEAD_LETTER_ERROR_CLASSES.join(", ")
-                ),
-            ));
-        }
         Ok(())
     }
 
@@ -1430,6 +1505,43 @@ commit_max_transactions = 1000
         assert_eq!(config.pipeline.commit_max_transactions, 1000);
     }
 
+    #[test]
+    fn the_kafka_store_needs_only_its_store_line() {
+        let text = MINIMAL.replacen(
+            "path = \"/tmp/checkpoint.json\"",
+            "store = \"kafka\"\nconnector = \"orders\"",
+            1,
+        );
+        let config = RelayConfig::parse(&text).unwrap();
+        assert_eq!(config.checkpoint.kafka_topic(), "outbox-relay-checkpoints");
+        let settings = crate::stores::kafka_store_settings(&config.checkpoint, &config.kafka);
+        assert_eq!(settings.connector, "orders");
+        assert_eq!(
+            settings.replication_factor,
+            config.kafka.topic_replication_factor
+        );
+        assert!(settings
+            .client_properties
+            .contains(&("bootstrap.servers".to_owned(), config.kafka.brokers.clone())));
+        assert!(
+            !settings
+                .client_properties
+                .iter()
+                .any(|(key, _)| key == "enable.idempotence" || key == "linger.ms"),
+            "producer settings of the sink leak into the store: {:?}",
+            settings.client_properties
+        );
+        let named = text.replacen(
+            "connector = \"orders\"",
+            "connector = \"orders\"\ntopic = \"ops.checkpoints\"",
+            1,
+        );
+        assert_eq!(
+            RelayConfig::parse(&named).unwrap().checkpoint.kafka_topic(),
+            "ops.checkpoints"
+        );
+    }
+
     /// Each case: a replacement applied to MINIMAL (or extra lines appended) and a piece
     /// of the expected error message (the key it names).
     #[test]
@@ -1529,6 +1641,36 @@ commit_max_transactions = 1000
                 "path = \"/tmp/checkpoint.json\"",
                 "store = \"redis\"",
                 "checkpoint.store",
+            ),
+            (
+                "path = \"/tmp/checkpoint.json\"",
+                "store = \"kafka\"\npath = \"/tmp/checkpoint.json\"",
+                "checkpoint.path",
+            ),
+            (
+                "path = \"/tmp/checkpoint.json\"",
+                "path = \"/tmp/checkpoint.json\"\ntopic = \"checkpoints\"",
+                "checkpoint.topic",
+            ),
+            (
+                "path = \"/tmp/checkpoint.json\"",
+                "store = \"mysql\"\nurl = \"mysql://x@y\"\ntopic = \"checkpoints\"",
+                "checkpoint.topic",
+            ),
+            (
+                "path = \"/tmp/checkpoint.json\"",
+                "store = \"kafka\"\nurl = \"mysql://x@y\"",
+                "checkpoint.url",
+            ),
+            (
+                "path = \"/tmp/checkpoint.json\"",
+                "store = \"kafka\"\ntopic = \"bad topic\"",
+                "checkpoint.topic",
+            ),
+            (
+                "path = \"/tmp/checkpoint.json\"",
+                "store = \"kafka\"\nconnector = \"\"",
+                "checkpoint.connector",
             ),
         ];
         for (from, to, key) in cases {

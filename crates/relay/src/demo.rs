@@ -235,6 +235,7 @@ pub async fn run_demo(orders: u32) -> anyhow::Result<DemoOutcome> {
         &checkpoint_path.display().to_string(),
     ))?;
     let checkpoint_config = config.checkpoint.clone();
+    let kafka_config = config.kafka.clone();
 
     let mut conn = server.conn().await?;
     for n in 1..=orders {
@@ -263,7 +264,7 @@ pub async fn run_demo(orders: u32) -> anyhow::Result<DemoOutcome> {
     handles.shutdown.trigger();
     let summary = relay.await.context("relay task failed")??;
     let records = consumed?;
-    let store = open_checkpoint_store(&checkpoint_config).await?;
+    let store = open_checkpoint_store(&checkpoint_config, &kafka_config).await?;
     let checkpoint = store.load().await?;
     // librdkafka closes the relay's clients on its own threads after they are dropped; give
     // them a moment while the mock brokers still answer, or they log "brokers down".

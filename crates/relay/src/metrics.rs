@@ -205,6 +205,10 @@ impl Metrics {
         if let Err(error) = outbox_checkpoint::register_metrics(&registry) {
             tracing::warn!(%error, "checkpoint metrics not registered");
         }
+        // The Kafka checkpoint store's counters (topics created, loads past an open transaction).
+        if let Err(error) = outbox_kafka::register_kafka_store_metrics(&registry) {
+            tracing::warn!(%error, "Kafka checkpoint store metrics not registered");
+        }
         // The binlog reader's counters (events, bytes, rows, commits, heartbeats, errors).
         if let Err(error) = outbox_binlog::register_metrics(&registry) {
             tracing::warn!(%error, "binlog reader metrics not registered");

@@ -70,7 +70,7 @@ use crate::sink::{
     run_kafka_sink, run_transactional_sink, BatchBoundary, KafkaSinkSettings, OutboundRecord,
     RejectedRecords, SequencedTicket, SinkError, SinkItem, TransactionalSinkSettings,
 };
-use crate::stores::open_checkpoint_store;
+use crate::stores::open_checkpoint_store_for_writing;
 use crate::tasks::spawn_named;
 use crate::xa_hold::{describe_refused, HeldRecord, XaHolds, XaRelease, XaResolution};
 
@@ -367,9 +367,10 @@ async fn run_pipeline(
         config.route.invalid_operation == outbox_router::InvalidOperationBehavior::Warn;
     let router = Router::new(&config.outbox, &config.route)
         .map_err(|e| RelayError::RouterConfig(e.to_string()))?;
-    let store: SharedCheckpointStore = open_checkpoint_store(&config.checkpoint)
-        .await
-        .map_err(RelayError::Checkpoint)?;
+    let store: SharedCheckpointStore =
+        open_checkpoint_store_for_writing(&config.checkpoint, &config.kafka)
+            .await
+            .map_err(RelayError::Checkpoint)?;
     let stored = store.load().await.map_err(RelayError::Checkpoint)?;
     if let Some(checkpoint) = &stored {
         CheckpointLoaded {
@@ -714,7 +715,7 @@ fn transactional_sink_settings(config: &RelayConfig) -> TransactionalSinkSetting
     TransactionalSinkSettings {
         sink: KafkaSinkSettings::from_relay_config(config),
         transactional_id: format!("outbox-relay-{}", config.checkpoint.connector),
-        checkpoint_topic: config.checkpoint.topic.clone(),
+        checkpoint_topic: config.checkpoint.kafka_topic().to_owned(),
         checkpoint_key: outbox_kafka::checkpoint_record_key(&config.checkpoint.connector),
         max_interval: commit_interval,
         max_records: config.kafka.transaction_max_records,
@@ -1575,9 +1576,11 @@ async fn run_committer(
         };
         match outcome {
             Ok(_) => {}
-            Err(error @ CheckpointStoreError::Regression { .. }) => {
-                return Err(RelayError::Checkpoint(error))
-            }
+            // Definite: a regression, or another process fenced this one's Kafka store.
+            Err(
+                error @ (CheckpointStoreError::Regression { .. }
+                | CheckpointStoreError::ProducerFenced { .. }),
+            ) => return Err(RelayError::Checkpoint(error)),
             Err(error) if stopping => return Err(RelayError::Checkpoint(error)),
             Err(error) => CheckpointCommitFailed { error: &error }.emit(&metrics),
         }

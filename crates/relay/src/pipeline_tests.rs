@@ -58,7 +58,7 @@ async fn fixture(extra_kafka: &str) -> Fixture {
 
 impl Fixture {
     async fn stored(&self) -> Option<Checkpoint> {
-        open_checkpoint_store(&self.config.checkpoint)
+        open_checkpoint_store(&self.config.checkpoint, &self.config.kafka)
             .await
             .unwrap()
             .load()
@@ -528,7 +528,7 @@ async fn a_checkpoint_of_another_server_resumes_by_gtid_or_refuses_without_one()
     use outbox_checkpoint::{CheckpointPosition, SourceIdentity};
     let fixture = fixture("").await;
     fixture.write_orders(1..=3).await;
-    let store = open_checkpoint_store(&fixture.config.checkpoint)
+    let store = open_checkpoint_store(&fixture.config.checkpoint, &fixture.config.kafka)
         .await
         .unwrap();
     let other_server = SourceIdentity {

@@ -110,7 +110,7 @@ async fn relay_view(config: &RelayConfig) -> Value {
 
 /// Gathers the status of the relay `path` configures.
 pub async fn gather_status(config: &RelayConfig) -> Value {
-    let checkpoint = match open_checkpoint_store(&config.checkpoint).await {
+    let checkpoint = match open_checkpoint_store(&config.checkpoint, &config.kafka).await {
         Ok(store) => match store.load().await {
             Ok(Some(checkpoint)) => Some(checkpoint),
             Ok(None) => None,

@@ -1,5 +1,5 @@
-//! Builds the checkpoint store `[checkpoint]` names (file or MySQL table) as a
-//! [`SharedCheckpointStore`], chosen at runtime.
+//! Builds the checkpoint store `[checkpoint]` names (file, MySQL table or Kafka compacted
+//! topic) as a [`SharedCheckpointStore`], chosen at runtime.
 
 use std::sync::Arc;
 
@@ -7,17 +7,22 @@ use outbox_checkpoint::{
     CheckpointStoreError, FileCheckpointStore, MysqlCheckpointStore, SharedCheckpointStore,
 };
 
-use crate::config::CheckpointConfig;
+use crate::config::{CheckpointConfig, KafkaConfig};
 
-/// Opens the configured store. No I/O happens yet (the first `load` or `commit` does it),
+/// Opens the configured store; a Kafka store connects as `kafka` says (brokers, security,
+/// `create_topics`, `topic_replication_factor`). No I/O happens yet (the first `load` or `commit` does it),
 /// except for a MySQL store under `tls.mode = "preferred"`: one connection finds out whether
 /// the server offers TLS (the pool then requires it, or stays plaintext when the server has
 /// none). When the server cannot be reached for that probe, the pool requires TLS (fail
 /// closed: a plaintext fallback must come from the server's own answer).
 pub async fn open_checkpoint_store(
     config: &CheckpointConfig,
+    kafka: &KafkaConfig,
 ) -> Result<SharedCheckpointStore, CheckpointStoreError> {
     match config.store.as_str() {
+        "kafka" => Ok(Arc::new(outbox_kafka::KafkaCheckpointStore::new(
+            kafka_store_settings(config, kafka),
+        ))),
         "mysql" => {
             let url = config.url.as_deref().unwrap_or_default();
             let store = MysqlCheckpointStore::new(
@@ -31,11 +36,45 @@ pub async fn open_checkpoint_store(
             ));
             Ok(Arc::new(store))
         }
-        // `validate` allows only `file` and `mysql`; `file` needs a path.
+        // `validate` allows only `file`, `mysql` and `kafka`; `file` needs a path.
         _ => {
             let path = config.path.clone().unwrap_or_default();
             Ok(Arc::new(FileCheckpointStore::new(path)))
         }
+    }
+}
+
+/// [`open_checkpoint_store`] for `outbox-relay run`, the store's one writer: a Kafka store
+/// claims its transactional id at once (fencing an older relay with the same connector and
+/// aborting a transaction a crashed one left open, so the first `load` need not wait for
+/// it). Read-only users (`checkpoint show`, `status`, `check`) use [`open_checkpoint_store`],
+/// which never disturbs a running relay.
+pub async fn open_checkpoint_store_for_writing(
+    config: &CheckpointConfig,
+    kafka: &KafkaConfig,
+) -> Result<SharedCheckpointStore, CheckpointStoreError> {
+    if config.store == "kafka" {
+        let store = outbox_kafka::KafkaCheckpointStore::new(kafka_store_settings(config, kafka));
+        store.claim_writer().await?;
+        return Ok(Arc::new(store));
+    }
+    open_checkpoint_store(config, kafka).await
+}
+
+/// The Kafka store's settings from `[checkpoint]` and `[kafka]`: the relay's common client
+/// properties ([`crate::sink::kafka_client_properties`]), the topic and connector, and
+/// `kafka.create_topics` / `kafka.topic_replication_factor` for creating the topic.
+pub fn kafka_store_settings(
+    config: &CheckpointConfig,
+    kafka: &KafkaConfig,
+) -> outbox_kafka::KafkaStoreSettings {
+    outbox_kafka::KafkaStoreSettings {
+        client_properties: crate::sink::kafka_client_properties(kafka),
+        topic: config.kafka_topic().to_owned(),
+        connector: config.connector.clone(),
+        create_topic: kafka.create_topics,
+        replication_factor: kafka.topic_replication_factor,
+        operation_timeout: std::time::Duration::from_millis(config.operation_timeout_ms),
     }
 }
 

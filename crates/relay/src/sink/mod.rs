@@ -73,7 +73,8 @@ mod transactional_tests;
 
 pub use classify::{classify_delivery_error, FailureKind};
 pub use producer::{
-    check_client_properties, create_kafka_client, producer_properties, KafkaClientError,
+    check_client_properties, create_kafka_client, kafka_client_properties, producer_properties,
+    KafkaClientError,
 };
 pub use task::run_kafka_sink;
 pub use transactional::{

@@ -31,18 +31,28 @@ pub fn producer_properties(kafka: &KafkaConfig) -> Vec<(String, String)> {
     // (`consistent_random`, CRC32) puts most keys elsewhere. `[kafka.properties]` may set
     // another.
     properties.insert("partitioner".into(), "murmur2_random".into());
+    properties.extend(kafka_client_properties(kafka));
+    for (key, value) in PROTECTED_KAFKA_PROPERTIES {
+        properties.insert((*key).into(), (*value).into());
+    }
+    properties.into_iter().collect()
+}
+
+/// The librdkafka properties every client of `[kafka]` shares, producer or consumer:
+/// `bootstrap.servers`, then `[kafka.properties]`, then `[kafka.security]` (validation
+/// refuses the same keys in both). Other Kafka clients of the relay (the Kafka checkpoint
+/// store) start from these and add their own settings. A password file that became
+/// unreadable after validation leaves `sasl.password` unset, which librdkafka refuses by
+/// name when the client is created.
+pub fn kafka_client_properties(kafka: &KafkaConfig) -> Vec<(String, String)> {
+    let mut properties: BTreeMap<String, String> = BTreeMap::new();
+    properties.insert("bootstrap.servers".into(), kafka.brokers.clone());
     for (key, value) in &kafka.properties {
         properties.insert(key.clone(), value.clone());
     }
-    // `[kafka.security]` (validation refuses the same keys in `[kafka.properties]`). A
-    // password file that became unreadable after validation leaves `sasl.password` unset,
-    // which librdkafka refuses by name when the client is created.
     match kafka.security.properties() {
         Ok(security) => properties.extend(security),
         Err(message) => tracing::error!("{message}"),
-    }
-    for (key, value) in PROTECTED_KAFKA_PROPERTIES {
-        properties.insert((*key).into(), (*value).into());
     }
     properties.into_iter().collect()
 }

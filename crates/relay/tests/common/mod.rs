@@ -395,6 +395,9 @@ pub struct RelaySetup {
     pub topic_partitions: i32,
     /// `Some(url)`: `[checkpoint] store = "mysql"` on that server instead of the file store.
     pub mysql_checkpoint_url: Option<String>,
+    /// `Some(topic)`: `[checkpoint] store = "kafka"` on that topic (connector: the topic
+    /// name, unique per test) instead of the file store.
+    pub kafka_checkpoint_topic: Option<String>,
     /// `Some(addr)`: `[metrics] listen = addr`.
     pub metrics_listen: Option<String>,
     /// More `[[outbox]]` tables besides `shop.outbox`: (table, preset).
@@ -435,6 +438,7 @@ impl RelaySetup {
             start: "earliest".to_string(),
             topic_partitions: 1,
             mysql_checkpoint_url: None,
+            kafka_checkpoint_topic: None,
             metrics_listen: None,
             extra_outbox_tables: Vec::new(),
             route_extra: Vec::new(),
@@ -530,12 +534,17 @@ commit_interval_ms = {commit_interval_ms}
                 .as_ref()
                 .map(|listen| format!("[metrics]\nlisten = \"{listen}\"\n"))
                 .unwrap_or_default(),
-            checkpoint_section = match &setup.mysql_checkpoint_url {
-                Some(url) => format!(
+            checkpoint_section = match (&setup.mysql_checkpoint_url, &setup.kafka_checkpoint_topic) {
+                (Some(url), _) => format!(
                     "[checkpoint]\nstore = \"mysql\"\nurl = \"{url}\"\ndatabase = \"outbox_relay\"\n\
                      table = \"relay_checkpoints\"\nconnector = \"test\"\n"
                 ),
-                None => format!(
+                // The connector names the store's transactional id: one per test (the topic
+                // is), or tests on the shared broker would fence each other.
+                (None, Some(topic)) => format!(
+                    "[checkpoint]\nstore = \"kafka\"\ntopic = \"{topic}\"\nconnector = \"{topic}\"\n"
+                ),
+                (None, None) => format!(
                     "[checkpoint]\nstore = \"file\"\npath = \"{}\"\n",
                     checkpoint_path.display()
                 ),
