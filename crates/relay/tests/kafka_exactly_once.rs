@@ -165,6 +165,8 @@ async fn a_paused_relay_is_fenced_by_its_successor_and_nothing_it_sends_becomes_
     make_exactly_once(&zombie, "eos-zombie");
     let mut successor = Relay::prepare(&setup);
     make_exactly_once(&successor, "eos-zombie");
+    // A replica id of its own: the server would otherwise cut the zombie's stream.
+    successor.edit_config(&[("server_id = 4242", "server_id = 4243")]);
     let mut writer = ShopWriter::connect(&db, "zombie").await;
     for n in 0..20 {
         writer

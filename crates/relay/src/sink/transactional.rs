@@ -162,7 +162,12 @@ impl RejectedRecords {
             .cloned()
     }
 
-    /// Forgets `key` (its dead letter was committed).
+    /// Whether `key` was rejected before.
+    fn rejected_before(&self, key: u64) -> bool {
+        self.lock().contains_key(&key)
+    }
+
+    /// Forgets `key` (its dead letter was committed, or it went through alone).
     fn forget(&self, key: u64) {
         self.lock().remove(&key);
     }
@@ -324,8 +329,117 @@ where
     let mut input_open = true;
     let mut drain_deadline: Option<Instant> = None;
     let mut last_idle_commit: Option<Instant> = None;
+    // Taken from the input and not yet sent (see the top of the loop).
+    let mut next_item: Option<SinkItem<T>> = None;
+    // A record rejected before, sent alone: nothing else is sent until its report.
+    let mut sending_alone: Option<u64> = None;
 
     loop {
+        // The record taken from the input, sent now unless it must go alone: a record Kafka
+        // rejected before (in an aborted attempt) is sent with nothing else in flight and
+        // nothing after it until its report, because a broker rejects a whole produce
+        // request and only the record's own size or content may count against it.
+        if let Some(item) = next_item.take() {
+            let key = rejection_key(&item.record, &item.origin);
+            let max_attempts = settings.sink.dead_letter.max_attempts;
+            let retried =
+                rejected.rejected_before(key) && rejected.exhausted(key, max_attempts).is_none();
+            if retried && !in_transaction.is_empty() {
+                next_item = Some(item);
+            } else {
+                let SinkItem {
+                    record,
+                    ticket,
+                    origin,
+                } = item;
+                let (record, is_dead_letter) = match rejected
+                    .exhausted(key, settings.sink.dead_letter.max_attempts)
+                {
+                    Some(rejection) => (
+                        dead_letter_in_place_of(&record, &origin, &rejection, &settings, &metrics),
+                        true,
+                    ),
+                    None => (record, false),
+                };
+                if !topics.is_known(&record.topic) {
+                    let mut shutdown_for_topic = shutdown.clone();
+                    tokio::select! {
+                        ensured = topics.ensure(&record.topic, &producer, &metrics) => ensured?,
+                        _ = shutdown_for_topic.recv() => {
+                            drain_deadline.get_or_insert_with(|| Instant::now() + settings.sink.drain_timeout);
+                            // Never sent: its batch cannot be committed past it.
+                            if batch.open {
+                                abort_batch(&producer, &settings, &mut batch, "shutdown while a topic was checked", &metrics).await;
+                            }
+                            break;
+                        }
+                    }
+                }
+                if !batch.open {
+                    begin(&producer, &settings, &mut batch)?;
+                }
+                let local = next_local;
+                next_local += 1;
+                let sequence = ticket.sequence();
+                let size = record_size(&record);
+                let delivery: futures_util::future::BoxFuture<'static, DeliveryOutcome> =
+                    match send_with_room(&producer, &record, local).await {
+                        Ok(delivery) => delivery,
+                        Err(error) => {
+                            fenced_by_fatal_error(&producer, &settings)?;
+                            let failed = InTransaction {
+                                ticket,
+                                rejection_key: key,
+                                is_dead_letter,
+                                topic: record.topic.clone(),
+                                key: record.key.clone(),
+                                sent_at: Instant::now(),
+                                event_timestamp: origin.event_timestamp,
+                                accepted_at_ms: crate::health::unix_millis_now(),
+                            };
+                            let reason =
+                                on_delivery_failure(&settings, Some(&failed), &error, &rejected)?;
+                            abort_batch(&producer, &settings, &mut batch, &reason, &metrics).await;
+                            return Err(SinkError::TransactionAborted {
+                                transactional_id: settings.transactional_id.clone(),
+                                reason,
+                            });
+                        }
+                    };
+                deliveries.push(delivery);
+                if batch.started.is_none() {
+                    batch.started = Some(Instant::now());
+                }
+                batch.records += 1;
+                batch.bytes += size;
+                batch.last_sent_sequence = Some(sequence);
+                if is_dead_letter {
+                    batch.dead_letters.push(key);
+                }
+                if retried {
+                    sending_alone = Some(local);
+                }
+                in_transaction.insert(
+                    local,
+                    InTransaction {
+                        ticket,
+                        rejection_key: key,
+                        is_dead_letter,
+                        topic: record.topic,
+                        key: record.key,
+                        sent_at: Instant::now(),
+                        event_timestamp: origin.event_timestamp,
+                        accepted_at_ms: crate::health::unix_millis_now(),
+                    },
+                );
+                InFlightChanged {
+                    in_flight: in_transaction.len(),
+                }
+                .emit(&metrics);
+                continue;
+            }
+            // Parked until everything in flight reported (the select below waits for it).
+        }
         let stopping = drain_deadline.is_some() || !input_open;
         let due = batch.open
             && (stopping
@@ -389,6 +503,8 @@ where
             // deadline.
         }
         let accepting = input_open
+            && next_item.is_none()
+            && sending_alone.is_none()
             && in_transaction.len() < settings.sink.max_in_flight
             && (!due || (in_transaction.is_empty() && boundary_missed));
         OldestUnackedChanged {
@@ -402,9 +518,10 @@ where
             .started
             .filter(|_| batch.open && !due)
             .map(|started| started + settings.max_interval);
-        // Wakes the loop when an idle-only commit becomes due again.
+        // Wakes the loop when an idle-only commit becomes due again (only a deadline still
+        // ahead: one passed would win the biased select forever; later progress wakes it).
         let idle_at = last_idle_commit
-            .filter(|_| !batch.open)
+            .filter(|at| !batch.open && at.elapsed() < settings.idle_interval)
             .map(|at| at + settings.idle_interval);
         tokio::select! {
             biased;
@@ -413,6 +530,11 @@ where
                 match outcome {
                     Ok(()) => {
                         if let Some(done) = in_transaction.remove(&local) {
+                            if sending_alone == Some(local) {
+                                // It went through alone: its earlier rejection was its batch's.
+                                sending_alone = None;
+                                rejected.forget(done.rejection_key);
+                            }
                             let acked = RecordAcked { publish_latency: Some(done.sent_at.elapsed()), event_timestamp: done.event_timestamp };
                             on_delivered(done.ticket);
                             batch.delivered += 1;
@@ -445,59 +567,10 @@ where
             _ = sleep_until_or_forever(idle_at), if !stopping => {}
             _ = progress.notified(), if boundary_missed || !batch.open => {}
             received = input.recv(), if accepting => {
-                let Some(item) = received else {
-                    input_open = false;
-                    continue;
-                };
-                let SinkItem { record, ticket, origin } = item;
-                let key = rejection_key(&record, &origin);
-                let (record, is_dead_letter) = match rejected.exhausted(key, settings.sink.dead_letter.max_attempts) {
-                    Some(rejection) => (dead_letter_in_place_of(&record, &origin, &rejection, &settings, &metrics), true),
-                    None => (record, false),
-                };
-                if !topics.is_known(&record.topic) {
-                    let mut shutdown_for_topic = shutdown.clone();
-                    tokio::select! {
-                        ensured = topics.ensure(&record.topic, &producer, &metrics) => ensured?,
-                        _ = shutdown_for_topic.recv() => {
-                            drain_deadline.get_or_insert_with(|| Instant::now() + settings.sink.drain_timeout);
-                            // Never sent: its batch cannot be committed past it.
-                            if batch.open {
-                                abort_batch(&producer, &settings, &mut batch, "shutdown while a topic was checked", &metrics).await;
-                            }
-                            break;
-                        }
-                    }
+                match received {
+                    Some(item) => next_item = Some(item),
+                    None => input_open = false,
                 }
-                if !batch.open {
-                    begin(&producer, &settings, &mut batch)?;
-                }
-                let local = next_local;
-                next_local += 1;
-                let sequence = ticket.sequence();
-                let size = record_size(&record);
-                let delivery: futures_util::future::BoxFuture<'static, DeliveryOutcome> = match send_with_room(&producer, &record, local).await {
-                    Ok(delivery) => delivery,
-                    Err(error) => {
-                        fenced_by_fatal_error(&producer, &settings)?;
-                        let failed = InTransaction { ticket, rejection_key: key, is_dead_letter, topic: record.topic.clone(), key: record.key.clone(), sent_at: Instant::now(), event_timestamp: origin.event_timestamp, accepted_at_ms: crate::health::unix_millis_now() };
-                        let reason = on_delivery_failure(&settings, Some(&failed), &error, &rejected)?;
-                        abort_batch(&producer, &settings, &mut batch, &reason, &metrics).await;
-                        return Err(SinkError::TransactionAborted { transactional_id: settings.transactional_id.clone(), reason });
-                    }
-                };
-                deliveries.push(delivery);
-                if batch.started.is_none() {
-                    batch.started = Some(Instant::now());
-                }
-                batch.records += 1;
-                batch.bytes += size;
-                batch.last_sent_sequence = Some(sequence);
-                if is_dead_letter {
-                    batch.dead_letters.push(key);
-                }
-                in_transaction.insert(local, InTransaction { ticket, rejection_key: key, is_dead_letter, topic: record.topic, key: record.key, sent_at: Instant::now(), event_timestamp: origin.event_timestamp, accepted_at_ms: crate::health::unix_millis_now() });
-                InFlightChanged { in_flight: in_transaction.len() }.emit(&metrics);
             }
         }
     }
