@@ -35,8 +35,12 @@
 //! `commit`, `set` and `reset` each write one record in one transaction of a transactional
 //! producer (`transactional.id` = [`checkpoint_transactional_id`], `acks=all`): durable
 //! when the transaction committed. The producer is created, and `init_transactions` called,
-//! at the first write only, so `load` (e.g. `outbox-relay checkpoint show` next to a
-//! running relay) never disturbs the writer. A second process with the same connector
+//! at the first write, or earlier by [`KafkaCheckpointStore::claim_writer`] (what
+//! `outbox-relay run` does before its first load: it also aborts a transaction a crashed
+//! writer left open, so that load need not wait for it). `load` alone (e.g. `outbox-relay
+//! checkpoint show` next to a running relay) never creates it and never disturbs the writer.
+//! The transactional id is per connector name, not per topic: connector names must be
+//! unique per Kafka cluster. A second process with the same connector
 //! name that writes fences the first: its next write fails with
 //! [`CheckpointStoreError::ProducerFenced`], and so does every later one of that instance
 //! (it never takes the id back). Other failures drop the producer; the next write builds a
