@@ -63,5 +63,7 @@ pub use committer::{CheckpointCommitter, CommitPolicy};
 pub use file_store::FileCheckpointStore;
 pub use internal_events::register_metrics;
 pub use mysql_store::{MysqlCheckpointStore, DEFAULT_OPERATION_TIMEOUT};
-pub use store::{CheckpointStore, CheckpointStoreError, SharedCheckpointStore, StoreFuture};
+pub use store::{
+    check_commit, CheckpointStore, CheckpointStoreError, SharedCheckpointStore, StoreFuture,
+};
 pub use tracker::{AckError, AckToken, AckTracker};
