@@ -6,3 +6,7 @@
 //!   decided by Kafka's group coordinator (no home-made election).
 
 #![warn(missing_docs)]
+
+pub mod lease;
+
+pub use lease::{lease_group_id, LeaderLease, LeaseError, LeaseSettings, LeaseState};
