@@ -191,6 +191,11 @@ pub struct RelayHandles {
     pub shutdown: ShutdownController,
     /// Where counters go (and what `/metrics` serves).
     pub metrics: Arc<Metrics>,
+    /// `[ha]`: the leadership term this run publishes in. Its epoch is stamped into the
+    /// checkpoint taken over at start and every checkpoint committed, so the store refuses
+    /// this run's writes once a newer leader wrote. The standby loop ([`crate::ha`]) then
+    /// serves the HTTP endpoint across terms, so `run_relay` does not. `None`: no `[ha]`.
+    pub leader_epoch: Option<u64>,
 }
 
 impl Default for RelayHandles {
@@ -198,6 +203,7 @@ impl Default for RelayHandles {
         Self {
             shutdown: ShutdownController::new(),
             metrics: Metrics::new(),
+            leader_epoch: None,
         }
     }
 }
@@ -259,7 +265,13 @@ pub async fn run_relay(
     let store: SharedCheckpointStore = open_checkpoint_store(&config.checkpoint)
         .await
         .map_err(RelayError::Checkpoint)?;
-    let stored = store.load().await.map_err(RelayError::Checkpoint)?;
+    // A new leader stamps the stored checkpoint with its epoch before anything else: from
+    // here on an older leader's commits are refused.
+    let stored = match handles.leader_epoch {
+        Some(epoch) => store.take_over(epoch).await,
+        None => store.load().await,
+    }
+    .map_err(RelayError::Checkpoint)?;
     if let Some(checkpoint) = &stored {
         CheckpointLoaded {
             position: &checkpoint.position.binlog,
@@ -267,36 +279,8 @@ pub async fn run_relay(
         .emit(&metrics);
     }
 
-    metrics
-        .health
-        .set_max_backoff(Duration::from_millis(config.metrics.ready_max_backoff_ms));
-    if let Some(listen) = config.metrics_listen() {
-        let (bound, serve) =
-            crate::http::bind_http_server(listen, metrics.clone(), controller.subscribe())
-                .await
-                .map_err(|source| RelayError::MetricsListen {
-                    listen: listen.to_string(),
-                    source,
-                })?;
-        tracing::info!(listen = %bound, "serving GET /metrics, /healthz and /readyz");
-        spawn_named("metrics-server", serve);
-        spawn_named(
-            "broker-probe",
-            crate::broker_probe::run_broker_probe(
-                KafkaSinkSettings::from_relay_config(&config),
-                metrics.clone(),
-                controller.subscribe(),
-            ),
-        );
-        spawn_named(
-            "purge-horizon",
-            crate::purge_horizon::run_purge_horizon(
-                config.source.connection_url(),
-                config.source.tls_options(),
-                metrics.clone(),
-                controller.subscribe(),
-            ),
-        );
+    if handles.leader_epoch.is_none() {
+        start_observability(&config, &metrics, &controller).await?;
     }
 
     // Connect first: the start position of a first run and the source identity come from
@@ -519,30 +503,38 @@ pub async fn run_relay(
         ),
     );
     let committer_stop = ShutdownController::new();
-    let committer_task = spawn_named(
-        "checkpoint-committer",
-        run_committer(
-            CommitterSettings {
-                identity: identity.clone(),
-                policy: CommitPolicy {
-                    max_interval: config.pipeline.commit_interval(),
-                    max_transactions: config.pipeline.commit_max_transactions,
-                },
-                // A checkpoint of another server (resumed by GTID set) cannot be compared
-                // with this server's positions: start the monotonic check afresh.
-                resumed_from: stored
-                    .as_ref()
-                    .filter(|c| c.source == identity)
-                    .map(|c| c.position.clone()),
-                record_transactions: record_transactions.clone(),
+    let committer_run = run_committer(
+        CommitterSettings {
+            identity: identity.clone(),
+            policy: CommitPolicy {
+                max_interval: config.pipeline.commit_interval(),
+                max_transactions: config.pipeline.commit_max_transactions,
             },
-            store.clone(),
-            tracker.clone(),
-            acked.clone(),
-            metrics.clone(),
-            committer_stop.subscribe(),
-        ),
+            // A checkpoint of another server (resumed by GTID set) cannot be compared
+            // with this server's positions: start the monotonic check afresh.
+            resumed_from: stored
+                .as_ref()
+                .filter(|c| c.source == identity)
+                .map(|c| c.position.clone()),
+            record_transactions: record_transactions.clone(),
+            leader_epoch: handles.leader_epoch,
+        },
+        store.clone(),
+        tracker.clone(),
+        acked.clone(),
+        metrics.clone(),
+        committer_stop.subscribe(),
     );
+    let committer_failed = controller.clone();
+    let committer_task = spawn_named("checkpoint-committer", async move {
+        let result = committer_run.await;
+        // A definite store refusal (a regression, or a newer leader's epoch under [ha])
+        // stops publishing at once: nothing sent from here on could be checkpointed.
+        if result.is_err() {
+            committer_failed.trigger();
+        }
+        result
+    });
 
     // A failing source or router stops reading (the sink drains what was routed); a failing
     // sink stops everything. The first error is the one reported.
@@ -588,6 +580,48 @@ pub async fn run_relay(
             Ok(summary)
         }
     }
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` (when `metrics.listen` is set) with the
+/// broker probe and the purge horizon, until `controller` fires. [`run_relay`] calls it
+/// itself without `[ha]`; the standby loop calls it once for all terms.
+pub(crate) async fn start_observability(
+    config: &RelayConfig,
+    metrics: &Arc<Metrics>,
+    controller: &ShutdownController,
+) -> Result<(), RelayError> {
+    metrics
+        .health
+        .set_max_backoff(Duration::from_millis(config.metrics.ready_max_backoff_ms));
+    if let Some(listen) = config.metrics_listen() {
+        let (bound, serve) =
+            crate::http::bind_http_server(listen, metrics.clone(), controller.subscribe())
+                .await
+                .map_err(|source| RelayError::MetricsListen {
+                    listen: listen.to_string(),
+                    source,
+                })?;
+        tracing::info!(listen = %bound, "serving GET /metrics, /healthz and /readyz");
+        spawn_named("metrics-server", serve);
+        spawn_named(
+            "broker-probe",
+            crate::broker_probe::run_broker_probe(
+                KafkaSinkSettings::from_relay_config(config),
+                metrics.clone(),
+                controller.subscribe(),
+            ),
+        );
+        spawn_named(
+            "purge-horizon",
+            crate::purge_horizon::run_purge_horizon(
+                config.source.connection_url(),
+                config.source.tls_options(),
+                metrics.clone(),
+                controller.subscribe(),
+            ),
+        );
+    }
+    Ok(())
 }
 
 /// The binlog position of a checkpoint that only has a GTID set (written by
@@ -1242,6 +1276,8 @@ struct CommitterSettings {
     /// Ordinals of ended transactions that carried records; tells record progress from
     /// idle progress.
     record_transactions: RecordTransactions,
+    /// `[ha]`: the term's epoch, stamped into every checkpoint ([`RelayHandles`]).
+    leader_epoch: Option<u64>,
 }
 
 /// Limits commits that cover only transactions without outbox records (other tables'
@@ -1330,12 +1366,14 @@ async fn run_committer(
     mut stop: Shutdown,
 ) -> Result<Option<Checkpoint>, RelayError> {
     let mut identity = settings.identity.clone();
+    let leader_epoch = settings.leader_epoch;
     let mut committer = CheckpointCommitter::new(
         store,
         settings.identity,
         settings.policy,
         settings.resumed_from,
-    );
+    )
+    .with_leader_epoch(leader_epoch);
     let mut seen_transactions = lock_tracker(&tracker).completed_transactions();
     let mut limiter = IdleCommitLimiter::new(settings.policy.max_interval);
     let record_transactions = settings.record_transactions.clone();
@@ -1411,9 +1449,10 @@ async fn run_committer(
         };
         match outcome {
             Ok(_) => {}
-            Err(error @ CheckpointStoreError::Regression { .. }) => {
-                return Err(RelayError::Checkpoint(error))
-            }
+            Err(
+                error @ (CheckpointStoreError::Regression { .. }
+                | CheckpointStoreError::StaleLeader { .. }),
+            ) => return Err(RelayError::Checkpoint(error)),
             Err(error) if stopping => return Err(RelayError::Checkpoint(error)),
             Err(error) => CheckpointCommitFailed { error: &error }.emit(&metrics),
         }
@@ -1441,7 +1480,9 @@ async fn run_committer(
             if let Some(position) = &after {
                 tracing::info!(position = %position.binlog, gtid_set = %position.gtid_set, "final checkpoint stored");
             }
-            return Ok(after.map(|position| Checkpoint::new(identity.clone(), position)));
+            return Ok(after.map(|position| {
+                Checkpoint::new(identity.clone(), position).with_leader_epoch(leader_epoch)
+            }));
         }
     }
 }
@@ -1480,6 +1521,7 @@ mod tests {
                 },
                 resumed_from: None,
                 record_transactions: Arc::new(Mutex::new(VecDeque::from([1, 2]))),
+                leader_epoch: None,
             },
             store.clone(),
             tracker.clone(),
