@@ -283,7 +283,7 @@ impl MysqlCheckpointStore {
 
     async fn upsert(
         &self,
-        conn: &mut (impl Queryable + Send),
+        conn: &mut impl Queryable,
         checkpoint: &Checkpoint,
     ) -> Result<(), CheckpointStoreError> {
         conn.exec_drop(
