@@ -84,6 +84,11 @@ pub struct LeaseSettings {
     pub replication_factor: i32,
     /// Bound of the metadata and topic-creation calls at start and of each epoch commit.
     pub request_timeout: Duration,
+    /// Failure tests only (always false in production): the lease ends a term only when
+    /// told to ([`LeaderLease::relinquish_above`]), not on a revoke, a lost assignment or a
+    /// stalled loop. Simulates a zombie that learns of its loss late, so the tests can show
+    /// that the checkpoint store fences it on its own.
+    pub deaf_to_loss: bool,
 }
 
 impl std::fmt::Debug for LeaseSettings {
@@ -175,6 +180,8 @@ struct LeaseShared {
     relinquish_requested: AtomicBool,
     /// Set to stop the lease thread.
     stop: AtomicBool,
+    /// [`LeaseSettings::deaf_to_loss`].
+    deaf_to_loss: bool,
     /// The state every watcher sees.
     state: watch::Sender<LeaseState>,
 }
@@ -234,13 +241,17 @@ impl ConsumerContext for LeaseContext {
                 } else {
                     "the lease partition was revoked (rebalance)"
                 };
-                self.shared.standby(reason.to_owned());
+                if !self.shared.deaf_to_loss {
+                    self.shared.standby(reason.to_owned());
+                }
             }
             Rebalance::Error(error) => {
                 self.shared.owns_partition.store(false, Ordering::SeqCst);
                 self.shared.ownership_changes.fetch_add(1, Ordering::SeqCst);
-                self.shared
-                    .standby(format!("rebalance of the lease group failed: {error}"));
+                if !self.shared.deaf_to_loss {
+                    self.shared
+                        .standby(format!("rebalance of the lease group failed: {error}"));
+                }
             }
             _ => {}
         }
@@ -285,6 +296,7 @@ impl LeaderLease {
             epoch_floor: AtomicU64::new(0),
             relinquish_requested: AtomicBool::new(false),
             stop: AtomicBool::new(false),
+            deaf_to_loss: settings.deaf_to_loss,
             state,
         });
         let consumer = lease_consumer(&settings, shared.clone())?;
@@ -533,16 +545,18 @@ fn run_lease_loop(
         let stalled_for = now.saturating_duration_since(last_poll);
         last_poll = now;
         if let Some((epoch, changes)) = term {
-            let lost = if stalled_for > session_timeout {
+            let lost = if shared.relinquish_requested.load(Ordering::SeqCst) {
+                Some(format!(
+                    "the checkpoint store refused leader epoch {epoch} (a newer epoch wrote)"
+                ))
+            } else if shared.deaf_to_loss {
+                None
+            } else if stalled_for > session_timeout {
                 Some(format!("the lease loop did not run for {stalled_for:?}, longer than the session timeout {session_timeout:?} (process paused or starved): the group may have moved on"))
             } else if shared.ownership_changes.load(Ordering::SeqCst) != changes
                 || !shared.owns_partition.load(Ordering::SeqCst)
             {
                 Some("the lease partition was revoked".to_owned())
-            } else if shared.relinquish_requested.load(Ordering::SeqCst) {
-                Some(format!(
-                    "the checkpoint store refused leader epoch {epoch} (a newer epoch wrote)"
-                ))
             } else {
                 None
             };

@@ -25,6 +25,7 @@ fn settings(broker: &KafkaBroker, topic: &str, group: &str, create: bool) -> Lea
         create_topic: create,
         replication_factor: 1,
         request_timeout: Duration::from_secs(10),
+        deaf_to_loss: false,
     }
 }
 

@@ -62,6 +62,22 @@ fn lease_client_config(config: &RelayConfig) -> Result<ClientConfig, StandbyErro
     Ok(client)
 }
 
+/// Failure tests only: `OUTBOX_RELAY_TEST_LEASE_DEAF=1` makes the lease end a term only when
+/// the checkpoint store refuses its epoch (see `LeaseSettings::deaf_to_loss`), so a test can
+/// show that the store alone fences a zombie. Never set in production.
+pub const LEASE_DEAF_VARIABLE: &str = "OUTBOX_RELAY_TEST_LEASE_DEAF";
+
+fn lease_deaf_for_tests() -> bool {
+    let deaf = std::env::var(LEASE_DEAF_VARIABLE).is_ok_and(|value| value == "1");
+    if deaf {
+        tracing::warn!(
+            variable = LEASE_DEAF_VARIABLE,
+            "TEST MODE: the lease ignores leadership loss; only the checkpoint store fences this relay"
+        );
+    }
+    deaf
+}
+
 /// Starts the lease, retrying transient failures (broker not up yet) with backoff until
 /// `shutdown` fires (`Ok(None)`).
 async fn start_lease(
@@ -76,6 +92,7 @@ async fn start_lease(
         create_topic: config.kafka.create_topics,
         replication_factor: config.kafka.topic_replication_factor,
         request_timeout: Duration::from_millis(config.kafka.admin_timeout_ms),
+        deaf_to_loss: lease_deaf_for_tests(),
     };
     let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
     let mut stop = shutdown.subscribe();

@@ -299,10 +299,29 @@ async fn stored_checkpoint(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_leader_is_fenced_and_rejoins_as_a_standby() {
+    zombie_scenario(false).await;
+}
+
+/// The same with a lease that learns of the loss late (`OUTBOX_RELAY_TEST_LEASE_DEAF=1`:
+/// it ends a term only when the store refuses the epoch): the woken zombie goes on reading
+/// and publishing, and it is the checkpoint store that refuses its commits (stale leader
+/// epoch) and sends it back to standby; the checkpoint still never moves backwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zombie_that_learns_late_is_fenced_by_the_checkpoint_store() {
+    zombie_scenario(true).await;
+}
+
+async fn zombie_scenario(lease_deaf: bool) {
     let (db, broker) = start_shop_database_and_broker().await;
     let mut group = ha_group(&db, broker, 2).await;
     for member in &mut group {
-        member.relay.start();
+        if lease_deaf {
+            member
+                .relay
+                .start_with_env(&[("OUTBOX_RELAY_TEST_LEASE_DEAF", "1")]);
+        } else {
+            member.relay.start();
+        }
     }
     let stop_writing = Arc::new(AtomicBool::new(false));
     let writer = spawn_writer(
@@ -383,6 +402,23 @@ async fn a_paused_leader_is_fenced_and_rejoins_as_a_standby() {
         sum_of(&zombie_metrics, "outbox_relay_fencing_events_total") >= 1.0,
         "no fencing event counted: {zombie_metrics:?}"
     );
+    if lease_deaf {
+        assert!(
+            zombie_metrics
+                .get("outbox_relay_fencing_events_total{kind=\"checkpoint_store\"}")
+                .is_some_and(|count| *count >= 1.0),
+            "the store did not fence the zombie: {zombie_metrics:?}\n{}",
+            group[zombie].relay.log_tail(40)
+        );
+        assert!(
+            group[zombie]
+                .relay
+                .log()
+                .contains("refusing a checkpoint write of leader epoch"),
+            "{}",
+            group[zombie].relay.log_tail(40)
+        );
+    }
     let delivered_then = sum_of(&zombie_metrics, "outbox_relay_records_delivered_total");
     tokio::time::sleep(Duration::from_secs(3)).await;
     let zombie_metrics = scrape(&group[zombie].metrics).await.unwrap();
@@ -445,7 +481,9 @@ async fn a_paused_leader_is_fenced_and_rejoins_as_a_standby() {
     watching.store(false, Ordering::SeqCst);
     let history = watcher.await.expect("the checkpoint never moved backwards");
     let epochs: Vec<Option<u64>> = history.iter().map(|entry| entry.2).collect();
-    println!("zombie test: {summary:?}; checkpoint epochs seen: {epochs:?}");
+    println!(
+        "zombie test (lease deaf: {lease_deaf}): {summary:?}; checkpoint epochs seen: {epochs:?}"
+    );
     assert!(
         epochs.windows(2).any(|pair| pair[0] < pair[1]),
         "the epoch never changed: {epochs:?}"
