@@ -17,17 +17,26 @@
 //! }
 //! ```
 //!
-//! `format` is [`CHECKPOINT_FORMAT_VERSION`]. A reader refuses a document with a newer
-//! format ([`CheckpointFormatError::NewerFormat`]) instead of guessing: an older relay
-//! must not silently misread a newer relay's checkpoint. GTIDs and GTID sets are written in
+//! `format` is 1 or 2. Format 2 is format 1 plus `"leader_epoch": N`, the leadership term of
+//! the relay that wrote it under `[ha]` (standby failover; the stores refuse a commit of an
+//! older term, see [`crate::CheckpointStoreError::StaleLeader`]). A checkpoint without a
+//! leader epoch is written as format 1, so a relay without `[ha]` keeps writing what older
+//! relays read; only a checkpoint that carries an epoch needs a reader of format 2.
+//! [`CHECKPOINT_FORMAT_VERSION`] is the newest format. A reader refuses a document with a
+//! newer format ([`CheckpointFormatError::NewerFormat`]) instead of guessing: an older relay
+//! must not silently misread (or drop the epoch of) a newer relay's checkpoint. GTIDs and GTID sets are written in
 //! the server's own syntax (`gtid_executed` for MySQL, `gtid_slave_pos` for MariaDB).
 
 use std::cmp::Ordering;
 
 use outbox_binlog::{BinlogPosition, Commit, Flavor, Gtid, GtidSet, Heartbeat};
 
-/// The JSON format version this crate writes, and the newest one it reads.
-pub const CHECKPOINT_FORMAT_VERSION: u32 = 1;
+/// The newest JSON format version this crate writes and reads (2: with `leader_epoch`;
+/// checkpoints without an epoch are still written as format 1, see the module docs).
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 2;
+
+/// The format of a checkpoint without a leader epoch (what relays before format 2 read).
+const FORMAT_WITHOUT_LEADER_EPOCH: u32 = 1;
 
 /// The version of this crate, written into every checkpoint as `writer_version` so an
 /// operator can tell which relay build wrote a checkpoint.
@@ -137,6 +146,12 @@ pub struct Checkpoint {
     /// Version of the relay that wrote it ([`WRITER_VERSION`] for new checkpoints), for
     /// operators and for future format migrations.
     pub writer_version: String,
+    /// The leadership term of the relay that wrote it, under `[ha]` (standby failover): a
+    /// number that grows with every leadership change, fenced by Kafka's group coordinator.
+    /// The stores refuse a commit whose epoch is older than the stored one, so a paused old
+    /// leader (a zombie) cannot move the checkpoint after a new leader took over. `None`:
+    /// written without `[ha]` (or by `checkpoint set`).
+    pub leader_epoch: Option<u64>,
 }
 
 /// Why a checkpoint document could not be read.
@@ -159,11 +174,12 @@ pub enum CheckpointFormatError {
     },
 }
 
-/// The on-disk shape of format 1; private so the public type can change independently.
+/// The on-disk shape of formats 1 and 2; private so the public type can change
+/// independently.
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CheckpointDocumentV1 {
-    /// [`CHECKPOINT_FORMAT_VERSION`]: lets readers refuse formats they do not know.
+struct CheckpointDocument {
+    /// 1 or 2 (see the module docs): lets readers refuse formats they do not know.
     format: u32,
     /// [`Checkpoint::writer_version`].
     writer_version: String,
@@ -180,6 +196,10 @@ struct CheckpointDocumentV1 {
     gtid_set: String,
     /// [`CheckpointPosition::timestamp`].
     timestamp: u32,
+    /// [`Checkpoint::leader_epoch`]; format 2 only (absent in format 1, and not written when
+    /// `None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    leader_epoch: Option<u64>,
 }
 
 impl Checkpoint {
@@ -189,13 +209,25 @@ impl Checkpoint {
             source,
             position,
             writer_version: WRITER_VERSION.to_owned(),
+            leader_epoch: None,
         }
     }
 
-    /// The readable JSON document (pretty-printed, format [`CHECKPOINT_FORMAT_VERSION`]).
+    /// The same checkpoint stamped with the leadership term `epoch` (see
+    /// [`Checkpoint::leader_epoch`]).
+    pub fn with_leader_epoch(mut self, epoch: Option<u64>) -> Self {
+        self.leader_epoch = epoch;
+        self
+    }
+
+    /// The readable JSON document (pretty-printed; format 2 with a leader epoch, else 1).
     pub fn to_json(&self) -> String {
-        let document = CheckpointDocumentV1 {
-            format: CHECKPOINT_FORMAT_VERSION,
+        let format = match self.leader_epoch {
+            Some(_) => CHECKPOINT_FORMAT_VERSION,
+            None => FORMAT_WITHOUT_LEADER_EPOCH,
+        };
+        let document = CheckpointDocument {
+            format,
             writer_version: self.writer_version.clone(),
             source: self.source.clone(),
             binlog_file: self.position.binlog.file.clone(),
@@ -203,6 +235,7 @@ impl Checkpoint {
             gtid: self.position.gtid.as_ref().map(ToString::to_string),
             gtid_set: self.position.gtid_set.to_string(),
             timestamp: self.position.timestamp,
+            leader_epoch: self.leader_epoch,
         };
         // Serializing plain strings and integers into a String cannot fail; fall back to the
         // compact writer's error text rather than panicking if serde_json ever disagrees.
@@ -227,11 +260,16 @@ impl Checkpoint {
                 supported: CHECKPOINT_FORMAT_VERSION,
             });
         }
-        if format != 1 {
+        if format != 1 && format != 2 {
             return Err(invalid(format!("unknown format {format}")));
         }
-        let document: CheckpointDocumentV1 =
+        let document: CheckpointDocument =
             serde_json::from_value(value).map_err(|error| invalid(error.to_string()))?;
+        if format == u64::from(FORMAT_WITHOUT_LEADER_EPOCH) && document.leader_epoch.is_some() {
+            return Err(invalid(
+                "format 1 has no `leader_epoch` (a leader epoch needs format 2)".to_owned(),
+            ));
+        }
         let flavor = document.source.flavor;
         let gtid_set = GtidSet::parse(flavor, &document.gtid_set)
             .map_err(|error| invalid(format!("`gtid_set`: {error}")))?;
@@ -251,6 +289,7 @@ impl Checkpoint {
                 timestamp: document.timestamp,
             },
             writer_version: document.writer_version,
+            leader_epoch: document.leader_epoch,
         })
     }
 }
@@ -352,16 +391,42 @@ mod tests {
     }
 
     #[test]
+    fn a_leader_epoch_round_trips_as_format_2_and_none_stays_format_1() {
+        let without = mariadb_checkpoint();
+        assert!(without.to_json().contains("\"format\": 1"));
+        assert!(!without.to_json().contains("leader_epoch"));
+        let with = mariadb_checkpoint().with_leader_epoch(Some(7));
+        let json = with.to_json();
+        assert!(json.contains("\"format\": 2"), "{json}");
+        assert!(json.contains("\"leader_epoch\": 7"), "{json}");
+        assert_eq!(Checkpoint::from_json(&json).unwrap(), with);
+        // A format-1 document (what relays before [ha] wrote) loads, without an epoch.
+        let old = r#"{"format": 1, "writer_version": "0.1.0",
+            "source": {"flavor": "mariadb", "server_id": 7, "server_uuid": null},
+            "binlog_file": "binlog.000003", "binlog_position": 1234,
+            "gtid": "0-7-17", "gtid_set": "0-7-17,1-2-5", "timestamp": 1764496800}"#;
+        let loaded = Checkpoint::from_json(old).unwrap();
+        assert_eq!(loaded.leader_epoch, None);
+        assert_eq!(loaded.position, without.position);
+        // An epoch in a format-1 document is not guessed at.
+        let mislabelled = json.replace("\"format\": 2", "\"format\": 1");
+        assert!(matches!(
+            Checkpoint::from_json(&mislabelled),
+            Err(CheckpointFormatError::Invalid { .. })
+        ));
+    }
+
+    #[test]
     fn newer_format_is_rejected_with_a_clear_error() {
         let json = mariadb_checkpoint()
             .to_json()
-            .replace("\"format\": 1", "\"format\": 2");
+            .replace("\"format\": 1", "\"format\": 3");
         let error = Checkpoint::from_json(&json).unwrap_err();
         assert_eq!(
             error,
             CheckpointFormatError::NewerFormat {
-                found: 2,
-                supported: 1
+                found: 3,
+                supported: 2
             }
         );
         assert!(error.to_string().contains("upgrade the relay"));

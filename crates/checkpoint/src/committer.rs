@@ -76,6 +76,10 @@ pub struct CheckpointCommitter {
     /// stored with this binlog position (the relay's "resume by GTID set" marker) instead of
     /// its own, since file offsets are only meaningful on the server that wrote them.
     gtid_only_binlog: Option<BinlogPosition>,
+    /// The leadership term (`[ha]`) stamped into every stored checkpoint, so the store can
+    /// refuse this committer's writes once a newer leader wrote
+    /// ([`CheckpointStoreError::StaleLeader`]); `None` without `[ha]`.
+    leader_epoch: Option<u64>,
 }
 
 impl CheckpointCommitter {
@@ -98,7 +102,15 @@ impl CheckpointCommitter {
             last_committed: already_committed,
             last_commit_at: Instant::now(),
             gtid_only_binlog: None,
+            leader_epoch: None,
         }
+    }
+
+    /// The same committer stamping `epoch` into every checkpoint it stores (see
+    /// [`crate::Checkpoint::leader_epoch`]).
+    pub fn with_leader_epoch(mut self, epoch: Option<u64>) -> Self {
+        self.leader_epoch = epoch;
+        self
     }
 
     /// After a failover to `source`: later checkpoints name it, and every position (the
@@ -201,7 +213,8 @@ impl CheckpointCommitter {
         let Some(position) = self.pending.take() else {
             return Ok(false);
         };
-        let checkpoint = Checkpoint::new(self.source.clone(), position);
+        let checkpoint =
+            Checkpoint::new(self.source.clone(), position).with_leader_epoch(self.leader_epoch);
         let started = Instant::now();
         let result = self.store.commit(&checkpoint).await;
         // Success or failure, the next attempt waits one more interval (or batch): a failed

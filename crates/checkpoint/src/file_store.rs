@@ -11,6 +11,16 @@
 //! naming the path ([`CheckpointStoreError::Corrupt`]), never a restart from zero. A missing
 //! directory is an error ([`CheckpointStoreError::MissingDirectory`]); the store does not
 //! create it. A missing file in an existing directory is "never committed" (`None`).
+//!
+//! # Leader epochs: single host only
+//! A commit that carries a leader epoch (`[ha]`) re-reads the file before writing and applies
+//! [`crate::check_commit`] to what it finds, so a stale leader is refused once a newer one
+//! wrote. The read and the rename are not one atomic step across processes (there is no
+//! lock between relays), and a file on a network file system gives no ordering at all:
+//! the file store fences stale leaders only between relays on **one host** sharing a local
+//! file, and even there a write racing the new leader's take-over can land (a replay,
+//! never a loss). Several hosts need the MySQL (or Kafka) store, which enforces the rule
+//! atomically.
 
 use std::fs;
 use std::io::Write;
@@ -18,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::checkpoint::Checkpoint;
-use crate::store::{reject_regression, CheckpointStore, CheckpointStoreError, StoreFuture};
+use crate::store::{check_commit, CheckpointStore, CheckpointStoreError, StoreFuture};
 
 /// A checkpoint kept in one JSON file. See the module docs.
 #[derive(Debug, Clone)]
@@ -225,11 +235,16 @@ impl FileStoreInner {
 
     fn commit(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointStoreError> {
         let _writing = self.lock_writes();
-        let stored = match self.remembered() {
+        // Under [ha] another relay (on this host) may have written since: read the file.
+        let remembered = match checkpoint.leader_epoch {
+            Some(_) => None,
+            None => self.remembered(),
+        };
+        let stored = match remembered {
             Some(stored) => stored,
             None => self.read()?,
         };
-        reject_regression(&self.location(), stored.as_ref(), checkpoint)?;
+        check_commit(&self.location(), stored.as_ref(), checkpoint)?;
         self.write_unlocked(checkpoint)
     }
 

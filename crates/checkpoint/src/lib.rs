@@ -67,6 +67,7 @@ pub use file_store::FileCheckpointStore;
 pub use internal_events::register_metrics;
 pub use mysql_store::{MysqlCheckpointStore, DEFAULT_OPERATION_TIMEOUT};
 pub use store::{
-    reject_regression, CheckpointStore, CheckpointStoreError, SharedCheckpointStore, StoreFuture,
+    check_commit, reject_regression, CheckpointStore, CheckpointStoreError, SharedCheckpointStore,
+    StoreFuture,
 };
 pub use tracker::{AckError, AckToken, AckTracker};

@@ -21,9 +21,21 @@
 //! the other columns are for people reading the table.
 //!
 //! # Durability
-//! A commit is one autocommitted InnoDB upsert (`INSERT ... ON DUPLICATE KEY UPDATE`); it is
-//! durable when it returns as far as the server's `innodb_flush_log_at_trx_commit=1`
-//! (the default) makes it so.
+//! A commit is one InnoDB transaction: `SELECT ... FOR UPDATE` of the connector's row, the
+//! commit rule ([`crate::check_commit`]: leader epoch, then no regression) against what the
+//! row holds, then an upsert (`INSERT ... ON DUPLICATE KEY UPDATE`); it is durable when it
+//! returns as far as the server's `innodb_flush_log_at_trx_commit=1` (the default) makes it
+//! so.
+//!
+//! # Leader epochs (`[ha]`)
+//! The rule is enforced by the database, not by this process's memory: the row lock makes
+//! the read, the check and the write one step, so of two relays (two processes, two hosts)
+//! committing at once the one with the older leader epoch is refused
+//! ([`CheckpointStoreError::StaleLeader`]) once the newer one's write is in, whatever each
+//! remembered. A new leader's [`CheckpointStore::take_over`] stamps the stored row with its
+//! epoch in the same kind of transaction, so no older leader's commit lands after it. Two
+//! first inserts of a missing row may deadlock on the gap lock; the loser's commit fails as a
+//! database error and is retried.
 //!
 //! # Timeouts
 //! Every operation (getting a connection, the statement) is bounded by the store's
@@ -40,13 +52,12 @@
 //! costs one small write per commit interval, not a loop).
 
 use std::future::Future;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 
 use crate::checkpoint::Checkpoint;
-use crate::store::{reject_regression, CheckpointStore, CheckpointStoreError, StoreFuture};
+use crate::store::{check_commit, CheckpointStore, CheckpointStoreError, StoreFuture};
 
 /// How long one store operation may take unless [`MysqlCheckpointStore::with_operation_timeout`]
 /// says otherwise.
@@ -65,9 +76,6 @@ pub struct MysqlCheckpointStore {
     connector: String,
     /// Set once the table is known to exist (created or found) in this process.
     table_ready: tokio::sync::OnceCell<()>,
-    /// The last checkpoint read or written (`Some(None)`: known absent), for the regression
-    /// check without a read before every commit; `None` until known.
-    last_stored: Mutex<Option<Option<Checkpoint>>>,
     /// Bound of each operation (connection plus statement): a server that stops answering
     /// must not hang the committer or the relay's shutdown.
     operation_timeout: Duration,
@@ -87,7 +95,6 @@ impl MysqlCheckpointStore {
             location: format!("{database}.{table} (connector `{connector}`)"),
             connector: connector.to_owned(),
             table_ready: tokio::sync::OnceCell::new(),
-            last_stored: Mutex::new(None),
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
         }
     }
@@ -154,16 +161,6 @@ impl MysqlCheckpointStore {
         }
     }
 
-    fn remember(&self, checkpoint: Option<Checkpoint>) {
-        if let Ok(mut last) = self.last_stored.lock() {
-            *last = Some(checkpoint);
-        }
-    }
-
-    fn remembered(&self) -> Option<Option<Checkpoint>> {
-        self.last_stored.lock().ok().and_then(|last| last.clone())
-    }
-
     async fn connection(&self) -> Result<mysql_async::Conn, CheckpointStoreError> {
         let mut conn = self.pool.get_conn().await.map_err(self.database_error())?;
         self.table_ready
@@ -199,21 +196,96 @@ impl MysqlCheckpointStore {
             )
             .await
             .map_err(self.database_error())?;
-        let checkpoint = match json {
-            None => None,
-            Some(json) => Some(Checkpoint::from_json(&json).map_err(|source| {
+        self.parse(json)
+    }
+
+    fn parse(&self, json: Option<String>) -> Result<Option<Checkpoint>, CheckpointStoreError> {
+        match json {
+            None => Ok(None),
+            Some(json) => Checkpoint::from_json(&json).map(Some).map_err(|source| {
                 CheckpointStoreError::Corrupt {
                     location: self.location.clone(),
                     source,
                 }
-            })?),
-        };
-        self.remember(checkpoint.clone());
-        Ok(checkpoint)
+            }),
+        }
     }
 
+    /// Starts a transaction and reads the connector's row with `FOR UPDATE`: until the
+    /// transaction ends no other writer can change (or insert) it.
+    async fn lock_row<'c>(
+        &self,
+        conn: &'c mut mysql_async::Conn,
+    ) -> Result<(mysql_async::Transaction<'c>, Option<Checkpoint>), CheckpointStoreError> {
+        let mut transaction = conn
+            .start_transaction(mysql_async::TxOpts::default())
+            .await
+            .map_err(self.database_error())?;
+        let json: Option<String> = transaction
+            .exec_first(
+                format!(
+                    "SELECT checkpoint_json FROM {} WHERE connector_name = ? FOR UPDATE",
+                    self.qualified_table
+                ),
+                (self.connector.as_str(),),
+            )
+            .await
+            .map_err(self.database_error())?;
+        let stored = self.parse(json)?;
+        Ok((transaction, stored))
+    }
+
+    /// Applies the commit rule to the locked row and upserts `checkpoint` in one transaction.
+    async fn commit_checked(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointStoreError> {
+        let mut conn = self.connection().await?;
+        let (mut transaction, stored) = self.lock_row(&mut conn).await?;
+        if let Err(refused) = check_commit(&self.location, stored.as_ref(), checkpoint) {
+            transaction
+                .rollback()
+                .await
+                .map_err(self.database_error())?;
+            return Err(refused);
+        }
+        self.upsert(&mut transaction, checkpoint).await?;
+        transaction.commit().await.map_err(self.database_error())
+    }
+
+    /// [`CheckpointStore::take_over`] in one transaction: the row is stamped with `epoch`
+    /// under its lock, so no older leader's commit can land between the read and the stamp.
+    async fn take_over_locked(
+        &self,
+        epoch: u64,
+    ) -> Result<Option<Checkpoint>, CheckpointStoreError> {
+        let mut conn = self.connection().await?;
+        let (mut transaction, stored) = self.lock_row(&mut conn).await?;
+        let Some(stored) = stored else {
+            transaction.commit().await.map_err(self.database_error())?;
+            return Ok(None);
+        };
+        let stamped = stored.clone().with_leader_epoch(Some(epoch));
+        if let Err(refused) = check_commit(&self.location, Some(&stored), &stamped) {
+            transaction
+                .rollback()
+                .await
+                .map_err(self.database_error())?;
+            return Err(refused);
+        }
+        self.upsert(&mut transaction, &stamped).await?;
+        transaction.commit().await.map_err(self.database_error())?;
+        Ok(Some(stamped))
+    }
+
+    /// `checkpoint set`: stores unconditionally (one autocommitted upsert).
     async fn write(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointStoreError> {
         let mut conn = self.connection().await?;
+        self.upsert(&mut conn, checkpoint).await
+    }
+
+    async fn upsert(
+        &self,
+        conn: &mut impl Queryable,
+        checkpoint: &Checkpoint,
+    ) -> Result<(), CheckpointStoreError> {
         conn.exec_drop(
             format!(
                 "INSERT INTO {} \
@@ -236,18 +308,7 @@ impl MysqlCheckpointStore {
             ),
         )
         .await
-        .map_err(self.database_error())?;
-        self.remember(Some(checkpoint.clone()));
-        Ok(())
-    }
-
-    async fn commit_checked(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointStoreError> {
-        let stored = match self.remembered() {
-            Some(stored) => stored,
-            None => self.read().await?,
-        };
-        reject_regression(&self.location, stored.as_ref(), checkpoint)?;
-        self.write(checkpoint).await
+        .map_err(self.database_error())
     }
 
     async fn delete(&self) -> Result<(), CheckpointStoreError> {
@@ -260,9 +321,7 @@ impl MysqlCheckpointStore {
             (self.connector.as_str(),),
         )
         .await
-        .map_err(self.database_error())?;
-        self.remember(None);
-        Ok(())
+        .map_err(self.database_error())
     }
 }
 
@@ -285,5 +344,9 @@ impl CheckpointStore for MysqlCheckpointStore {
 
     fn reset(&self) -> StoreFuture<'_, ()> {
         Box::pin(self.bounded("resetting", self.delete()))
+    }
+
+    fn take_over(&self, epoch: u64) -> StoreFuture<'_, Option<Checkpoint>> {
+        Box::pin(self.bounded("taking over", self.take_over_locked(epoch)))
     }
 }

@@ -17,7 +17,19 @@
 //!   unconditionally, backwards too; [`CheckpointStore::reset`] (`checkpoint reset`) removes
 //!   it, so the next `load` is `None`. Run them only while the relay is stopped.
 //! * One writer per checkpoint: stores remember the last stored checkpoint in memory for the
-//!   regression check, so two relays sharing one are not detected on every commit.
+//!   regression check, so two relays sharing one are not detected on every commit, unless
+//!   they run under `[ha]` (below).
+//! * **Leader epochs** (`[ha]`, standby failover): a checkpoint may carry the leadership term
+//!   of the relay that wrote it ([`Checkpoint::leader_epoch`], growing with every leadership
+//!   change). A commit whose epoch is older than the stored checkpoint's is refused with
+//!   [`CheckpointStoreError::StaleLeader`] and stores nothing: a paused or partitioned old
+//!   leader (a zombie) cannot move the checkpoint once a new leader wrote one. A commit
+//!   without an epoch counts as older than any epoch (a relay without `[ha]` next to an `[ha]`
+//!   group is refused too). A commit of a *newer* epoch starts a new term and is accepted even
+//!   if its position is behind the stored one (a new leader resumes from the checkpoint it
+//!   took over; see [`CheckpointStore::take_over`]); within one epoch the regression rule
+//!   holds. The rule is [`check_commit`]; each store says where it enforces it (the MySQL
+//!   store in the database, atomically; the file store on one host only).
 //!
 //! # Choosing a backend at runtime
 //! The trait is dyn-compatible (its methods return boxed futures), so the relay builds a
@@ -57,6 +69,26 @@ pub trait CheckpointStore: Send + Sync + std::fmt::Debug {
 
     /// Operator reset: removes the checkpoint, so the next `load` returns `None`.
     fn reset(&self) -> StoreFuture<'_, ()>;
+
+    /// A new leader's start (`[ha]`): loads the checkpoint and, if there is one, stores it
+    /// again stamped with `epoch`, so from now on every commit of an older leader is refused
+    /// ([`CheckpointStoreError::StaleLeader`]). Returns the checkpoint the term resumes from
+    /// (with `epoch`). Refuses with `StaleLeader` when the stored epoch is newer than
+    /// `epoch`.
+    ///
+    /// The default is `load` then `commit`, not atomic: an older leader's commit between the
+    /// two is overwritten by the loaded (older) position, which means a replay, never a loss.
+    /// Stores that can do better (the MySQL store: one transaction) override it.
+    fn take_over(&self, epoch: u64) -> StoreFuture<'_, Option<Checkpoint>> {
+        Box::pin(async move {
+            let Some(stored) = self.load().await? else {
+                return Ok(None);
+            };
+            let stamped = stored.with_leader_epoch(Some(epoch));
+            self.commit(&stamped).await?;
+            Ok(Some(stamped))
+        })
+    }
 }
 
 /// Everything a checkpoint store can fail with. Each variant names the place (file path,
@@ -148,6 +180,18 @@ pub enum CheckpointStoreError {
         /// librdkafka's words.
         message: String,
     },
+    /// A commit (or take-over) of an older leadership term than the stored checkpoint's
+    /// (`[ha]`): another relay became leader since; nothing was stored. Definite for this
+    /// term: the relay stops publishing and goes back to standby.
+    #[error("refusing a checkpoint write of leader epoch {} to {location}: it holds a checkpoint of leader epoch {stored_epoch}, so another relay became leader since (this one is a stale leader and must stop publishing){}", describe_epoch(*offered_epoch), hint_without_epoch(*offered_epoch))]
+    StaleLeader {
+        /// Where the checkpoint is stored.
+        location: String,
+        /// The stored checkpoint's leader epoch.
+        stored_epoch: u64,
+        /// The refused write's leader epoch (`None`: a relay without `[ha]`).
+        offered_epoch: Option<u64>,
+    },
     /// A blocking file operation's task panicked or was cancelled.
     #[error("checkpoint store task for {location} failed: {message}")]
     Task {
@@ -156,6 +200,51 @@ pub enum CheckpointStoreError {
         /// The join error.
         message: String,
     },
+}
+
+fn describe_epoch(epoch: Option<u64>) -> String {
+    match epoch {
+        Some(epoch) => epoch.to_string(),
+        None => "none".to_owned(),
+    }
+}
+
+fn hint_without_epoch(epoch: Option<u64>) -> &'static str {
+    match epoch {
+        Some(_) => "",
+        None => "; this relay runs without [ha]: enable [ha] like the other relays, or stop them all and `outbox-relay checkpoint set` before running without it",
+    }
+}
+
+/// The commit rule every store applies (module docs): `Err(StaleLeader)` when `offered`'s
+/// leader epoch is older than `stored`'s (no epoch is older than any); a newer epoch is
+/// accepted as is; within the same epoch, `Err(Regression)` when the position moves
+/// backwards (same source, comparable files). `location` names the store in the error.
+///
+/// Public so every backend (also outside this crate, e.g. a Kafka store) applies the same
+/// rule.
+pub fn check_commit(
+    location: &str,
+    stored: Option<&Checkpoint>,
+    offered: &Checkpoint,
+) -> Result<(), CheckpointStoreError> {
+    if let Some(stored_epoch) = stored.and_then(|stored| stored.leader_epoch) {
+        match offered.leader_epoch {
+            Some(offered_epoch) if offered_epoch > stored_epoch => return Ok(()),
+            Some(offered_epoch) if offered_epoch == stored_epoch => {}
+            offered_epoch => {
+                return Err(CheckpointStoreError::StaleLeader {
+                    location: location.to_owned(),
+                    stored_epoch,
+                    offered_epoch,
+                })
+            }
+        }
+    } else if offered.leader_epoch.is_some() {
+        // The first checkpoint of an [ha] group (stored without an epoch before): a new term.
+        return Ok(());
+    }
+    reject_regression(location, stored, offered)
 }
 
 /// `Err(Regression)` when `offered` is older than `stored` (same source, comparable files):
@@ -181,4 +270,71 @@ pub fn reject_regression(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::{CheckpointPosition, SourceIdentity};
+    use outbox_binlog::{BinlogPosition, Flavor};
+
+    fn at(position: u64, epoch: Option<u64>) -> Checkpoint {
+        Checkpoint::new(
+            SourceIdentity {
+                flavor: Flavor::Mariadb,
+                server_id: 1,
+                server_uuid: None,
+            },
+            CheckpointPosition::at(BinlogPosition::new("binlog.000001", position)),
+        )
+        .with_leader_epoch(epoch)
+    }
+
+    #[test]
+    fn an_older_epoch_is_refused_naming_both_epochs() {
+        let error = check_commit("here", Some(&at(100, Some(5))), &at(200, Some(4))).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                CheckpointStoreError::StaleLeader {
+                    stored_epoch: 5,
+                    offered_epoch: Some(4),
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        let text = error.to_string();
+        assert!(
+            text.contains("leader epoch 4") && text.contains("leader epoch 5"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn no_epoch_after_an_epoch_is_refused_with_the_fix() {
+        let error = check_commit("here", Some(&at(100, Some(1))), &at(200, None)).unwrap_err();
+        assert!(error.to_string().contains("without [ha]"), "{error}");
+    }
+
+    #[test]
+    fn a_newer_epoch_starts_a_term_even_behind_the_stored_position() {
+        check_commit("here", Some(&at(500, Some(2))), &at(100, Some(3))).unwrap();
+        check_commit("here", Some(&at(500, None)), &at(100, Some(1))).unwrap();
+        check_commit("here", None, &at(100, Some(1))).unwrap();
+    }
+
+    #[test]
+    fn within_one_epoch_the_regression_rule_holds() {
+        check_commit("here", Some(&at(100, Some(2))), &at(100, Some(2))).unwrap();
+        check_commit("here", Some(&at(100, Some(2))), &at(200, Some(2))).unwrap();
+        assert!(matches!(
+            check_commit("here", Some(&at(200, Some(2))), &at(100, Some(2))),
+            Err(CheckpointStoreError::Regression { .. })
+        ));
+        assert!(matches!(
+            check_commit("here", Some(&at(200, None)), &at(100, None)),
+            Err(CheckpointStoreError::Regression { .. })
+        ));
+    }
 }

@@ -127,7 +127,7 @@ async fn a_newer_format_is_rejected() {
                 source,
                 &CheckpointFormatError::NewerFormat {
                     found: 7,
-                    supported: 1
+                    supported: 2
                 }
             );
             assert_eq!(location, &path.display().to_string());
@@ -213,4 +213,58 @@ async fn concurrent_commits_never_leave_a_torn_file() {
         .unwrap();
     assert_eq!(loaded.position.binlog.position, newest_stored);
     assert!(!store.temp_path().exists());
+}
+
+/// Two relays on one host sharing the file (`[ha]`): once the newer leader wrote, the stale
+/// one's commit is refused naming both epochs, also when its store instance remembered only
+/// its own last write (the file is re-read before an epoch-carrying commit).
+#[tokio::test]
+async fn a_stale_leader_is_refused_after_a_newer_leader_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("checkpoint.json");
+    let zombie = FileCheckpointStore::new(&path);
+    let leader = FileCheckpointStore::new(&path);
+    zombie
+        .commit(&checkpoint_at("binlog.000001", 500, 3).with_leader_epoch(Some(1)))
+        .await
+        .unwrap();
+    // The new leader takes over: the checkpoint is stamped with its epoch, unchanged.
+    let taken = leader.take_over(2).await.unwrap().unwrap();
+    assert_eq!(taken.leader_epoch, Some(2));
+    assert_eq!(
+        taken.position.binlog,
+        BinlogPosition::new("binlog.000001", 500)
+    );
+    let error = zombie
+        .commit(&checkpoint_at("binlog.000001", 900, 4).with_leader_epoch(Some(1)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            CheckpointStoreError::StaleLeader {
+                stored_epoch: 2,
+                offered_epoch: Some(1),
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("checkpoint.json"), "{error}");
+    // Nothing was stored by the refused commit; the new leader goes on.
+    let reread = FileCheckpointStore::new(&path)
+        .load()
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(reread, taken);
+    leader
+        .commit(&checkpoint_at("binlog.000001", 700, 4).with_leader_epoch(Some(2)))
+        .await
+        .unwrap();
+    // A stale take-over is refused too.
+    assert!(matches!(
+        zombie.take_over(1).await,
+        Err(CheckpointStoreError::StaleLeader { .. })
+    ));
 }

@@ -188,6 +188,96 @@ async fn the_mysql_store_passes_the_store_contract() {
     run_contract(&MysqlLocations { url: server.url() }, "mysql").await;
 }
 
+/// Two relays (two store instances, as two processes: each remembers only its own writes)
+/// under `[ha]`: after the new leader's take-over the old leader's commit is refused by the
+/// database, naming both epochs, and nothing of it is stored; a racing pair of commits of
+/// the two epochs never leaves the stale one in the row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_refuses_a_stale_leader_epoch() {
+    let server = start_scratch().await;
+    server.exec(&["CREATE DATABASE relay_state"]).await.unwrap();
+    let url = server.url();
+    let open =
+        || MysqlCheckpointStore::from_url(&url, "relay_state", "checkpoints", "orders").unwrap();
+    let zombie = open();
+    let leader = open();
+    assert_eq!(
+        leader.take_over(1).await.unwrap(),
+        None,
+        "nothing stored yet"
+    );
+    zombie
+        .commit(&checkpoint_at(1, "binlog.000001", 400, 5).with_leader_epoch(Some(1)))
+        .await
+        .unwrap();
+    let taken = leader.take_over(2).await.unwrap().unwrap();
+    assert_eq!(taken.leader_epoch, Some(2));
+    assert_eq!(taken.position.binlog.position, 400);
+    let error = zombie
+        .commit(&checkpoint_at(1, "binlog.000001", 900, 6).with_leader_epoch(Some(1)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            CheckpointStoreError::StaleLeader {
+                stored_epoch: 2,
+                offered_epoch: Some(1),
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("orders"), "{error}");
+    assert_eq!(open().load().await.unwrap(), Some(taken.clone()));
+    // No epoch (a relay without [ha]) is refused too, with the fix.
+    let error = zombie
+        .commit(&checkpoint_at(1, "binlog.000001", 900, 6))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("without [ha]"), "{error}");
+
+    // Races: epoch 3 and epoch 4 commit at the same time, many rounds; the row ends at 4.
+    for round in 0..20u64 {
+        let low = open();
+        let high = open();
+        let base = 1_000 + round * 10;
+        let low_checkpoint =
+            checkpoint_at(1, "binlog.000002", base + 5, 7).with_leader_epoch(Some(3 + 2 * round));
+        let high_checkpoint =
+            checkpoint_at(1, "binlog.000002", base, 7).with_leader_epoch(Some(4 + 2 * round));
+        let (a, b) = tokio::join!(low.commit(&low_checkpoint), high.commit(&high_checkpoint));
+        // The high epoch may lose a deadlock (a transient database error) but never a
+        // fencing check; the low one may land first or be refused.
+        assert!(
+            !matches!(b, Err(CheckpointStoreError::StaleLeader { .. })),
+            "{b:?}"
+        );
+        if b.is_err() {
+            high.commit(&high_checkpoint).await.unwrap();
+        }
+        if let Err(error) = &a {
+            assert!(
+                matches!(
+                    error,
+                    CheckpointStoreError::StaleLeader { .. }
+                        | CheckpointStoreError::Database { .. }
+                ),
+                "{error:?}"
+            );
+        }
+        let stored = open().load().await.unwrap().unwrap();
+        assert_eq!(stored.leader_epoch, Some(4 + 2 * round), "round {round}");
+        assert_eq!(stored.position.binlog.position, base);
+        for store in [low, high] {
+            store.disconnect().await.unwrap();
+        }
+    }
+    for store in [zombie, leader] {
+        store.disconnect().await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn a_missing_database_or_bad_url_is_a_clear_error() {
     assert!(matches!(

@@ -17,3 +17,6 @@ pub use kafka_store::{
     CHECKPOINT_TRANSACTIONAL_ID_PREFIX, DEFAULT_CHECKPOINT_TOPIC, OPEN_TRANSACTION_WAIT,
 };
 pub use kafka_store_events::register_kafka_store_metrics;
+pub mod lease;
+
+pub use lease::{lease_group_id, LeaderLease, LeaseError, LeaseSettings, LeaseState};

@@ -12,6 +12,7 @@ use outbox_router::{RouteOutcome, Router};
 
 use crate::cli::{CheckpointAction, Cli, Command, DlqAction, LogFormat};
 use crate::config::{parse_file_position, RelayConfig};
+use crate::internal_events::{InternalEvent, SoleRelayStarted};
 use crate::pipeline::{run_relay, RelayHandles};
 use crate::shutdown::install_signal_handlers;
 use crate::stores::open_checkpoint_store;
@@ -81,7 +82,12 @@ async fn run_command(path: &Path) -> anyhow::Result<i32> {
         brokers = %config.kafka.brokers,
         "outbox-relay starting"
     );
-    let summary = run_relay(config, handles).await?;
+    let summary = if config.ha.enabled {
+        crate::ha::run_standby(config, handles).await?
+    } else {
+        SoleRelayStarted.emit(&handles.metrics);
+        run_relay(config, handles).await?
+    };
     tracing::info!(delivered = summary.delivered, "outbox-relay stopped");
     Ok(0)
 }

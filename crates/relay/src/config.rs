@@ -99,6 +99,9 @@ pub struct RelayConfig {
     /// What happens to an event that fails permanently (dead-letter topic or stop).
     #[serde(default)]
     pub dead_letter: DeadLetterConfig,
+    /// Standby failover (`[ha]`): several relays, one publishing (see [`crate::ha`]).
+    #[serde(default)]
+    pub ha: crate::ha_config::HaConfig,
 }
 
 /// The error classes `dead_letter.fail_on` accepts (see [`crate::dead_letter`]).
@@ -870,6 +873,7 @@ impl RelayConfig {
         }
         StartSetting::parse(&source.start).map_err(|m| invalid("source.start", m))?;
         self.check_lower_bounds()?;
+        self.ha.validate()?;
         if source.idle_timeout_ms <= source.heartbeat_interval_ms {
             return Err(invalid(
                 "source.idle_timeout_ms",

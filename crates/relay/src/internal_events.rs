@@ -652,3 +652,84 @@ mod tests {
         assert_eq!(metrics.checkpoint_lag_seconds.get(), 0.0);
     }
 }
+
+/// `[ha]`: this relay became the leader of its connector's lease group and starts
+/// publishing in term `epoch`.
+#[derive(Debug)]
+pub struct LeadershipGained {
+    /// The term's leader epoch (stamped into every checkpoint it commits).
+    pub epoch: u64,
+}
+
+impl InternalEvent for LeadershipGained {
+    fn emit(self, metrics: &Metrics) {
+        metrics.leader.set(1);
+        metrics
+            .leader_epoch
+            .set(i64::try_from(self.epoch).unwrap_or(i64::MAX));
+        metrics.leadership_changes.inc();
+        tracing::info!(
+            epoch = self.epoch,
+            "leadership gained: resuming from the stored checkpoint and publishing"
+        );
+    }
+}
+
+/// `[ha]`: term `epoch` ended (leadership lost, or the store fenced it); the relay stopped
+/// publishing and is a standby again.
+#[derive(Debug)]
+pub struct LeadershipEnded<'a> {
+    /// The term that ended.
+    pub epoch: u64,
+    /// Why, for the log.
+    pub reason: &'a str,
+}
+
+impl InternalEvent for LeadershipEnded<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics.leader.set(0);
+        metrics.leadership_changes.inc();
+        tracing::warn!(
+            epoch = self.epoch,
+            reason = self.reason,
+            "stopped publishing: no longer the leader; back to standby"
+        );
+    }
+}
+
+/// `[ha]`: this relay was fenced as a stale leader: the checkpoint store refused its epoch
+/// (`kind` `checkpoint_store`), or the lease ended its term while it was publishing
+/// (`lease`).
+#[derive(Debug)]
+pub struct StaleLeaderFenced<'a> {
+    /// The fenced term.
+    pub epoch: u64,
+    /// `checkpoint_store` or `lease` (the metric's label).
+    pub kind: &'static str,
+    /// What fenced it, for the log.
+    pub detail: &'a str,
+}
+
+impl InternalEvent for StaleLeaderFenced<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics.fencing_events.with_label_values(&[self.kind]).inc();
+        tracing::warn!(
+            epoch = self.epoch,
+            kind = self.kind,
+            detail = self.detail,
+            "fenced as a stale leader"
+        );
+    }
+}
+
+/// Without `[ha]` the relay is the only one and always publishes: `outbox_relay_leader`
+/// is 1 while it runs.
+#[derive(Debug)]
+pub struct SoleRelayStarted;
+
+impl InternalEvent for SoleRelayStarted {
+    fn emit(self, metrics: &Metrics) {
+        metrics.leader.set(1);
+        tracing::debug!("no [ha]: this relay publishes without a lease");
+    }
+}

@@ -14,6 +14,8 @@
 //!   with them; [`http`] serves them with [`health`]'s readiness checks
 //!   ([`broker_probe`] feeds the broker one);
 //! * [`shutdown`]: the shutdown signal every task listens to;
+//! * [`ha`] and [`ha_config`]: `[ha]`, standby failover (the `run` command as a standby
+//!   loop on a Kafka lease, leader epochs stamped into checkpoints);
 //! * [`kafka_context`]: librdkafka's logs through `tracing`, repeats rate-limited;
 //! * [`crash_points`]: `OUTBOX_RELAY_CRASH_AT`, deliberate crashes for failure tests;
 //! * `xa_hold`: the records of two-phase XA transactions, held until their outcome.
@@ -35,6 +37,8 @@ pub mod config;
 pub mod crash_points;
 pub mod dead_letter;
 pub mod demo;
+pub mod ha;
+pub mod ha_config;
 pub mod health;
 pub mod http;
 pub mod internal_events;

@@ -116,6 +116,17 @@ pub struct Metrics {
     pub binlog_purge_horizon_bytes: Gauge,
     /// Binlog bytes between the committed checkpoint and the server's newest position.
     pub source_binlog_bytes_behind: Gauge,
+    /// 1 while this relay leads its connector's lease group (`[ha]`) and publishes, else 0
+    /// (a standby, or `[ha]` off: then it is 1 while running).
+    pub leader: IntGauge,
+    /// The leader epoch of the current (or last) term under `[ha]`; 0 before the first.
+    pub leader_epoch: IntGauge,
+    /// Leadership changes of this relay under `[ha]`: each term gained and each term
+    /// ended counts one.
+    pub leadership_changes: IntCounter,
+    /// Times this relay was fenced as a stale leader, by `kind`: `checkpoint_store` (the
+    /// store refused its epoch), `lease` (the lease ended its term while it published).
+    pub fencing_events: IntCounterVec,
     /// The committed checkpoint's binlog file and offset, for the purge horizon.
     committed_checkpoint: std::sync::Mutex<Option<(String, u64)>>,
 }
@@ -214,6 +225,23 @@ impl Metrics {
             tracing::warn!(%error, "binlog reader metrics not registered");
         }
         let metrics = Arc::new(Metrics {
+            leader: int_gauge(
+                "leader",
+                "1 while this relay leads (publishes); 0 while it is a standby",
+            ),
+            leader_epoch: int_gauge(
+                "leader_epoch",
+                "Leader epoch of the current or last leadership term ([ha])",
+            ),
+            leadership_changes: counter(
+                "leadership_changes_total",
+                "Leadership terms gained plus terms ended ([ha])",
+            ),
+            fencing_events: counter_vec(
+                "fencing_events_total",
+                "Times this relay was fenced as a stale leader, by kind (checkpoint_store, lease)",
+                "kind",
+            ),
             events_read: counter("events_read_total", "Row changes of watched tables read"),
             transactions_read: counter("transactions_read_total", "Committed transactions read"),
             events_routed: counter("events_routed_total", "Rows routed to a Kafka record"),

@@ -194,6 +194,11 @@ pub struct RelayHandles {
     pub shutdown: ShutdownController,
     /// Where counters go (and what `/metrics` serves).
     pub metrics: Arc<Metrics>,
+    /// `[ha]`: the leadership term this run publishes in. Its epoch is stamped into the
+    /// checkpoint taken over at start and every checkpoint committed, so the store refuses
+    /// this run's writes once a newer leader wrote. The standby loop ([`crate::ha`]) then
+    /// serves the HTTP endpoint across terms, so `run_relay` does not. `None`: no `[ha]`.
+    pub leader_epoch: Option<u64>,
 }
 
 impl Default for RelayHandles {
@@ -201,6 +206,7 @@ impl Default for RelayHandles {
         Self {
             shutdown: ShutdownController::new(),
             metrics: Metrics::new(),
+            leader_epoch: None,
         }
     }
 }
@@ -258,7 +264,10 @@ pub async fn run_relay(
     // Checked before anything is served: a bad route is a config error.
     Router::new(&config.outbox, &config.route)
         .map_err(|e| RelayError::RouterConfig(e.to_string()))?;
-    serve_side_tasks(&config, &metrics, &controller).await?;
+    // Under [ha] the standby loop serves them once for all terms.
+    if handles.leader_epoch.is_none() {
+        start_observability(&config, &metrics, &controller).await?;
+    }
     // An aborted Kafka transaction (exactly-once) restarts the pipeline from the stored
     // checkpoint: nothing of it became visible, so nothing is lost or seen twice. Records
     // Kafka rejected are remembered across those restarts, for their dead letters.
@@ -280,7 +289,8 @@ pub async fn run_relay(
                 }
             });
         }
-        let outcome = run_pipeline(&config, &metrics, &attempt, &rejected).await;
+        let outcome =
+            run_pipeline(&config, &metrics, &attempt, &rejected, handles.leader_epoch).await;
         attempt.trigger();
         match outcome {
             Err(RelayError::Sink(error))
@@ -312,9 +322,11 @@ pub async fn run_relay(
     }
 }
 
-/// The metrics and health endpoint and the tasks that only feed it (broker probe, purge
-/// horizon): once per process, across pipeline restarts.
-async fn serve_side_tasks(
+/// Serves `/metrics`, `/healthz` and `/readyz` (when `metrics.listen` is set) with the
+/// broker probe and the purge horizon, until `controller` fires: once per process, across
+/// pipeline restarts. [`run_relay`] calls it itself without `[ha]`; the standby loop calls
+/// it once for all terms.
+pub(crate) async fn start_observability(
     config: &RelayConfig,
     metrics: &Arc<Metrics>,
     controller: &ShutdownController,
@@ -360,6 +372,7 @@ async fn run_pipeline(
     metrics: &Arc<Metrics>,
     controller: &ShutdownController,
     rejected: &RejectedRecords,
+    leader_epoch: Option<u64>,
 ) -> Result<RelaySummary, RelayError> {
     let metrics = metrics.clone();
     let controller = controller.clone();
@@ -371,7 +384,13 @@ async fn run_pipeline(
         open_checkpoint_store_for_writing(&config.checkpoint, &config.kafka)
             .await
             .map_err(RelayError::Checkpoint)?;
-    let stored = store.load().await.map_err(RelayError::Checkpoint)?;
+    // A new leader stamps the stored checkpoint with its epoch before anything else: from
+    // here on an older leader's commits are refused.
+    let stored = match leader_epoch {
+        Some(epoch) => store.take_over(epoch).await,
+        None => store.load().await,
+    }
+    .map_err(RelayError::Checkpoint)?;
     if let Some(checkpoint) = &stored {
         CheckpointLoaded {
             position: &checkpoint.position.binlog,
@@ -605,30 +624,38 @@ async fn run_pipeline(
     // Exactly-once: the sink commits the checkpoint inside its Kafka transactions.
     let committer_stop = ShutdownController::new();
     let committer_task = (!exactly_once).then(|| {
-        spawn_named(
-            "checkpoint-committer",
-            run_committer(
-                CommitterSettings {
-                    identity: identity.clone(),
-                    policy: CommitPolicy {
-                        max_interval: config.pipeline.commit_interval(),
-                        max_transactions: config.pipeline.commit_max_transactions,
-                    },
-                    // A checkpoint of another server (resumed by GTID set) cannot be compared
-                    // with this server's positions: start the monotonic check afresh.
-                    resumed_from: stored
-                        .as_ref()
-                        .filter(|c| c.source == identity)
-                        .map(|c| c.position.clone()),
-                    record_transactions: record_transactions.clone(),
+        let committer_run = run_committer(
+            CommitterSettings {
+                identity: identity.clone(),
+                policy: CommitPolicy {
+                    max_interval: config.pipeline.commit_interval(),
+                    max_transactions: config.pipeline.commit_max_transactions,
                 },
-                store.clone(),
-                tracker.clone(),
-                acked.clone(),
-                metrics.clone(),
-                committer_stop.subscribe(),
-            ),
-        )
+                // A checkpoint of another server (resumed by GTID set) cannot be compared
+                // with this server's positions: start the monotonic check afresh.
+                resumed_from: stored
+                    .as_ref()
+                    .filter(|c| c.source == identity)
+                    .map(|c| c.position.clone()),
+                record_transactions: record_transactions.clone(),
+                leader_epoch,
+            },
+            store.clone(),
+            tracker.clone(),
+            acked.clone(),
+            metrics.clone(),
+            committer_stop.subscribe(),
+        );
+        let committer_failed = controller.clone();
+        spawn_named("checkpoint-committer", async move {
+            let result = committer_run.await;
+            // A definite store refusal (a regression, or a newer leader's epoch under [ha])
+            // stops publishing at once: nothing sent from here on could be checkpointed.
+            if result.is_err() {
+                committer_failed.trigger();
+            }
+            result
+        })
     });
 
     // A failing source or router stops reading (the sink drains what was routed); a failing
@@ -1407,6 +1434,8 @@ struct CommitterSettings {
     /// Ordinals of ended transactions that carried records; tells record progress from
     /// idle progress.
     record_transactions: RecordTransactions,
+    /// `[ha]`: the term's epoch, stamped into every checkpoint ([`RelayHandles`]).
+    leader_epoch: Option<u64>,
 }
 
 /// Limits commits that cover only transactions without outbox records (other tables'
@@ -1495,12 +1524,14 @@ async fn run_committer(
     mut stop: Shutdown,
 ) -> Result<Option<Checkpoint>, RelayError> {
     let mut identity = settings.identity.clone();
+    let leader_epoch = settings.leader_epoch;
     let mut committer = CheckpointCommitter::new(
         store,
         settings.identity,
         settings.policy,
         settings.resumed_from,
-    );
+    )
+    .with_leader_epoch(leader_epoch);
     let mut seen_transactions = lock_tracker(&tracker).completed_transactions();
     let mut limiter = IdleCommitLimiter::new(settings.policy.max_interval);
     let record_transactions = settings.record_transactions.clone();
@@ -1576,10 +1607,12 @@ async fn run_committer(
         };
         match outcome {
             Ok(_) => {}
-            // Definite: a regression, or another process fenced this one's Kafka store.
+            // Definite: a regression, another process fenced this one's Kafka store, or a
+            // newer leader's epoch under [ha].
             Err(
                 error @ (CheckpointStoreError::Regression { .. }
-                | CheckpointStoreError::ProducerFenced { .. }),
+                | CheckpointStoreError::ProducerFenced { .. }
+                | CheckpointStoreError::StaleLeader { .. }),
             ) => return Err(RelayError::Checkpoint(error)),
             Err(error) if stopping => return Err(RelayError::Checkpoint(error)),
             Err(error) => CheckpointCommitFailed { error: &error }.emit(&metrics),
@@ -1608,7 +1641,9 @@ async fn run_committer(
             if let Some(position) = &after {
                 tracing::info!(position = %position.binlog, gtid_set = %position.gtid_set, "final checkpoint stored");
             }
-            return Ok(after.map(|position| Checkpoint::new(identity.clone(), position)));
+            return Ok(after.map(|position| {
+                Checkpoint::new(identity.clone(), position).with_leader_epoch(leader_epoch)
+            }));
         }
     }
 }
@@ -1647,6 +1682,7 @@ mod tests {
                 },
                 resumed_from: None,
                 record_transactions: Arc::new(Mutex::new(VecDeque::from([1, 2]))),
+                leader_epoch: None,
             },
             store.clone(),
             tracker.clone(),

@@ -1,0 +1,501 @@
+//! Standby failover (`[ha]`) with real processes: three relays with the same connector name
+//! and a MySQL checkpoint store on a scratch MariaDB, the real Apache Kafka broker deciding
+//! who leads. The leader is found through its `outbox_relay_leader` metric.
+//!
+//! * `the_leader_killed_repeatedly_fails_over_within_the_session_timeout`: kill -9 of the
+//!   leader, three times, while a writer commits continuously; every event arrives (also
+//!   through Kafka's console consumer), and the time from the kill to the first record the
+//!   new leader produced (records carry the producer's send time,
+//!   `timestamp_source = "producer_time"`) stays within the session timeout plus a few
+//!   seconds.
+//! * `a_paused_leader_is_fenced_and_rejoins_as_a_standby`: SIGSTOP of the leader until
+//!   another relay leads, then SIGCONT: the stored checkpoint never moves backwards (read
+//!   from the table all along), nothing is lost, the old leader stops publishing and is a
+//!   standby (`outbox_relay_leader` 0).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::*;
+use mysql_async::prelude::Queryable;
+use outbox_testkit::kafka::KafkaBroker;
+use outbox_testkit::ScratchMariadb;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// `[ha] session_timeout_ms` of the test relays (the broker's minimum by default).
+const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
+
+/// What a failover may take beyond the session timeout: the rebalance, the new leader's
+/// start (source connection, checkpoint take-over, producer) and its first send.
+const FAILOVER_SLACK: Duration = Duration::from_secs(6);
+
+fn free_loopback_address() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("127.0.0.1:{port}")
+}
+
+/// `GET /metrics` over HTTP/1.0: sample (with labels) -> value.
+async fn scrape(address: &str) -> Result<BTreeMap<String, f64>, String> {
+    let connect = tokio::net::TcpStream::connect(address);
+    let mut stream = tokio::time::timeout(Duration::from_secs(2), connect)
+        .await
+        .map_err(|_| "connect timed out".to_string())?
+        .map_err(|e| format!("connect {address}: {e}"))?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(2), stream.read_to_string(&mut response))
+        .await
+        .map_err(|_| "GET /metrics timed out".to_string())?
+        .map_err(|e| e.to_string())?;
+    let (_, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("not an HTTP response: {response:?}"))?;
+    Ok(body
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
+        .filter_map(|line| {
+            let (name, value) = line.rsplit_once(' ')?;
+            Some((name.to_string(), value.parse().ok()?))
+        })
+        .collect())
+}
+
+fn sum_of(samples: &BTreeMap<String, f64>, family: &str) -> f64 {
+    samples
+        .iter()
+        .filter(|(name, _)| name.as_str() == family || name.starts_with(&format!("{family}{{")))
+        .map(|(_, value)| value)
+        .sum()
+}
+
+/// One relay of the group and its metrics address.
+struct HaRelay {
+    relay: Relay,
+    metrics: String,
+}
+
+impl HaRelay {
+    /// `outbox_relay_leader` (None: not answering, e.g. stopped or starting).
+    async fn leader_metric(&self) -> Option<f64> {
+        scrape(&self.metrics)
+            .await
+            .ok()
+            .and_then(|samples| samples.get("outbox_relay_leader").copied())
+    }
+}
+
+/// Three relays (not started) sharing connector `TAG`, the lease topic `TAG.lease` and the
+/// MySQL checkpoint table on the scratch server.
+async fn ha_group(db: &ScratchMariadb, broker: &KafkaBroker, count: usize) -> Vec<HaRelay> {
+    db.exec(&["CREATE DATABASE outbox_relay"]).await.unwrap();
+    (0..count)
+        .map(|_| {
+            let mut setup = RelaySetup::new(db, &broker.bootstrap());
+            setup.mysql_checkpoint_url = Some(db.url());
+            let metrics = free_loopback_address();
+            setup.metrics_listen = Some(metrics.clone());
+            setup.shutdown_timeout_ms = Some(2000);
+            let relay = Relay::prepare(&setup);
+            relay.edit_config(&[
+                (
+                    "preset = \"seeds\"",
+                    "preset = \"seeds\"\ntimestamp_source = \"producer_time\"",
+                ),
+                ("connector = \"test\"", &format!("connector = \"{}\"", db.tag())),
+                (
+                    "[pipeline]",
+                    &format!(
+                        "[ha]\nenabled = true\nlease_topic = \"{}.lease\"\nsession_timeout_ms = {}\n\n[pipeline]",
+                        db.tag(),
+                        SESSION_TIMEOUT.as_millis()
+                    ),
+                ),
+            ]);
+            HaRelay { relay, metrics }
+        })
+        .collect()
+}
+
+/// The index of the one relay whose leader metric is 1 (and no other's), waiting up to
+/// `limit`; `skip` is not asked (a stopped process).
+async fn wait_for_single_leader(group: &[HaRelay], skip: Option<usize>, limit: Duration) -> usize {
+    let started = Instant::now();
+    loop {
+        let mut leaders = Vec::new();
+        for (index, member) in group.iter().enumerate() {
+            if Some(index) == skip {
+                continue;
+            }
+            if member.leader_metric().await == Some(1.0) {
+                leaders.push(index);
+            }
+        }
+        if leaders.len() == 1 {
+            return leaders[0];
+        }
+        if started.elapsed() > limit {
+            let tails: Vec<String> = group.iter().map(|m| m.relay.log_tail(25)).collect();
+            panic!(
+                "no single leader within {limit:?} (leaders {leaders:?}); logs:\n{}",
+                tails.join("\n-----\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A writer committing one-event transactions every 25 ms until stopped; returns it.
+fn spawn_writer(
+    mut writer: ShopWriter,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<ShopWriter> {
+    tokio::spawn(async move {
+        let mut index = 0u32;
+        while !stop.load(Ordering::SeqCst) {
+            writer.alternating_transaction(index, 1, true, false).await;
+            index += 1;
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        writer
+    })
+}
+
+fn now_ms() -> i64 {
+    i64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
+    sorted[index]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_killed_repeatedly_fails_over_within_the_session_timeout() {
+    let (db, broker) = start_shop_database_and_broker().await;
+    let mut group = ha_group(&db, broker, 3).await;
+    for member in &mut group {
+        member.relay.start();
+    }
+    let stop_writing = Arc::new(AtomicBool::new(false));
+    let writer = spawn_writer(
+        ShopWriter::connect(&db, "failover").await,
+        stop_writing.clone(),
+    );
+    let topics: Vec<String> = ALTERNATING_AGGREGATE_TYPES
+        .iter()
+        .map(|t| topic_for(&db, t))
+        .collect();
+
+    let mut kills: Vec<i64> = Vec::new();
+    let mut leader = wait_for_single_leader(&group, None, Duration::from_secs(60)).await;
+    for round in 0..3 {
+        // Let the leader publish for a while, then kill it.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        group[leader]
+            .relay
+            .assert_running(&format!("round {round}"));
+        group[leader].relay.kill9();
+        kills.push(now_ms());
+        let next = wait_for_single_leader(
+            &group,
+            Some(leader),
+            SESSION_TIMEOUT + FAILOVER_SLACK + Duration::from_secs(10),
+        )
+        .await;
+        assert_ne!(next, leader);
+        // The killed one comes back as a standby.
+        group[leader].relay.start();
+        leader = next;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop_writing.store(true, Ordering::SeqCst);
+    let writer = writer.await.unwrap();
+    let relay_of_leader = &group[leader].relay;
+    let records = read_until_ids_then_settled(
+        &broker.bootstrap(),
+        &topics,
+        &writer.committed,
+        Duration::from_secs(60),
+    )
+    .await;
+    let summary =
+        assert_writer_delivery("after three failovers", &writer, &records, relay_of_leader);
+    let console = assert_console_consumer_agrees(&broker.bootstrap(), &records).await;
+    assert_writer_delivery("kafka-console-consumer", &writer, &console, relay_of_leader);
+
+    // Failover time: from each kill to the first record sent after it (by the new leader:
+    // the killed process sends nothing more).
+    let mut failovers: Vec<Duration> = kills
+        .iter()
+        .map(|&killed| {
+            let first = records
+                .iter()
+                .filter_map(|r| r.timestamp)
+                .filter(|&t| t > killed)
+                .min()
+                .unwrap_or_else(|| panic!("no record after the kill at {killed}"));
+            Duration::from_millis(u64::try_from(first - killed).unwrap())
+        })
+        .collect();
+    failovers.sort();
+    let (p50, max) = (percentile(&failovers, 0.5), *failovers.last().unwrap());
+    println!(
+        "failover (kill -9 of the leader -> first record of the new leader), {} kills: p50 {p50:?}, max {max:?}, all {failovers:?}; session timeout {SESSION_TIMEOUT:?}; {} events, {summary:?}",
+        failovers.len(),
+        writer.committed.len()
+    );
+    assert!(
+        max <= SESSION_TIMEOUT + FAILOVER_SLACK,
+        "a failover took {max:?}, more than the session timeout {SESSION_TIMEOUT:?} + {FAILOVER_SLACK:?}"
+    );
+    // Exactly one relay leads at the end, the others are standbys that never exited.
+    for member in &mut group {
+        member.relay.assert_running("at the end");
+    }
+    for member in &mut group {
+        member.relay.stop_gracefully("graceful stop").await;
+    }
+    writer.close().await;
+}
+
+/// The stored checkpoint as the table holds it: (binlog file, position, leader epoch).
+async fn stored_checkpoint(
+    conn: &mut mysql_async::Conn,
+    connector: &str,
+) -> Option<(String, u64, Option<u64>)> {
+    let row: Option<(String, u64, String)> = conn
+        .exec_first(
+            "SELECT binlog_file, binlog_position, checkpoint_json \
+             FROM outbox_relay.relay_checkpoints WHERE connector_name = ?",
+            (connector,),
+        )
+        .await
+        .ok()
+        .flatten();
+    row.map(|(file, position, json)| {
+        let epoch = serde_json::from_str::<serde_json::Value>(&json)
+            .ok()
+            .and_then(|doc| doc.get("leader_epoch").and_then(|e| e.as_u64()));
+        (file, position, epoch)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_leader_is_fenced_and_rejoins_as_a_standby() {
+    zombie_scenario(false).await;
+}
+
+/// The same with a lease that learns of the loss late (`OUTBOX_RELAY_TEST_LEASE_DEAF=1`:
+/// it ends a term only when the store refuses the epoch): the woken zombie goes on reading
+/// and publishing, and it is the checkpoint store that refuses its commits (stale leader
+/// epoch) and sends it back to standby; the checkpoint still never moves backwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zombie_that_learns_late_is_fenced_by_the_checkpoint_store() {
+    zombie_scenario(true).await;
+}
+
+async fn zombie_scenario(lease_deaf: bool) {
+    let (db, broker) = start_shop_database_and_broker().await;
+    let mut group = ha_group(&db, broker, 2).await;
+    for member in &mut group {
+        if lease_deaf {
+            member
+                .relay
+                .start_with_env(&[("OUTBOX_RELAY_TEST_LEASE_DEAF", "1")]);
+        } else {
+            member.relay.start();
+        }
+    }
+    let stop_writing = Arc::new(AtomicBool::new(false));
+    let writer = spawn_writer(
+        ShopWriter::connect(&db, "zombie").await,
+        stop_writing.clone(),
+    );
+    let topics: Vec<String> = ALTERNATING_AGGREGATE_TYPES
+        .iter()
+        .map(|t| topic_for(&db, t))
+        .collect();
+
+    // Watch the stored checkpoint all along: it must never move backwards, and its epoch
+    // never shrink.
+    let watching = Arc::new(AtomicBool::new(true));
+    let watcher = {
+        let watching = watching.clone();
+        let url = db.url();
+        let connector = db.tag().to_string();
+        tokio::spawn(async move {
+            let mut conn = mysql_async::Conn::from_url(url).await.unwrap();
+            let mut history: Vec<(String, u64, Option<u64>)> = Vec::new();
+            while watching.load(Ordering::SeqCst) {
+                if let Some(now) = stored_checkpoint(&mut conn, &connector).await {
+                    if let Some(last) = history.last() {
+                        assert!(
+                            (now.0.as_str(), now.1) >= (last.0.as_str(), last.1),
+                            "the checkpoint moved backwards: {last:?} -> {now:?}"
+                        );
+                        assert!(now.2 >= last.2, "the epoch shrank: {last:?} -> {now:?}");
+                    }
+                    if history.last() != Some(&now) {
+                        history.push(now);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let _ = conn.disconnect().await;
+            history
+        })
+    };
+
+    let zombie = wait_for_single_leader(&group, None, Duration::from_secs(60)).await;
+    let other = 1 - zombie;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    group[zombie].relay.send_signal("STOP");
+    let stopped_at = Instant::now();
+    let took_over = wait_for_single_leader(
+        &group,
+        Some(zombie),
+        SESSION_TIMEOUT + FAILOVER_SLACK + Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(took_over, other);
+    println!(
+        "the standby took over {:?} after SIGSTOP",
+        stopped_at.elapsed()
+    );
+    // Let the new leader commit a few checkpoints of its own, then wake the zombie.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    group[zombie].relay.send_signal("CONT");
+
+    // The zombie notices, stops publishing and is a standby; the new leader stays.
+    let started = Instant::now();
+    loop {
+        let zombie_leader = group[zombie].leader_metric().await;
+        if zombie_leader == Some(0.0) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the zombie still says leader = {zombie_leader:?}; log:\n{}",
+            group[zombie].relay.log_tail(40)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let zombie_metrics = scrape(&group[zombie].metrics).await.unwrap();
+    assert!(
+        sum_of(&zombie_metrics, "outbox_relay_fencing_events_total") >= 1.0,
+        "no fencing event counted: {zombie_metrics:?}"
+    );
+    if lease_deaf {
+        assert!(
+            zombie_metrics
+                .get("outbox_relay_fencing_events_total{kind=\"checkpoint_store\"}")
+                .is_some_and(|count| *count >= 1.0),
+            "the store did not fence the zombie: {zombie_metrics:?}\n{}",
+            group[zombie].relay.log_tail(40)
+        );
+        assert!(
+            group[zombie]
+                .relay
+                .log()
+                .contains("refusing a checkpoint write of leader epoch"),
+            "{}",
+            group[zombie].relay.log_tail(40)
+        );
+    }
+    let delivered_then = sum_of(&zombie_metrics, "outbox_relay_records_delivered_total");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let zombie_metrics = scrape(&group[zombie].metrics).await.unwrap();
+    assert_eq!(
+        sum_of(&zombie_metrics, "outbox_relay_records_delivered_total"),
+        delivered_then,
+        "the zombie still publishes"
+    );
+    assert_eq!(zombie_metrics.get("outbox_relay_leader"), Some(&0.0));
+    assert_eq!(
+        wait_for_single_leader(&group, None, Duration::from_secs(5)).await,
+        other
+    );
+    let log = group[zombie].relay.log();
+    assert!(
+        log.contains("stopped publishing: no longer the leader"),
+        "{}",
+        group[zombie].relay.log_tail(40)
+    );
+
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop_writing.store(true, Ordering::SeqCst);
+    let writer = writer.await.unwrap();
+    let records = read_until_ids_then_settled(
+        &broker.bootstrap(),
+        &topics,
+        &writer.committed,
+        Duration::from_secs(60),
+    )
+    .await;
+    let summary = assert_writer_delivery(
+        "after the zombie woke",
+        &writer,
+        &records,
+        &group[other].relay,
+    );
+    // The checkpoint reaches the end with the new leader's epoch.
+    let end = {
+        let mut conn = mysql_async::Conn::from_url(db.url()).await.unwrap();
+        let end = conn_master_position(&mut conn).await;
+        let _ = conn.disconnect().await;
+        end
+    };
+    let started = Instant::now();
+    loop {
+        let mut conn = mysql_async::Conn::from_url(db.url()).await.unwrap();
+        let stored = stored_checkpoint(&mut conn, db.tag()).await;
+        let _ = conn.disconnect().await;
+        if stored.as_ref().is_some_and(|(file, position, _)| {
+            (file.as_str(), *position) >= (end.0.as_str(), end.1)
+        }) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "checkpoint {stored:?} did not reach {end:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    watching.store(false, Ordering::SeqCst);
+    let history = watcher.await.expect("the checkpoint never moved backwards");
+    let epochs: Vec<Option<u64>> = history.iter().map(|entry| entry.2).collect();
+    println!(
+        "zombie test (lease deaf: {lease_deaf}): {summary:?}; checkpoint epochs seen: {epochs:?}"
+    );
+    assert!(
+        epochs.windows(2).any(|pair| pair[0] < pair[1]),
+        "the epoch never changed: {epochs:?}"
+    );
+    for member in &mut group {
+        member.relay.assert_running("at the end");
+        member.relay.stop_gracefully("graceful stop").await;
+    }
+    writer.close().await;
+}
+
+async fn conn_master_position(conn: &mut mysql_async::Conn) -> (String, u64) {
+    let point = master_position(conn).await;
+    (point.file.clone(), point.position)
+}
