@@ -480,16 +480,25 @@ pub fn inspect_command(
     let stdout = out;
     let mut rows: Vec<serde_json::Value> = Vec::new();
     let mut routing_errors = 0u64;
+    // On a terminal only: a progress line on stderr (crate::progress).
+    let mut progress =
+        crate::progress::FileProgress::on_stderr("reading", crate::progress::total_size(files));
+    let mut events_read = 0u64;
     loop {
         let item = match reader.next_item() {
             Ok(Some(item)) => item,
             Ok(None) => break,
             Err(error) => {
+                progress.finish();
                 stdout.flush()?;
                 writeln!(diagnostics, "error: {error}")?;
                 return Ok(2);
             }
         };
+        if matches!(item, StreamItem::Row(_)) {
+            events_read += 1;
+        }
+        progress.update(reader.bytes_read(), events_read);
         match item {
             StreamItem::Row(change) => match &router {
                 None => rows.push(row_change_json(&change)),
@@ -525,6 +534,7 @@ pub fn inspect_command(
             StreamItem::Heartbeat(_) => {}
         }
     }
+    progress.finish();
     if !rows.is_empty() {
         writeln!(
             diagnostics,

@@ -9,7 +9,8 @@
 //! * [`sink`]: the Kafka producer side (idempotent, retrying, topic creation);
 //! * [`dead_letter`]: dead letters (what a permanent per-event failure becomes) and replay;
 //! * [`commands`]: the CLI subcommands (`run`, `check`, `checkpoint`, `inspect`, `demo`);
-//! * [`recover`]: `recover`, publishing the events of archived binlog files;
+//! * [`recover`]: `recover`, publishing the events of archived binlog files; [`progress`]:
+//!   their (and `inspect`'s) progress line on a terminal;
 //! * [`metrics`] and [`internal_events`]: Prometheus counters and the log lines that go
 //!   with them; [`http`] serves them with [`health`]'s readiness checks
 //!   ([`broker_probe`] feeds the broker one);
@@ -43,6 +44,7 @@ pub mod metrics;
 pub mod pipeline;
 #[cfg(test)]
 mod pipeline_tests;
+pub mod progress;
 pub mod purge_horizon;
 pub mod recover;
 pub mod security;
