@@ -13,9 +13,15 @@
 //!   "binlog_position": 1234,
 //!   "gtid": "0-1-17",
 //!   "gtid_set": "0-1-17",
-//!   "timestamp": 1764496800
+//!   "timestamp": 1764496800,
+//!   "sent_through": { "binlog_file": "binlog.000003", "binlog_position": 2048 }
 //! }
 //! ```
+//!
+//! `sent_through` is optional (see [`Checkpoint::sent_through`]): a document without it
+//! reads as "unknown". A relay built before the field existed refuses a document that has
+//! it (unknown field): to roll back to such a build, store its checkpoint with its own
+//! `outbox-relay checkpoint set`.
 //!
 //! `format` is [`CHECKPOINT_FORMAT_VERSION`]. A reader refuses a document with a newer
 //! format ([`CheckpointFormatError::NewerFormat`]) instead of guessing: an older relay
@@ -137,6 +143,13 @@ pub struct Checkpoint {
     /// Version of the relay that wrote it ([`WRITER_VERSION`] for new checkpoints), for
     /// operators and for future format migrations.
     pub writer_version: String,
+    /// The newest transaction end (on `source`) whose records the writing relay had handed
+    /// on for sending when it stored this checkpoint; at or after `position`. After a crash
+    /// the records between `position` and this position are read and sent again although
+    /// the crashed run had already sent them: the restart counts them as replays
+    /// (`outbox_relay_replayed_records_total`). `None`: not known (an older relay, a
+    /// checkpoint set by hand, or GTID-only after a failover).
+    pub sent_through: Option<BinlogPosition>,
 }
 
 /// Why a checkpoint document could not be read.
@@ -180,6 +193,19 @@ struct CheckpointDocumentV1 {
     gtid_set: String,
     /// [`CheckpointPosition::timestamp`].
     timestamp: u32,
+    /// [`Checkpoint::sent_through`] (absent: unknown; older relays never write it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sent_through: Option<SentThroughDocument>,
+}
+
+/// [`Checkpoint::sent_through`] on disk, named like the checkpoint's own position.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SentThroughDocument {
+    /// [`BinlogPosition::file`].
+    binlog_file: String,
+    /// [`BinlogPosition::position`].
+    binlog_position: u64,
 }
 
 impl Checkpoint {
@@ -189,7 +215,15 @@ impl Checkpoint {
             source,
             position,
             writer_version: WRITER_VERSION.to_owned(),
+            sent_through: None,
         }
+    }
+
+    /// The same checkpoint recording how far its writer had sent
+    /// ([`Checkpoint::sent_through`]).
+    pub fn with_sent_through(mut self, sent_through: Option<BinlogPosition>) -> Self {
+        self.sent_through = sent_through;
+        self
     }
 
     /// The readable JSON document (pretty-printed, format [`CHECKPOINT_FORMAT_VERSION`]).
@@ -203,6 +237,13 @@ impl Checkpoint {
             gtid: self.position.gtid.as_ref().map(ToString::to_string),
             gtid_set: self.position.gtid_set.to_string(),
             timestamp: self.position.timestamp,
+            sent_through: self
+                .sent_through
+                .as_ref()
+                .map(|position| SentThroughDocument {
+                    binlog_file: position.file.clone(),
+                    binlog_position: position.position,
+                }),
         };
         // Serializing plain strings and integers into a String cannot fail; fall back to the
         // compact writer's error text rather than panicking if serde_json ever disagrees.
@@ -251,6 +292,9 @@ impl Checkpoint {
                 timestamp: document.timestamp,
             },
             writer_version: document.writer_version,
+            sent_through: document
+                .sent_through
+                .map(|sent| BinlogPosition::new(sent.binlog_file, sent.binlog_position)),
         })
     }
 }
@@ -323,6 +367,19 @@ mod tests {
             "{json}"
         );
         assert_eq!(Checkpoint::from_json(&json).unwrap(), checkpoint);
+    }
+
+    #[test]
+    fn sent_through_round_trips_and_is_optional() {
+        let checkpoint =
+            mariadb_checkpoint().with_sent_through(Some(BinlogPosition::new("binlog.000004", 99)));
+        let json = checkpoint.to_json();
+        assert!(json.contains("\"sent_through\""), "{json}");
+        assert_eq!(Checkpoint::from_json(&json).unwrap(), checkpoint);
+        // Without it (an older relay's document): read as unknown, and not written.
+        let json = mariadb_checkpoint().to_json();
+        assert!(!json.contains("sent_through"), "{json}");
+        assert_eq!(Checkpoint::from_json(&json).unwrap().sent_through, None);
     }
 
     #[test]

@@ -200,6 +200,40 @@ impl InternalEvent for RecordAcked {
     }
 }
 
+/// After a restart, records the previous run had already handed on for sending were read
+/// and handed to the sink again ([`crate::replay`]).
+#[derive(Debug)]
+pub struct RecordsReplayed {
+    /// Records of one transaction.
+    pub records: u64,
+}
+
+impl InternalEvent for RecordsReplayed {
+    fn emit(self, metrics: &Metrics) {
+        metrics.replayed_records.inc_by(self.records);
+    }
+}
+
+/// The replay after a restart reached the previous run's sent-through position (or could
+/// no longer be compared with it): everything from here on is new.
+#[derive(Debug)]
+pub struct ReplayFinished<'a> {
+    /// Records counted as replayed.
+    pub records: u64,
+    /// The previous run's sent-through position.
+    pub sent_through: &'a outbox_binlog::BinlogPosition,
+}
+
+impl InternalEvent for ReplayFinished<'_> {
+    fn emit(self, _metrics: &Metrics) {
+        if self.records > 0 {
+            tracing::warn!(records = self.records, sent_through = %self.sent_through, "replayed records the previous run had already sent before it stopped without a final checkpoint (a crash): consumers may see them twice, with the same ids");
+        } else {
+            tracing::info!(sent_through = %self.sent_through, "passed the previous run's sent-through position without replaying a record");
+        }
+    }
+}
+
 /// A record was handed to a producer again (after a failure or a rebuild).
 #[derive(Debug)]
 pub struct RecordResent;

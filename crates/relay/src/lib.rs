@@ -17,6 +17,7 @@
 //! * [`shutdown`]: the shutdown signal every task listens to;
 //! * [`kafka_context`]: librdkafka's logs through `tracing`, repeats rate-limited;
 //! * [`crash_points`]: `OUTBOX_RELAY_CRASH_AT`, deliberate crashes for failure tests;
+//! * [`replay`]: the records a restart after a crash sends again, counted;
 //! * `xa_hold`: the records of two-phase XA transactions, held until their outcome.
 //!
 //! # Resumption
@@ -47,6 +48,7 @@ mod pipeline_tests;
 pub mod progress;
 pub mod purge_horizon;
 pub mod recover;
+pub mod replay;
 pub mod security;
 pub mod shutdown;
 pub mod sink;

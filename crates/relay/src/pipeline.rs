@@ -65,6 +65,7 @@ use crate::internal_events::{
     TransactionRead, XaHeldChanged, XaOutcomeRead, XaOutcomeWithoutPrepare, XaPrepareHeld,
 };
 use crate::metrics::Metrics;
+use crate::replay::{ReplayCounter, SentThrough};
 use crate::shutdown::{Shutdown, ShutdownController};
 use crate::sink::{run_kafka_sink, KafkaSinkSettings, OutboundRecord, SinkError, SinkItem};
 use crate::stores::open_checkpoint_store;
@@ -427,6 +428,14 @@ pub async fn run_relay(
     let acked = Arc::new(Notify::new());
     let record_transactions: RecordTransactions = Arc::new(Mutex::new(VecDeque::new()));
 
+    // How far the previous run had sent (crate::replay): its records are counted as
+    // replays, only when resuming at the stored file position on the server that wrote it.
+    let resumed_sent_through = stored
+        .as_ref()
+        .filter(|_| matches!(first_start, StartPosition::Position(_)))
+        .and_then(|checkpoint| checkpoint.sent_through.clone());
+    let sent_through = SentThrough::default();
+
     let capacity = config.pipeline.channel_capacity;
     let (items_tx, items_rx) = mpsc::channel::<SourceItem>(capacity);
     let (records_tx, records_rx) = mpsc::channel::<SinkItem<RecordTicket>>(capacity);
@@ -476,6 +485,8 @@ pub async fn run_relay(
                 metrics: metrics.clone(),
                 dead_letter: config.dead_letter.clone(),
                 max_in_flight_bytes: config.pipeline.max_in_flight_bytes,
+                sent_through: sent_through.clone(),
+                replay: ReplayCounter::new(resumed_sent_through.clone()),
             },
             items_rx,
             records_tx,
@@ -535,6 +546,8 @@ pub async fn run_relay(
                     .filter(|c| c.source == identity)
                     .map(|c| c.position.clone()),
                 record_transactions: record_transactions.clone(),
+                sent_through: sent_through.clone(),
+                resumed_sent_through,
             },
             store.clone(),
             tracker.clone(),
@@ -990,6 +1003,11 @@ struct RouterTaskContext {
     dead_letter: crate::config::DeadLetterConfig,
     /// `pipeline.max_in_flight_bytes`: bounds the records of XA transactions held.
     max_in_flight_bytes: u64,
+    /// Advanced at each transaction end that handed records to the sink; the committer
+    /// stores it (crate::replay).
+    sent_through: SentThrough,
+    /// Counts the records the previous run had already sent (crate::replay).
+    replay: ReplayCounter,
 }
 
 /// Routes rows into records (registering each with the tracker) and ends transactions in
@@ -1009,6 +1027,8 @@ async fn run_router(
         metrics,
         dead_letter,
         max_in_flight_bytes,
+        sent_through,
+        mut replay,
     } = context;
     // Transactions (and heartbeats) ended so far: the same count as the tracker's
     // `completed_transactions` once the checkpoint passes them.
@@ -1019,6 +1039,7 @@ async fn run_router(
         if *records > 0 {
             // Before `end_transaction`, so the committer never sees the end without it.
             lock_records(&record_transactions).push_back(ended_transactions);
+            sent_through.advance(&position.binlog);
         }
         *records = 0;
         lock_tracker(&tracker).end_transaction(position);
@@ -1042,6 +1063,7 @@ async fn run_router(
                 Some(SourceItem::Stream(item, budget)) => (item, budget),
                 Some(SourceItem::MovedTo(server)) => {
                     lock_tracker(&tracker).switch_source(server);
+                    replay.source_moved(&metrics);
                     continue;
                 }
                 None => return Ok(()),
@@ -1193,15 +1215,24 @@ async fn run_router(
                     }
                     .emit(&metrics);
                 }
+                // The records handed to the sink (an XA PREPARE's are only held).
+                let sent = match commit.xa {
+                    Some(XaBoundary::Prepare { .. }) => 0,
+                    _ => records_in_open_transaction,
+                };
+                replay.transaction_ended(&commit.position, sent, &metrics);
                 end_transaction(
                     CheckpointPosition::after_commit(&commit),
                     &mut records_in_open_transaction,
                 )
             }
-            StreamItem::Heartbeat(heartbeat) => end_transaction(
-                CheckpointPosition::at_heartbeat(&heartbeat),
-                &mut records_in_open_transaction,
-            ),
+            StreamItem::Heartbeat(heartbeat) => {
+                replay.transaction_ended(&heartbeat.position, 0, &metrics);
+                end_transaction(
+                    CheckpointPosition::at_heartbeat(&heartbeat),
+                    &mut records_in_open_transaction,
+                )
+            }
         }
     }
 }
@@ -1242,6 +1273,11 @@ struct CommitterSettings {
     /// Ordinals of ended transactions that carried records; tells record progress from
     /// idle progress.
     record_transactions: RecordTransactions,
+    /// How far the router handed records to the sink: stored with each checkpoint
+    /// (crate::replay).
+    sent_through: SentThrough,
+    /// The resumed checkpoint's sent-through position, kept until passed.
+    resumed_sent_through: Option<BinlogPosition>,
 }
 
 /// Limits commits that cover only transactions without outbox records (other tables'
@@ -1336,6 +1372,7 @@ async fn run_committer(
         settings.policy,
         settings.resumed_from,
     );
+    committer.resume_sent_through(settings.resumed_sent_through.clone());
     let mut seen_transactions = lock_tracker(&tracker).completed_transactions();
     let mut limiter = IdleCommitLimiter::new(settings.policy.max_interval);
     let record_transactions = settings.record_transactions.clone();
@@ -1370,6 +1407,9 @@ async fn run_committer(
             tracing::warn!(server = %describe_identity(&new_source), "the source moved to another server: checkpoints now name it and resume by GTID set");
             committer.move_to_source(new_source.clone(), gtid_only_binlog_position());
             identity = new_source;
+        }
+        if let Some(sent) = settings.sent_through.get() {
+            committer.note_sent_through(sent);
         }
         let before = committer.last_committed().cloned();
         let now = tokio::time::Instant::now();
@@ -1480,6 +1520,8 @@ mod tests {
                 },
                 resumed_from: None,
                 record_transactions: Arc::new(Mutex::new(VecDeque::from([1, 2]))),
+                sent_through: SentThrough::default(),
+                resumed_sent_through: None,
             },
             store.clone(),
             tracker.clone(),

@@ -556,3 +556,121 @@ async fn readyz_flips_when_the_source_stops_and_returns() {
     assert_eq!(report["source_connected"]["ok"], true, "{report}");
     relay.stop_gracefully("graceful stop").await;
 }
+
+/// The stored checkpoint's `sent_through` position (`None`: not stored).
+fn stored_sent_through(relay: &Relay) -> Option<BinlogPoint> {
+    let view = relay.checkpoint();
+    let json: serde_json::Value = serde_json::from_str(view.raw.trim()).ok()?;
+    let sent = json.get("sent_through")?;
+    Some(BinlogPoint {
+        file: sent["binlog_file"].as_str()?.to_string(),
+        position: sent["binlog_position"].as_u64()?,
+    })
+}
+
+/// Duplicates after a crash, counted: the broker freezes, the relay reads and sends `k`
+/// records that cannot be acked, stores how far it sent (the checkpoint stays before them),
+/// and is killed with `kill -9`. After the restart it reads and sends exactly those `k`
+/// again, and `outbox_relay_replayed_records_total` says `k`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_after_kill_nine_counts_the_records_it_sends_again() {
+    let (db, mut broker) = start_shop_database_and_private_broker().await;
+    let address = free_loopback_address();
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
+    setup.metrics_listen = Some(address.clone());
+    setup.commit_interval_ms = 200;
+    let mut relay = Relay::prepare(&setup);
+    let mut writer = ShopWriter::connect(&db, "replay").await;
+    relay.start();
+    for index in 0..3u32 {
+        writer.alternating_transaction(index, 2, true, false).await;
+    }
+    let acked_end = writer.master_position().await;
+    wait_for_checkpoint(&relay, &acked_end, Duration::from_secs(30)).await;
+    // Caught up: nothing is after the checkpoint, so nothing is recorded as sent beyond it.
+    let started = Instant::now();
+    while stored_sent_through(&relay).is_some_and(|sent| sent > acked_end) {
+        assert!(started.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    broker.freeze().expect("broker freezes");
+    let mut unacked = 0;
+    for index in 3..7u32 {
+        unacked += writer
+            .alternating_transaction(index, 1 + (index % 2) as usize, true, false)
+            .await
+            .len();
+    }
+    let sent_end = writer.master_position().await;
+    // The relay records that it sent through the last transaction, while the checkpoint
+    // itself cannot move (nothing is acked).
+    let started = Instant::now();
+    loop {
+        if stored_sent_through(&relay).as_ref() == Some(&sent_end) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "sent_through never reached {sent_end}: {}\n{}",
+            relay.checkpoint().raw,
+            relay.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(relay.checkpoint().position, Some(acked_end.clone()));
+    relay.kill9();
+    broker.thaw().expect("broker thaws");
+
+    relay.start();
+    wait_for_checkpoint(&relay, &sent_end, Duration::from_secs(60)).await;
+    let started = Instant::now();
+    let samples = loop {
+        let samples = scrape(&address).await;
+        if samples
+            .as_ref()
+            .is_ok_and(|s| s.get("outbox_relay_records_delivered_total") == Some(&(unacked as f64)))
+            || started.elapsed() > Duration::from_secs(10)
+        {
+            break samples.unwrap_or_else(|e| panic!("scraping {address}: {e}"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // This run sent exactly the records after the checkpoint, and all of them had been
+    // sent by the killed run.
+    assert_eq!(
+        samples.get("outbox_relay_records_delivered_total"),
+        Some(&(unacked as f64)),
+        "{samples:#?}"
+    );
+    assert_eq!(
+        samples.get("outbox_relay_replayed_records_total"),
+        Some(&(unacked as f64)),
+        "replayed vs the {unacked} records re-sent: {samples:#?}\n{}",
+        relay.log_tail(20)
+    );
+    assert_eq!(
+        log_count(&relay, "replayed records the previous run had already sent"),
+        1
+    );
+    // Past it now: the stored checkpoint needs no sent_through, and new records are new.
+    writer.alternating_transaction(7, 1, true, false).await;
+    let end = writer.master_position().await;
+    wait_for_checkpoint(&relay, &end, Duration::from_secs(30)).await;
+    let samples = scrape(&address).await.unwrap();
+    assert_eq!(
+        samples.get("outbox_relay_replayed_records_total"),
+        Some(&(unacked as f64))
+    );
+    relay.stop_gracefully("graceful stop").await;
+    // A graceful stop stores a final checkpoint covering everything sent: no replay.
+    relay.start();
+    wait_for_readiness(&address, 200, &relay).await;
+    let samples = scrape(&address).await.unwrap();
+    assert_eq!(
+        samples.get("outbox_relay_replayed_records_total"),
+        Some(&0.0)
+    );
+    relay.stop_gracefully("graceful stop").await;
+    writer.close().await;
+}
