@@ -328,6 +328,35 @@ impl InternalEvent for DeliveryFailedTransient<'_> {
     }
 }
 
+/// Kafka rejected a record for good (too large, authorization, ...): counted as a
+/// permanent delivery error, and, when the dead-letter policy resends it before
+/// dead-lettering, as a retry of the Kafka delivery.
+#[derive(Debug)]
+pub struct DeliveryRejected<'a> {
+    /// Topic of the record.
+    pub topic: &'a str,
+    /// The dead-letter error class of the rejection.
+    pub class: &'static str,
+    /// What librdkafka or the broker said.
+    pub error: &'a rdkafka::error::KafkaError,
+    /// `Some((attempt, max_attempts))` when the record is resent; `None` when it is
+    /// dead-lettered now or stops the relay (logged there).
+    pub resending: Option<(u32, u32)>,
+}
+
+impl InternalEvent for DeliveryRejected<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics
+            .delivery_errors
+            .with_label_values(&["permanent"])
+            .inc();
+        if let Some((attempt, max_attempts)) = self.resending {
+            metrics.retries.with_label_values(&["kafka_delivery"]).inc();
+            tracing::warn!(topic = self.topic, class = self.class, error = %self.error, attempt, max_attempts, "Kafka rejected a record permanently; resending before dead-lettering it");
+        }
+    }
+}
+
 /// The producer is rebuilt (after a fatal error, a delivery failure librdkafka gave up on,
 /// or a stall) and every unacked record resent in input order.
 #[derive(Debug)]

@@ -674,3 +674,100 @@ async fn a_restart_after_kill_nine_counts_the_records_it_sends_again() {
     relay.stop_gracefully("graceful stop").await;
     writer.close().await;
 }
+
+/// After an injected failure (a record over the topic's `max.message.bytes` on the real
+/// broker: rejected for good, resent up to `dead_letter.max_attempts`, then dead-lettered)
+/// the retry, resend, error and dead-letter counters and the newest dead letter's time move
+/// on `/metrics`, by exactly what happened; the records around it are delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_injected_failure_moves_retries_and_dead_letters() {
+    let (db, broker) = start_shop_database_and_broker().await;
+    let order_topic = topic_for(&db, "order");
+    broker
+        .create_topic_with_config(&order_topic, 1, &[("max.message.bytes", "20000")])
+        .await
+        .expect("topic with a small max.message.bytes");
+    let address = free_loopback_address();
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
+    setup.metrics_listen = Some(address.clone());
+    let mut relay = Relay::prepare(&setup);
+    relay.start();
+    wait_for_readiness(&address, 200, &relay).await;
+    let before = scrape(&address).await.unwrap();
+    assert_eq!(sum_of(&before, "outbox_relay_retries_total"), 0.0);
+    assert_eq!(
+        before.get("outbox_relay_dead_letter_last_timestamp_seconds"),
+        Some(&0.0)
+    );
+
+    let injected_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let mut conn = db.conn().await.expect("connect");
+    let big = format!("{{\"blob\":\"{}\"}}", "x".repeat(60_000));
+    for (id, payload) in [
+        ("small-1", "{\"n\":1}".to_string()),
+        ("too-big-2", big),
+        ("small-3", "{\"n\":3}".to_string()),
+    ] {
+        mysql_async::prelude::Queryable::exec_drop(
+            &mut conn,
+            "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES (?, 'order', 'order-1', 'order_created', ?)",
+            (id, payload),
+        )
+        .await
+        .unwrap();
+    }
+    let end = master_position(&mut conn).await;
+    conn.disconnect().await.unwrap();
+    wait_for_checkpoint(&relay, &end, Duration::from_secs(60)).await;
+
+    let samples = scrape(&address).await.unwrap();
+    let relevant: BTreeMap<&String, &f64> = samples
+        .iter()
+        .filter(|(name, _)| name.starts_with("outbox_relay_"))
+        .collect();
+    let get = |name: &str| samples.get(name).copied().unwrap_or(f64::NAN);
+    // The big record's three sends rejected (dead_letter.max_attempts = 3), two of them
+    // retried, then one dead letter of class message_too_large. A small record that shared
+    // the big one's produce request is rejected with it (the broker fails the whole
+    // request) and retried alone: every rejection is a retry or the dead-lettering.
+    let rejected = get("outbox_relay_delivery_errors_total{kind=\"permanent\"}");
+    let retried = get("outbox_relay_retries_total{class=\"kafka_delivery\"}");
+    assert!(rejected >= 3.0, "{relevant:#?}");
+    assert!(retried >= 2.0, "{relevant:#?}");
+    assert_eq!(rejected, retried + 1.0, "{relevant:#?}");
+    assert!(
+        get("outbox_relay_records_resent_total") >= 2.0,
+        "{relevant:#?}"
+    );
+    assert_eq!(
+        get("outbox_relay_dead_lettered_total{class=\"message_too_large\"}"),
+        1.0,
+        "{relevant:#?}"
+    );
+    assert_eq!(
+        sum_of(&samples, "outbox_relay_dead_lettered_total"),
+        1.0,
+        "{relevant:#?}"
+    );
+    let newest = get("outbox_relay_dead_letter_last_timestamp_seconds");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        newest >= injected_at - 1.0 && newest <= now + 1.0,
+        "newest dead letter at {newest}, injected at {injected_at}, now {now}"
+    );
+    // The two small records and the dead letter were acknowledged; nothing stuck.
+    assert_eq!(
+        get("outbox_relay_records_delivered_total"),
+        3.0,
+        "{relevant:#?}"
+    );
+    assert_eq!(get("outbox_relay_in_flight"), 0.0, "{relevant:#?}");
+    relay.stop_gracefully("graceful stop").await;
+}
