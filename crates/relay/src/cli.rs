@@ -86,6 +86,12 @@ pub enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Work with configuration files.
+    Config {
+        /// from-debezium.
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
     /// List or replay dead letters (events that failed permanently; see `[dead_letter]`).
     Dlq {
         /// list or replay.
@@ -98,6 +104,19 @@ pub enum Command {
         /// How many sample orders to write.
         #[arg(long, default_value_t = 3)]
         orders: u32,
+    },
+}
+
+/// `config` actions.
+#[derive(Debug, Subcommand)]
+pub enum ConfigAction {
+    /// Print the relay config equivalent to a Debezium MySQL/MariaDB connector with the
+    /// Outbox Event Router (Kafka Connect JSON or .properties); every option without an
+    /// equivalent is named with why.
+    FromDebezium {
+        /// The connector config: `{"name":..,"config":{..}}` JSON, a flat JSON object, or
+        /// a .properties file.
+        file: PathBuf,
     },
 }
 

@@ -47,6 +47,9 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
             &mut std::io::stdout().lock(),
             &mut std::io::stderr().lock(),
         ),
+        Command::Config {
+            action: crate::cli::ConfigAction::FromDebezium { file },
+        } => crate::from_debezium::from_debezium_command(&file, &mut std::io::stdout().lock()),
         Command::Dlq { action } => dlq_command(action, &mut std::io::stdout().lock()).await,
         Command::Recover {
             config,

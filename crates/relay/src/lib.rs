@@ -9,6 +9,7 @@
 //! * [`sink`]: the Kafka producer side (idempotent, retrying, topic creation);
 //! * [`dead_letter`]: dead letters (what a permanent per-event failure becomes) and replay;
 //! * [`commands`]: the CLI subcommands (`run`, `check`, `checkpoint`, `inspect`, `demo`);
+//! * [`from_debezium`]: `config from-debezium`, a Debezium connector config as relay TOML;
 //! * [`recover`]: `recover`, publishing the events of archived binlog files; [`progress`]:
 //!   their (and `inspect`'s) progress line on a terminal;
 //! * [`metrics`] and [`internal_events`]: Prometheus counters and the log lines that go
@@ -37,6 +38,7 @@ pub mod config;
 pub mod crash_points;
 pub mod dead_letter;
 pub mod demo;
+pub mod from_debezium;
 pub mod health;
 pub mod http;
 pub mod internal_events;
