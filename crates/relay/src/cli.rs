@@ -174,6 +174,31 @@ pub enum CheckpointAction {
         #[arg(long)]
         gtid: Option<String>,
     },
+    /// Store the checkpoint equivalent to a Debezium MySQL connector's committed offset
+    /// (a cutover: stop Debezium first). The offset comes from Kafka Connect's offsets topic
+    /// (`--offsets-topic` and `--connector`) or is given as JSON (`--offset`). Needs the
+    /// source server reachable to record its identity.
+    ImportDebezium {
+        /// The TOML config file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The offset value JSON, e.g. `{"file":"binlog.000003","pos":1547,"gtids":"..."}`.
+        #[arg(
+            long,
+            conflicts_with = "offsets_topic",
+            required_unless_present = "offsets_topic"
+        )]
+        offset: Option<String>,
+        /// Kafka Connect's offsets topic (`offset.storage.topic`), read with `[kafka]`.
+        #[arg(long, requires = "connector")]
+        offsets_topic: Option<String>,
+        /// The connector's name (the first element of its offset key).
+        #[arg(long)]
+        connector: Option<String>,
+        /// The connector's `topic.prefix` (its offset key's `server`), when a name was reused.
+        #[arg(long)]
+        server: Option<String>,
+    },
     /// Remove the stored checkpoint: the next run starts at `source.start`.
     Reset {
         /// The TOML config file.

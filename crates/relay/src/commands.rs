@@ -437,6 +437,62 @@ pub async fn checkpoint_command(
             eprintln!("checkpoint stored in {}", store.describe());
             Ok(0)
         }
+        CheckpointAction::ImportDebezium {
+            config,
+            offset,
+            offsets_topic,
+            connector,
+            server,
+        } => {
+            use crate::import_debezium::{checkpoint_position, parse_offset, read_offsets_topic};
+            let config = load_config(&config)?;
+            let text = match (offset, offsets_topic, connector) {
+                (Some(text), _, _) => text,
+                (None, Some(topic), Some(connector)) => read_offsets_topic(
+                    &config.kafka,
+                    &topic,
+                    &connector,
+                    server.as_deref(),
+                    DEAD_LETTER_READ_TIMEOUT,
+                )
+                .await?
+                .with_context(|| {
+                    format!("no offset of connector `{connector}` in `{topic}` (was it renamed, or its offset reset?)")
+                })?,
+                _ => bail!("give --offset JSON, or --offsets-topic TOPIC with --connector NAME"),
+            };
+            let offset = parse_offset(&text)?;
+            let report = outbox_binlog::check_server(
+                &config.source.connection_url(),
+                &config.source.tls_options(),
+            )
+            .await
+            .with_context(|| {
+                format!(
+                    "`checkpoint import-debezium` reads the source's identity: cannot reach {}",
+                    config.source.redacted_url()
+                )
+            })?;
+            let identity = crate::pipeline::identity_of(&report);
+            let imported = checkpoint_position(
+                &offset,
+                identity.flavor,
+                identity.server_id,
+                crate::pipeline::gtid_only_binlog_position(),
+            )?;
+            let checkpoint = Checkpoint::new(identity, imported.position);
+            let store = open_checkpoint_store(&config.checkpoint).await?;
+            store.set(&checkpoint).await?;
+            writeln!(out, "{}", checkpoint.to_json())?;
+            for note in &imported.notes {
+                eprintln!("note: {note}");
+            }
+            eprintln!(
+                "checkpoint imported from Debezium's offset into {}",
+                store.describe()
+            );
+            Ok(0)
+        }
         CheckpointAction::Reset { config } => {
             let config = load_config(&config)?;
             let store = open_checkpoint_store(&config.checkpoint).await?;

@@ -10,6 +10,7 @@
 //! * [`dead_letter`]: dead letters (what a permanent per-event failure becomes) and replay;
 //! * [`commands`]: the CLI subcommands (`run`, `check`, `checkpoint`, `inspect`, `demo`);
 //! * [`from_debezium`]: `config from-debezium`, a Debezium connector config as relay TOML;
+//! * [`import_debezium`]: `checkpoint import-debezium`, a Debezium offset as checkpoint;
 //! * [`recover`]: `recover`, publishing the events of archived binlog files; [`progress`]:
 //!   their (and `inspect`'s) progress line on a terminal;
 //! * [`metrics`] and [`internal_events`]: Prometheus counters and the log lines that go
@@ -41,6 +42,7 @@ pub mod demo;
 pub mod from_debezium;
 pub mod health;
 pub mod http;
+pub mod import_debezium;
 pub mod internal_events;
 pub mod kafka_context;
 pub mod metrics;
