@@ -445,26 +445,24 @@ pub fn convert(config: &ConnectorConfig) -> anyhow::Result<String> {
             .push(format!("tombstone_on_empty_payload = {}", value == "true"));
         out.mapped.push(full);
     }
-    if let Some((full, value)) = router_take("table.op.invalid.behavior") {
-        let ours = match value.as_str() {
-            "warn" => Some("warn"),
-            "error" | "fatal" => Some("fail"),
-            _ => None,
-        };
-        match ours {
-            Some(ours) => {
-                out.route
-                    .push(format!("invalid_operation = {}", quoted(ours)));
-                out.mapped.push(full.clone());
-                if value != ours {
-                    out.not_mapped(&full, format!("`{value}` mapped to `fail`: the relay dead-letters an UPDATE then (policy fail_on stops it)"));
-                }
-            }
-            None => out.not_mapped(&full, format!("`{value}` is not warn, error or fatal")),
+    // Debezium drops a DELETE of an outbox row always and skips an UPDATE with a log line
+    // (`warn`, `error`) or stops (`fatal`). The relay's `invalid_operation` applies to
+    // both: `warn` skips both with a log line; `fail` would dead-letter DELETEs too (a
+    // cleanup job's), which Debezium drops, so every value maps to `warn`.
+    let invalid = router_take("table.op.invalid.behavior");
+    out.route.push("invalid_operation = \"warn\"".into());
+    match invalid {
+        Some((full, value)) if value == "warn" => out.mapped.push(full),
+        Some((full, value)) if value == "error" => {
+            out.mapped.push(full.clone());
+            out.not_mapped(&full, "`error` (skip, logged at error level) is `warn` in the relay: the UPDATE is skipped and logged at warn level");
         }
-    } else {
-        out.route
-            .push("invalid_operation = \"warn\" # Debezium's default".into());
+        Some((full, value)) if value == "fatal" => out.not_mapped(
+            &full,
+            "`fatal` (stop the connector on an UPDATE) has no equivalent yet: the relay skips the UPDATE with a warning (`fail` would also dead-letter DELETEs, which Debezium drops)",
+        ),
+        Some((full, value)) => out.not_mapped(&full, format!("`{value}` is not warn, error or fatal")),
+        None => {}
     }
     // Converters: the connector's own, else the worker's (not in this file).
     let mut formats = Vec::new();
@@ -750,7 +748,14 @@ mod tests {
             toml.contains("transforms.unwrap: another transform"),
             "{toml}"
         );
-        assert!(toml.contains("`fatal` mapped to `fail`"), "{toml}");
+        assert!(
+            toml.contains("`fatal` (stop the connector on an UPDATE) has no equivalent"),
+            "{toml}"
+        );
+        assert_eq!(
+            config.route.invalid_operation,
+            outbox_router::InvalidOperationBehavior::Warn
+        );
     }
 
     /// The connector `tests/debezium_side_by_side.rs` gives Debezium (the harness's
