@@ -75,6 +75,8 @@ pub struct BinlogFileReader {
     pending: VecDeque<StreamItem>,
     /// Set after an error: reading does not continue past a problem.
     failed: Option<String>,
+    /// Bytes of the files read to their end, for progress reports ([`Self::bytes_read`]).
+    finished_files_bytes: u64,
 }
 
 impl std::fmt::Debug for BinlogFileReader {
@@ -106,6 +108,7 @@ impl BinlogFileReader {
             decoder: Decoder::new(filter, first_name).with_positional_column_names(),
             pending: VecDeque::new(),
             failed: None,
+            finished_files_bytes: 0,
         };
         reader.open_next()?;
         Ok(reader)
@@ -114,6 +117,12 @@ impl BinlogFileReader {
     /// The flavor once known.
     pub fn flavor(&self) -> Option<Flavor> {
         self.decoder.flavor()
+    }
+
+    /// Bytes read so far over all files (the files read to their end plus the offset in the
+    /// current one): with the files' sizes, how far a long read has come.
+    pub fn bytes_read(&self) -> u64 {
+        self.finished_files_bytes + self.current.as_ref().map_or(0, |current| current.offset)
     }
 
     /// The next item, or Ok(None) after the last file's end.
@@ -146,7 +155,10 @@ impl BinlogFileReader {
 
     /// Opens the next file, if any. Returns false when there is none.
     fn open_next(&mut self) -> Result<bool, BinlogError> {
+        // Counted once the reader leaves the file (an error opening the next keeps it).
+        let finished = self.current.as_ref().map_or(0, |current| current.offset);
         let Some(path) = self.remaining.pop_front() else {
+            self.finished_files_bytes += finished;
             self.current = None;
             return Ok(false);
         };
@@ -174,6 +186,7 @@ impl BinlogFileReader {
             });
         }
         self.decoder.set_current_file(file_name_of(&path));
+        self.finished_files_bytes += finished;
         self.current = Some(OpenFile {
             path,
             reader,

@@ -492,6 +492,34 @@ fn several_files_are_read_in_order() {
     assert_eq!(items.last(), items_two.last());
 }
 
+/// `bytes_read` (what `recover` and `inspect` show as progress) grows with every item and
+/// ends at the files' total size.
+#[test]
+fn bytes_read_grows_to_the_total_size_of_the_files() {
+    let files = vec![
+        fixture("mysql_type_bit.000001"),
+        fixture("mariadb-bin.000001"),
+    ];
+    let total: u64 = files
+        .iter()
+        .map(|file| std::fs::metadata(file).unwrap().len())
+        .sum();
+    let mut reader = BinlogFileReader::open(files, TableFilter::all()).unwrap();
+    let mut previous = reader.bytes_read();
+    assert!(previous <= 4, "{previous}");
+    let mut grew = 0;
+    while reader.next_item().unwrap().is_some() {
+        let now = reader.bytes_read();
+        assert!(now >= previous, "{now} < {previous}");
+        if now > previous {
+            grew += 1;
+        }
+        previous = now;
+    }
+    assert!(grew > 1, "bytes_read moved only {grew} times");
+    assert_eq!(reader.bytes_read(), total);
+}
+
 /// Prefixes and single-bit flips of several fixtures (every third offset, to stay fast) read
 /// to an end or an error: never a panic, never a loop (`read_all` bounds the item count).
 #[test]

@@ -13,9 +13,15 @@
 //!   "binlog_position": 1234,
 //!   "gtid": "0-1-17",
 //!   "gtid_set": "0-1-17",
-//!   "timestamp": 1764496800
+//!   "timestamp": 1764496800,
+//!   "sent_through": { "binlog_file": "binlog.000003", "binlog_position": 2048 }
 //! }
 //! ```
+//!
+//! `sent_through` is optional (see [`Checkpoint::sent_through`]): a document without it
+//! reads as "unknown". A relay built before the field existed refuses a document that has
+//! it (unknown field): to roll back to such a build, store its checkpoint with its own
+//! `outbox-relay checkpoint set`.
 //!
 //! `format` is 1 or 2. Format 2 is format 1 plus `"leader_epoch": N`, the leadership term of
 //! the relay that wrote it under `[ha]` (standby failover; the stores refuse a commit of an
@@ -152,6 +158,13 @@ pub struct Checkpoint {
     /// leader (a zombie) cannot move the checkpoint after a new leader took over. `None`:
     /// written without `[ha]` (or by `checkpoint set`).
     pub leader_epoch: Option<u64>,
+    /// The newest transaction end (on `source`) whose records the writing relay had handed
+    /// on for sending when it stored this checkpoint; at or after `position`. After a crash
+    /// the records between `position` and this position are read and sent again although
+    /// the crashed run had already sent them: the restart counts them as replays
+    /// (`outbox_relay_replayed_records_total`). `None`: not known (an older relay, a
+    /// checkpoint set by hand, or GTID-only after a failover).
+    pub sent_through: Option<BinlogPosition>,
 }
 
 /// Why a checkpoint document could not be read.
@@ -200,6 +213,19 @@ struct CheckpointDocument {
     /// `None`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     leader_epoch: Option<u64>,
+    /// [`Checkpoint::sent_through`] (absent: unknown; older relays never write it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sent_through: Option<SentThroughDocument>,
+}
+
+/// [`Checkpoint::sent_through`] on disk, named like the checkpoint's own position.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SentThroughDocument {
+    /// [`BinlogPosition::file`].
+    binlog_file: String,
+    /// [`BinlogPosition::position`].
+    binlog_position: u64,
 }
 
 impl Checkpoint {
@@ -210,6 +236,7 @@ impl Checkpoint {
             position,
             writer_version: WRITER_VERSION.to_owned(),
             leader_epoch: None,
+            sent_through: None,
         }
     }
 
@@ -217,6 +244,13 @@ impl Checkpoint {
     /// [`Checkpoint::leader_epoch`]).
     pub fn with_leader_epoch(mut self, epoch: Option<u64>) -> Self {
         self.leader_epoch = epoch;
+        self
+    }
+
+    /// The same checkpoint recording how far its writer had sent
+    /// ([`Checkpoint::sent_through`]).
+    pub fn with_sent_through(mut self, sent_through: Option<BinlogPosition>) -> Self {
+        self.sent_through = sent_through;
         self
     }
 
@@ -236,6 +270,13 @@ impl Checkpoint {
             gtid_set: self.position.gtid_set.to_string(),
             timestamp: self.position.timestamp,
             leader_epoch: self.leader_epoch,
+            sent_through: self
+                .sent_through
+                .as_ref()
+                .map(|position| SentThroughDocument {
+                    binlog_file: position.file.clone(),
+                    binlog_position: position.position,
+                }),
         };
         // Serializing plain strings and integers into a String cannot fail; fall back to the
         // compact writer's error text rather than panicking if serde_json ever disagrees.
@@ -290,6 +331,9 @@ impl Checkpoint {
             },
             writer_version: document.writer_version,
             leader_epoch: document.leader_epoch,
+            sent_through: document
+                .sent_through
+                .map(|sent| BinlogPosition::new(sent.binlog_file, sent.binlog_position)),
         })
     }
 }
@@ -362,6 +406,19 @@ mod tests {
             "{json}"
         );
         assert_eq!(Checkpoint::from_json(&json).unwrap(), checkpoint);
+    }
+
+    #[test]
+    fn sent_through_round_trips_and_is_optional() {
+        let checkpoint =
+            mariadb_checkpoint().with_sent_through(Some(BinlogPosition::new("binlog.000004", 99)));
+        let json = checkpoint.to_json();
+        assert!(json.contains("\"sent_through\""), "{json}");
+        assert_eq!(Checkpoint::from_json(&json).unwrap(), checkpoint);
+        // Without it (an older relay's document): read as unknown, and not written.
+        let json = mariadb_checkpoint().to_json();
+        assert!(!json.contains("sent_through"), "{json}");
+        assert_eq!(Checkpoint::from_json(&json).unwrap().sent_through, None);
     }
 
     #[test]

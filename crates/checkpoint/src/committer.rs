@@ -14,6 +14,10 @@
 //! * Monotonic: a position older than the newest offered one is ignored (counted as
 //!   [`crate::internal_events::CheckpointRegressionIgnored`]), so the committer never commits
 //!   a position older than the last committed one.
+//! * [`CheckpointCommitter::note_sent_through`]: how far records were handed on for
+//!   sending is stored with each checkpoint ([`Checkpoint::sent_through`]) when it lies
+//!   after the checkpoint's position, and, while the acked position stands still behind it,
+//!   by committing the stored position again once per `policy.max_interval`.
 //! * A failed commit keeps the position pending and returns the error; it is retried (with
 //!   the newest position by then) when the next commit is due again (one more interval or
 //!   batch, so a failing store is not hammered) or by `flush`.
@@ -80,6 +84,12 @@ pub struct CheckpointCommitter {
     /// refuse this committer's writes once a newer leader wrote
     /// ([`CheckpointStoreError::StaleLeader`]); `None` without `[ha]`.
     leader_epoch: Option<u64>,
+    /// The newest transaction end whose records were handed on for sending
+    /// ([`CheckpointCommitter::note_sent_through`]), stored with each checkpoint as
+    /// [`Checkpoint::sent_through`] so a restart after a crash can count what it re-sends.
+    sent_through: Option<BinlogPosition>,
+    /// `sent_through` as last stored, so an unchanged one is not stored again.
+    stored_sent_through: Option<BinlogPosition>,
 }
 
 impl CheckpointCommitter {
@@ -103,7 +113,53 @@ impl CheckpointCommitter {
             last_commit_at: Instant::now(),
             gtid_only_binlog: None,
             leader_epoch: None,
+            sent_through: None,
+            stored_sent_through: None,
         }
+    }
+
+    /// The `sent_through` of the checkpoint the relay resumed from: kept (and stored again)
+    /// until the relay sends past it, so a second crash during the replay still counts the
+    /// replayed records.
+    pub fn resume_sent_through(&mut self, stored: Option<BinlogPosition>) {
+        self.stored_sent_through = stored.clone();
+        self.sent_through = stored;
+    }
+
+    /// Records that every record of the transactions up to `position` was handed on for
+    /// sending (the newest such position wins). It is stored with the next checkpoint; and
+    /// while the acked position stands still behind it (Kafka slow or away), once per
+    /// commit interval with the stored position again, so the record of how far the relay
+    /// had sent stays at most one interval behind a crash.
+    pub fn note_sent_through(&mut self, position: BinlogPosition) {
+        let newer = self.sent_through.as_ref().is_none_or(|current| {
+            compare_binlog_positions(&position, current) != Some(std::cmp::Ordering::Less)
+        });
+        if newer {
+            self.sent_through = Some(position);
+        }
+    }
+
+    /// The `sent_through` to store with a checkpoint at `position`: only when it lies after
+    /// it (else nothing stored is unacked) and positions are the server's own (not after a
+    /// failover).
+    fn sent_through_after(&self, position: &BinlogPosition) -> Option<BinlogPosition> {
+        if self.gtid_only_binlog.is_some() {
+            return None;
+        }
+        self.sent_through.clone().filter(|sent| {
+            compare_binlog_positions(sent, position) == Some(std::cmp::Ordering::Greater)
+        })
+    }
+
+    /// Whether a newer `sent_through` than the stored one waits while nothing else is
+    /// pending: then the stored position is committed again to record it.
+    fn sent_through_waits(&self) -> bool {
+        self.pending.is_none()
+            && self.last_committed.as_ref().is_some_and(|committed| {
+                let sent = self.sent_through_after(&committed.binlog);
+                sent.is_some() && sent != self.stored_sent_through
+            })
     }
 
     /// The same committer stamping `epoch` into every checkpoint it stores (see
@@ -179,7 +235,14 @@ impl CheckpointCommitter {
     /// Commits the pending position if its interval has passed. Returns whether a commit
     /// happened.
     pub async fn commit_if_due(&mut self) -> Result<bool, CheckpointStoreError> {
-        if self.pending.is_some() && self.last_commit_at.elapsed() >= self.policy.max_interval {
+        if self.last_commit_at.elapsed() < self.policy.max_interval {
+            return Ok(false);
+        }
+        if self.pending.is_none() && self.sent_through_waits() {
+            // The acked position stands still: store it again with the newer sent_through.
+            self.pending = self.last_committed.clone();
+        }
+        if self.pending.is_some() {
             return self.commit_pending().await;
         }
         Ok(false)
@@ -188,9 +251,8 @@ impl CheckpointCommitter {
     /// When [`CheckpointCommitter::commit_if_due`] will commit the pending position; `None`
     /// when nothing is pending.
     pub fn next_due(&self) -> Option<Instant> {
-        self.pending
-            .as_ref()
-            .map(|_| self.last_commit_at + self.policy.max_interval)
+        (self.pending.is_some() || self.sent_through_waits())
+            .then(|| self.last_commit_at + self.policy.max_interval)
     }
 
     /// Stores the newest offered position if it is not stored yet (shutdown). Returns whether
@@ -213,8 +275,10 @@ impl CheckpointCommitter {
         let Some(position) = self.pending.take() else {
             return Ok(false);
         };
-        let checkpoint =
-            Checkpoint::new(self.source.clone(), position).with_leader_epoch(self.leader_epoch);
+        let sent_through = self.sent_through_after(&position.binlog);
+        let checkpoint = Checkpoint::new(self.source.clone(), position)
+            .with_leader_epoch(self.leader_epoch)
+            .with_sent_through(sent_through);
         let started = Instant::now();
         let result = self.store.commit(&checkpoint).await;
         // Success or failure, the next attempt waits one more interval (or batch): a failed
@@ -229,6 +293,7 @@ impl CheckpointCommitter {
                     store: &self.store_name,
                 }
                 .emit();
+                self.stored_sent_through = checkpoint.sent_through.clone();
                 self.last_committed = Some(checkpoint.position);
                 Ok(true)
             }

@@ -229,3 +229,62 @@ async fn after_a_failover_checkpoints_name_the_new_server_and_are_gtid_only() {
         assert_eq!(commit.position.gtid_set.to_string(), sequence);
     }
 }
+
+/// How far records were handed on is stored with the checkpoint when it lies after it, and
+/// while the acked position stands still, by storing that position again once per interval
+/// (never more often, never when nothing new was sent).
+#[tokio::test(start_paused = true)]
+async fn sent_through_is_stored_with_the_checkpoint_and_while_acks_stand_still() {
+    let (store, mut committer) = recording_committer(policy(Duration::from_secs(1), 1), None);
+    let sent = |offset| BinlogPosition::new("binlog.000001", offset);
+    let stored_sent = |store: &RecordingStore| {
+        store
+            .commits
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c.position.binlog.position,
+                    c.sent_through.as_ref().map(|s| s.position),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    committer.note_sent_through(sent(300));
+    assert!(committer.offer(at(100)).await.unwrap());
+    assert_eq!(stored_sent(&store), vec![(100, Some(300))]);
+    // Nothing acked, more sent: nothing due before the interval...
+    committer.note_sent_through(sent(500));
+    committer.note_sent_through(sent(400)); // older: ignored
+    assert!(!committer.commit_if_due().await.unwrap());
+    let due = committer
+        .next_due()
+        .expect("a sent_through-only commit is due");
+    tokio::time::sleep_until(due).await;
+    // ...then the stored position again, with the newer sent_through.
+    assert!(committer.commit_if_due().await.unwrap());
+    assert_eq!(
+        stored_sent(&store),
+        vec![(100, Some(300)), (100, Some(500))]
+    );
+    // Unchanged since: nothing more to store.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(committer.next_due().is_none());
+    assert!(!committer.commit_if_due().await.unwrap());
+    // Acked past it: no sent_through stored (nothing after the checkpoint was sent).
+    assert!(committer.offer(at(600)).await.unwrap());
+    assert_eq!(stored_sent(&store).last(), Some(&(600, None)));
+}
+
+/// A resumed checkpoint's sent_through is kept while the new run is still behind it.
+#[tokio::test(start_paused = true)]
+async fn a_resumed_sent_through_is_kept_until_passed() {
+    let (store, mut committer) =
+        recording_committer(policy(Duration::from_secs(1), 1), Some(at(100)));
+    committer.resume_sent_through(Some(BinlogPosition::new("binlog.000001", 900)));
+    assert!(committer.next_due().is_none(), "already stored");
+    assert!(committer.offer(at(200)).await.unwrap());
+    let last = store.commits.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(last.sent_through.map(|s| s.position), Some(900));
+}

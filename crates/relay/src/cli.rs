@@ -86,6 +86,12 @@ pub enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Work with configuration files.
+    Config {
+        /// from-debezium.
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
     /// List or replay dead letters (events that failed permanently; see `[dead_letter]`).
     Dlq {
         /// list or replay.
@@ -98,6 +104,19 @@ pub enum Command {
         /// How many sample orders to write.
         #[arg(long, default_value_t = 3)]
         orders: u32,
+    },
+}
+
+/// `config` actions.
+#[derive(Debug, Subcommand)]
+pub enum ConfigAction {
+    /// Print the relay config equivalent to a Debezium MySQL/MariaDB connector with the
+    /// Outbox Event Router (Kafka Connect JSON or .properties); every option without an
+    /// equivalent is named with why.
+    FromDebezium {
+        /// The connector config: `{"name":..,"config":{..}}` JSON, a flat JSON object, or
+        /// a .properties file.
+        file: PathBuf,
     },
 }
 
@@ -154,6 +173,31 @@ pub enum CheckpointAction {
         /// GTID set in the server's syntax, e.g. `0-1-42`.
         #[arg(long)]
         gtid: Option<String>,
+    },
+    /// Store the checkpoint equivalent to a Debezium MySQL connector's committed offset
+    /// (a cutover: stop Debezium first). The offset comes from Kafka Connect's offsets topic
+    /// (`--offsets-topic` and `--connector`) or is given as JSON (`--offset`). Needs the
+    /// source server reachable to record its identity.
+    ImportDebezium {
+        /// The TOML config file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The offset value JSON, e.g. `{"file":"binlog.000003","pos":1547,"gtids":"..."}`.
+        #[arg(
+            long,
+            conflicts_with = "offsets_topic",
+            required_unless_present = "offsets_topic"
+        )]
+        offset: Option<String>,
+        /// Kafka Connect's offsets topic (`offset.storage.topic`), read with `[kafka]`.
+        #[arg(long, requires = "connector")]
+        offsets_topic: Option<String>,
+        /// The connector's name (the first element of its offset key).
+        #[arg(long)]
+        connector: Option<String>,
+        /// The connector's `topic.prefix` (its offset key's `server`), when a name was reused.
+        #[arg(long)]
+        server: Option<String>,
     },
     /// Remove the stored checkpoint: the next run starts at `source.start`.
     Reset {

@@ -48,6 +48,9 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
             &mut std::io::stdout().lock(),
             &mut std::io::stderr().lock(),
         ),
+        Command::Config {
+            action: crate::cli::ConfigAction::FromDebezium { file },
+        } => crate::from_debezium::from_debezium_command(&file, &mut std::io::stdout().lock()),
         Command::Dlq { action } => dlq_command(action, &mut std::io::stdout().lock()).await,
         Command::Recover {
             config,
@@ -440,6 +443,62 @@ pub async fn checkpoint_command(
             eprintln!("checkpoint stored in {}", store.describe());
             Ok(0)
         }
+        CheckpointAction::ImportDebezium {
+            config,
+            offset,
+            offsets_topic,
+            connector,
+            server,
+        } => {
+            use crate::import_debezium::{checkpoint_position, parse_offset, read_offsets_topic};
+            let config = load_config(&config)?;
+            let text = match (offset, offsets_topic, connector) {
+                (Some(text), _, _) => text,
+                (None, Some(topic), Some(connector)) => read_offsets_topic(
+                    &config.kafka,
+                    &topic,
+                    &connector,
+                    server.as_deref(),
+                    DEAD_LETTER_READ_TIMEOUT,
+                )
+                .await?
+                .with_context(|| {
+                    format!("no offset of connector `{connector}` in `{topic}` (was it renamed, or its offset reset?)")
+                })?,
+                _ => bail!("give --offset JSON, or --offsets-topic TOPIC with --connector NAME"),
+            };
+            let offset = parse_offset(&text)?;
+            let report = outbox_binlog::check_server(
+                &config.source.connection_url(),
+                &config.source.tls_options(),
+            )
+            .await
+            .with_context(|| {
+                format!(
+                    "`checkpoint import-debezium` reads the source's identity: cannot reach {}",
+                    config.source.redacted_url()
+                )
+            })?;
+            let identity = crate::pipeline::identity_of(&report);
+            let imported = checkpoint_position(
+                &offset,
+                identity.flavor,
+                identity.server_id,
+                crate::pipeline::gtid_only_binlog_position(),
+            )?;
+            let checkpoint = Checkpoint::new(identity, imported.position);
+            let store = open_checkpoint_store(&config.checkpoint, &config.kafka).await?;
+            store.set(&checkpoint).await?;
+            writeln!(out, "{}", checkpoint.to_json())?;
+            for note in &imported.notes {
+                eprintln!("note: {note}");
+            }
+            eprintln!(
+                "checkpoint imported from Debezium's offset into {}",
+                store.describe()
+            );
+            Ok(0)
+        }
         CheckpointAction::Reset { config } => {
             let config = load_config(&config)?;
             let store = open_checkpoint_store(&config.checkpoint, &config.kafka).await?;
@@ -486,16 +545,25 @@ pub fn inspect_command(
     let stdout = out;
     let mut rows: Vec<serde_json::Value> = Vec::new();
     let mut routing_errors = 0u64;
+    // On a terminal only: a progress line on stderr (crate::progress).
+    let mut progress =
+        crate::progress::FileProgress::on_stderr("reading", crate::progress::total_size(files));
+    let mut events_read = 0u64;
     loop {
         let item = match reader.next_item() {
             Ok(Some(item)) => item,
             Ok(None) => break,
             Err(error) => {
+                progress.finish();
                 stdout.flush()?;
                 writeln!(diagnostics, "error: {error}")?;
                 return Ok(2);
             }
         };
+        if matches!(item, StreamItem::Row(_)) {
+            events_read += 1;
+        }
+        progress.update(reader.bytes_read(), events_read);
         match item {
             StreamItem::Row(change) => match &router {
                 None => rows.push(row_change_json(&change)),
@@ -531,6 +599,7 @@ pub fn inspect_command(
             StreamItem::Heartbeat(_) => {}
         }
     }
+    progress.finish();
     if !rows.is_empty() {
         writeln!(
             diagnostics,

@@ -466,7 +466,9 @@ pub struct DeadLetter {
     pub original_headers: Vec<(String, Vec<u8>)>,
 }
 
-fn consumer_config(kafka: &KafkaConfig) -> ClientConfig {
+/// A consumer reading a topic from its start without a group commit (also used by
+/// `checkpoint import-debezium` for the Kafka Connect offsets topic).
+pub(crate) fn consumer_config(kafka: &KafkaConfig) -> ClientConfig {
     let mut config = ClientConfig::new();
     for (key, value) in &kafka.properties {
         config.set(key, value);

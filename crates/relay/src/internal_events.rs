@@ -200,6 +200,40 @@ impl InternalEvent for RecordAcked {
     }
 }
 
+/// After a restart, records the previous run had already handed on for sending were read
+/// and handed to the sink again ([`crate::replay`]).
+#[derive(Debug)]
+pub struct RecordsReplayed {
+    /// Records of one transaction.
+    pub records: u64,
+}
+
+impl InternalEvent for RecordsReplayed {
+    fn emit(self, metrics: &Metrics) {
+        metrics.replayed_records.inc_by(self.records);
+    }
+}
+
+/// The replay after a restart reached the previous run's sent-through position (or could
+/// no longer be compared with it): everything from here on is new.
+#[derive(Debug)]
+pub struct ReplayFinished<'a> {
+    /// Records counted as replayed.
+    pub records: u64,
+    /// The previous run's sent-through position.
+    pub sent_through: &'a outbox_binlog::BinlogPosition,
+}
+
+impl InternalEvent for ReplayFinished<'_> {
+    fn emit(self, _metrics: &Metrics) {
+        if self.records > 0 {
+            tracing::warn!(records = self.records, sent_through = %self.sent_through, "replayed records the previous run had already sent before it stopped without a final checkpoint (a crash): consumers may see them twice, with the same ids");
+        } else {
+            tracing::info!(sent_through = %self.sent_through, "passed the previous run's sent-through position without replaying a record");
+        }
+    }
+}
+
 /// A record was handed to a producer again (after a failure or a rebuild).
 #[derive(Debug)]
 pub struct RecordResent;
@@ -342,6 +376,35 @@ impl InternalEvent for DeliveryFailedTransient<'_> {
         metrics.retries.with_label_values(&["kafka_delivery"]).inc();
         metrics.health.sink_retrying();
         tracing::warn!(topic = self.topic, error = %self.error, retry_in_ms = self.retry_in.as_millis() as u64, waiting = self.waiting, "Kafka delivery failed; resending (checkpoint held back)");
+    }
+}
+
+/// Kafka rejected a record for good (too large, authorization, ...): counted as a
+/// permanent delivery error, and, when the dead-letter policy resends it before
+/// dead-lettering, as a retry of the Kafka delivery.
+#[derive(Debug)]
+pub struct DeliveryRejected<'a> {
+    /// Topic of the record.
+    pub topic: &'a str,
+    /// The dead-letter error class of the rejection.
+    pub class: &'static str,
+    /// What librdkafka or the broker said.
+    pub error: &'a rdkafka::error::KafkaError,
+    /// `Some((attempt, max_attempts))` when the record is resent; `None` when it is
+    /// dead-lettered now or stops the relay (logged there).
+    pub resending: Option<(u32, u32)>,
+}
+
+impl InternalEvent for DeliveryRejected<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics
+            .delivery_errors
+            .with_label_values(&["permanent"])
+            .inc();
+        if let Some((attempt, max_attempts)) = self.resending {
+            metrics.retries.with_label_values(&["kafka_delivery"]).inc();
+            tracing::warn!(topic = self.topic, class = self.class, error = %self.error, attempt, max_attempts, "Kafka rejected a record permanently; resending before dead-lettering it");
+        }
     }
 }
 

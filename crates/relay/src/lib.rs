@@ -9,7 +9,10 @@
 //! * [`sink`]: the Kafka producer side (idempotent, retrying, topic creation);
 //! * [`dead_letter`]: dead letters (what a permanent per-event failure becomes) and replay;
 //! * [`commands`]: the CLI subcommands (`run`, `check`, `checkpoint`, `inspect`, `demo`);
-//! * [`recover`]: `recover`, publishing the events of archived binlog files;
+//! * [`from_debezium`]: `config from-debezium`, a Debezium connector config as relay TOML;
+//! * [`import_debezium`]: `checkpoint import-debezium`, a Debezium offset as checkpoint;
+//! * [`recover`]: `recover`, publishing the events of archived binlog files; [`progress`]:
+//!   their (and `inspect`'s) progress line on a terminal;
 //! * [`metrics`] and [`internal_events`]: Prometheus counters and the log lines that go
 //!   with them; [`http`] serves them with [`health`]'s readiness checks
 //!   ([`broker_probe`] feeds the broker one);
@@ -18,6 +21,7 @@
 //!   loop on a Kafka lease, leader epochs stamped into checkpoints);
 //! * [`kafka_context`]: librdkafka's logs through `tracing`, repeats rate-limited;
 //! * [`crash_points`]: `OUTBOX_RELAY_CRASH_AT`, deliberate crashes for failure tests;
+//! * [`replay`]: the records a restart after a crash sends again, counted;
 //! * `xa_hold`: the records of two-phase XA transactions, held until their outcome.
 //!
 //! # Resumption
@@ -37,18 +41,22 @@ pub mod config;
 pub mod crash_points;
 pub mod dead_letter;
 pub mod demo;
+pub mod from_debezium;
 pub mod ha;
 pub mod ha_config;
 pub mod health;
 pub mod http;
+pub mod import_debezium;
 pub mod internal_events;
 pub mod kafka_context;
 pub mod metrics;
 pub mod pipeline;
 #[cfg(test)]
 mod pipeline_tests;
+pub mod progress;
 pub mod purge_horizon;
 pub mod recover;
+pub mod replay;
 pub mod security;
 pub mod shutdown;
 pub mod sink;

@@ -94,6 +94,11 @@ pub struct Metrics {
     /// Records handed to a producer again (after a failure or a rebuild): each may reach
     /// the topic twice, so this counts possible duplicates.
     pub records_resent: IntCounter,
+    /// Records of this run that the previous run had already handed on for sending before
+    /// it crashed (read again between the stored checkpoint and the sent-through position
+    /// stored with it; see [`crate::replay`]): possible duplicates, a lower bound of the
+    /// replay.
+    pub replayed_records: IntCounter,
     /// Producer rebuilds by `class` (`fatal`, `failure`, `stall`).
     pub producer_rebuilds: IntCounterVec,
     /// Unix time (seconds) of the newest dead letter; 0 when none this run.
@@ -313,6 +318,10 @@ impl Metrics {
             records_resent: counter(
                 "records_resent_total",
                 "Records sent again after a failure or producer rebuild (possible duplicates)",
+            ),
+            replayed_records: counter(
+                "replayed_records_total",
+                "Records sent again after a restart that the previous run had already sent (between the checkpoint and its stored sent-through position; a lower bound)",
             ),
             producer_rebuilds: counter_vec(
                 "producer_rebuilds_total",

@@ -65,6 +65,7 @@ use crate::internal_events::{
     TransactionRead, XaHeldChanged, XaOutcomeRead, XaOutcomeWithoutPrepare, XaPrepareHeld,
 };
 use crate::metrics::Metrics;
+use crate::replay::{ReplayCounter, SentThrough};
 use crate::shutdown::{Shutdown, ShutdownController};
 use crate::sink::{
     run_kafka_sink, run_transactional_sink, BatchBoundary, KafkaSinkSettings, OutboundRecord,
@@ -526,6 +527,14 @@ async fn run_pipeline(
     let acked = Arc::new(Notify::new());
     let record_transactions: RecordTransactions = Arc::new(Mutex::new(VecDeque::new()));
 
+    // How far the previous run had sent (crate::replay): its records are counted as
+    // replays, only when resuming at the stored file position on the server that wrote it.
+    let resumed_sent_through = stored
+        .as_ref()
+        .filter(|_| matches!(first_start, StartPosition::Position(_)))
+        .and_then(|checkpoint| checkpoint.sent_through.clone());
+    let sent_through = SentThrough::default();
+
     let capacity = config.pipeline.channel_capacity;
     let (items_tx, items_rx) = mpsc::channel::<SourceItem>(capacity);
     let (records_tx, records_rx) = mpsc::channel::<SinkItem<RecordTicket>>(capacity);
@@ -575,6 +584,8 @@ async fn run_pipeline(
                 metrics: metrics.clone(),
                 dead_letter: config.dead_letter.clone(),
                 max_in_flight_bytes: config.pipeline.max_in_flight_bytes,
+                sent_through: sent_through.clone(),
+                replay: ReplayCounter::new(resumed_sent_through.clone()),
             },
             items_rx,
             records_tx,
@@ -639,6 +650,8 @@ async fn run_pipeline(
                     .map(|c| c.position.clone()),
                 record_transactions: record_transactions.clone(),
                 leader_epoch,
+                sent_through: sent_through.clone(),
+                resumed_sent_through,
             },
             store.clone(),
             tracker.clone(),
@@ -1182,6 +1195,11 @@ struct RouterTaskContext {
     dead_letter: crate::config::DeadLetterConfig,
     /// `pipeline.max_in_flight_bytes`: bounds the records of XA transactions held.
     max_in_flight_bytes: u64,
+    /// Advanced at each transaction end that handed records to the sink; the committer
+    /// stores it (crate::replay).
+    sent_through: SentThrough,
+    /// Counts the records the previous run had already sent (crate::replay).
+    replay: ReplayCounter,
 }
 
 /// Routes rows into records (registering each with the tracker) and ends transactions in
@@ -1201,6 +1219,8 @@ async fn run_router(
         metrics,
         dead_letter,
         max_in_flight_bytes,
+        sent_through,
+        mut replay,
     } = context;
     // Transactions (and heartbeats) ended so far: the same count as the tracker's
     // `completed_transactions` once the checkpoint passes them.
@@ -1211,6 +1231,7 @@ async fn run_router(
         if *records > 0 {
             // Before `end_transaction`, so the committer never sees the end without it.
             lock_records(&record_transactions).push_back(ended_transactions);
+            sent_through.advance(&position.binlog);
         }
         *records = 0;
         lock_tracker(&tracker).end_transaction(position);
@@ -1234,6 +1255,7 @@ async fn run_router(
                 Some(SourceItem::Stream(item, budget)) => (item, budget),
                 Some(SourceItem::MovedTo(server)) => {
                     lock_tracker(&tracker).switch_source(server);
+                    replay.source_moved(&metrics);
                     continue;
                 }
                 None => return Ok(()),
@@ -1385,15 +1407,24 @@ async fn run_router(
                     }
                     .emit(&metrics);
                 }
+                // The records handed to the sink (an XA PREPARE's are only held).
+                let sent = match commit.xa {
+                    Some(XaBoundary::Prepare { .. }) => 0,
+                    _ => records_in_open_transaction,
+                };
+                replay.transaction_ended(&commit.position, sent, &metrics);
                 end_transaction(
                     CheckpointPosition::after_commit(&commit),
                     &mut records_in_open_transaction,
                 )
             }
-            StreamItem::Heartbeat(heartbeat) => end_transaction(
-                CheckpointPosition::at_heartbeat(&heartbeat),
-                &mut records_in_open_transaction,
-            ),
+            StreamItem::Heartbeat(heartbeat) => {
+                replay.transaction_ended(&heartbeat.position, 0, &metrics);
+                end_transaction(
+                    CheckpointPosition::at_heartbeat(&heartbeat),
+                    &mut records_in_open_transaction,
+                )
+            }
         }
     }
 }
@@ -1436,6 +1467,11 @@ struct CommitterSettings {
     record_transactions: RecordTransactions,
     /// `[ha]`: the term's epoch, stamped into every checkpoint ([`RelayHandles`]).
     leader_epoch: Option<u64>,
+    /// How far the router handed records to the sink: stored with each checkpoint
+    /// (crate::replay).
+    sent_through: SentThrough,
+    /// The resumed checkpoint's sent-through position, kept until passed.
+    resumed_sent_through: Option<BinlogPosition>,
 }
 
 /// Limits commits that cover only transactions without outbox records (other tables'
@@ -1532,6 +1568,7 @@ async fn run_committer(
         settings.resumed_from,
     )
     .with_leader_epoch(leader_epoch);
+    committer.resume_sent_through(settings.resumed_sent_through.clone());
     let mut seen_transactions = lock_tracker(&tracker).completed_transactions();
     let mut limiter = IdleCommitLimiter::new(settings.policy.max_interval);
     let record_transactions = settings.record_transactions.clone();
@@ -1566,6 +1603,9 @@ async fn run_committer(
             tracing::warn!(server = %describe_identity(&new_source), "the source moved to another server: checkpoints now name it and resume by GTID set");
             committer.move_to_source(new_source.clone(), gtid_only_binlog_position());
             identity = new_source;
+        }
+        if let Some(sent) = settings.sent_through.get() {
+            committer.note_sent_through(sent);
         }
         let before = committer.last_committed().cloned();
         let now = tokio::time::Instant::now();
@@ -1683,6 +1723,8 @@ mod tests {
                 resumed_from: None,
                 record_transactions: Arc::new(Mutex::new(VecDeque::from([1, 2]))),
                 leader_epoch: None,
+                sent_through: SentThrough::default(),
+                resumed_sent_through: None,
             },
             store.clone(),
             tracker.clone(),

@@ -23,7 +23,9 @@
 //! (`xa_rolled_back_records`); those whose outcome is not in the files are not published
 //! (`xa_unresolved_records`, exit code 1). Held XA records are kept in memory until then. The command returns once Kafka acknowledged every record, so a
 //! successful run means the gap is delivered; running it twice delivers twice with the same
-//! ids (at-least-once). It never touches the checkpoint: afterwards,
+//! ids (at-least-once). On a terminal each pass shows its progress on stderr (bytes read
+//! of the total, events, rate; [`crate::progress`]); off one, nothing. It never touches the
+//! checkpoint: afterwards,
 //! `outbox-relay checkpoint set` moves it to the oldest position the server still has.
 
 use std::io::Write;
@@ -41,6 +43,7 @@ use crate::commands::describe_files;
 use crate::config::{parse_file_position, RelayConfig};
 use crate::dead_letter::RecordOrigin;
 use crate::metrics::Metrics;
+use crate::progress::FileProgress;
 use crate::shutdown::ShutdownController;
 use crate::sink::{run_kafka_sink, KafkaSinkSettings, OutboundRecord, SinkItem};
 
@@ -105,10 +108,19 @@ struct CompletenessScan {
 
 /// The first pass: reads every file to the end (or the first error) and remembers the last
 /// commit and the rows after it.
-fn find_complete_transactions(mut reader: BinlogFileReader) -> CompletenessScan {
+fn find_complete_transactions(
+    mut reader: BinlogFileReader,
+    mut progress: FileProgress,
+) -> CompletenessScan {
     let mut scan = CompletenessScan::default();
+    let mut events = 0u64;
     loop {
-        match reader.next_item() {
+        let item = reader.next_item();
+        if matches!(item, Ok(Some(StreamItem::Row(_)))) {
+            events += 1;
+        }
+        progress.update(reader.bytes_read(), events);
+        match item {
             Ok(Some(StreamItem::Row(row))) => {
                 scan.rows_after_last_commit += 1;
                 if scan.first_row_after_last_commit.is_none() {
@@ -150,9 +162,13 @@ pub async fn recover_command(
             .with_context(|| format!("opening {}", describe_files(files)))
     };
     let first_pass = open()?;
-    let completeness = tokio::task::spawn_blocking(move || find_complete_transactions(first_pass))
-        .await
-        .context("the binlog file reader panicked")?;
+    // On a terminal only: a progress line per pass on stderr (crate::progress).
+    let total_bytes = crate::progress::total_size(files);
+    let first_progress = FileProgress::on_stderr("checking the files (pass 1 of 2)", total_bytes);
+    let completeness =
+        tokio::task::spawn_blocking(move || find_complete_transactions(first_pass, first_progress))
+            .await
+            .context("the binlog file reader panicked")?;
     let reader = open()?;
     let publish_until = completeness.last_commit.clone();
 
@@ -174,8 +190,16 @@ pub async fn recover_command(
     // The file reader is blocking I/O: its own thread, handing records to the sink. Whatever
     // it ends with, the sink is awaited: what was handed over is delivered (or its failure
     // reported) before the command returns.
+    let second_progress = FileProgress::on_stderr("publishing (pass 2 of 2)", total_bytes);
     let scan = tokio::task::spawn_blocking(move || {
-        scan_files(reader, router, after, publish_until, records_tx)
+        scan_files(
+            reader,
+            router,
+            after,
+            publish_until,
+            records_tx,
+            second_progress,
+        )
     })
     .await
     .context("the binlog file reader panicked")?;
@@ -247,13 +271,19 @@ fn scan_files(
     after: Option<BinlogPosition>,
     publish_until: Option<BinlogPosition>,
     records: mpsc::Sender<SinkItem<u64>>,
+    mut progress: FileProgress,
 ) -> anyhow::Result<RecoveryScan> {
     let mut scan = RecoveryScan::default();
     let Some(publish_until) = publish_until else {
         return Ok(scan);
     };
     let mut xa = XaRecords::default();
+    let mut events = 0u64;
     while let Some(item) = reader.next_item()? {
+        if matches!(item, StreamItem::Row(_)) {
+            events += 1;
+        }
+        progress.update(reader.bytes_read(), events);
         let last_complete_commit =
             matches!(&item, StreamItem::Commit(commit) if commit.position == publish_until);
         match item {

@@ -180,3 +180,54 @@ async fn recover_of_a_truncated_file_names_the_file_and_offset() {
         started.elapsed()
     );
 }
+
+/// `inspect` over binlog files: no progress bytes when stderr is not a terminal (captured
+/// here), a progress line (bytes read of the total, events) when it is one (a pseudo
+/// terminal from util-linux's `script`).
+#[test]
+fn inspect_shows_progress_on_a_terminal_only() {
+    let fixtures =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/binlogs");
+    let files = [
+        fixtures.join("mariadb-bin.000001"),
+        fixtures.join("mysql_type_bit.000001"),
+    ];
+    let files: Vec<&str> = files.iter().map(|f| f.to_str().unwrap()).collect();
+    let mut args = vec!["inspect"];
+    args.extend(&files);
+    let (code, stdout, stderr) = run(&args);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.lines().count() > 1, "{stdout}");
+    assert!(
+        !stderr.contains('\r') && !stderr.contains("reading:") && !stderr.contains("\x1b["),
+        "progress bytes on a captured stderr: {stderr:?}"
+    );
+
+    // The same under a terminal: `script` runs the command on a pseudo terminal and copies
+    // what it shows (stdout and stderr) to its own stdout.
+    let command_line = std::iter::once(RELAY_BIN)
+        .chain(args.iter().copied())
+        .map(|word| format!("'{word}'"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let output = std::process::Command::new("script")
+        .args(["-q", "-e", "-c", &command_line, "/dev/null"])
+        .env("TERM", "xterm")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("util-linux `script` runs");
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{shown}");
+    let total: u64 = files
+        .iter()
+        .map(|f| std::fs::metadata(f).unwrap().len())
+        .sum();
+    assert!(
+        shown.contains("\r\x1b[2Kreading: ") && shown.contains(" events"),
+        "no progress line on a terminal: {shown:?}"
+    );
+    assert!(
+        shown.contains(&format!(" of {:.1} KiB", total as f64 / 1024.0)),
+        "the total ({total} bytes) is not shown: {shown:?}"
+    );
+}

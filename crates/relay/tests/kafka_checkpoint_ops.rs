@@ -281,3 +281,110 @@ async fn survives_kill_nine(
     writer.close().await;
     relay
 }
+
+/// `checkpoint import-debezium` reads a connector's newest offset from a Kafka Connect
+/// offsets topic (keys `["<connector>",{"server":"<prefix>"}]`, JSON values as Debezium's
+/// MySqlOffsetContext writes them: `file`, `pos`, `gtids`, `server_id`, `ts_sec`), stores
+/// the checkpoint at that transaction boundary (with the GTID set), and the relay then
+/// delivers exactly what follows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_debezium_continues_after_the_connector_offset() {
+    use mysql_async::prelude::Queryable;
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let (db, broker) = start_shop_database_and_broker().await;
+    let relay_setup = RelaySetup::new(&db, &broker.bootstrap());
+    let mut relay = Relay::prepare(&relay_setup);
+    let config = relay.config_path.to_str().unwrap().to_string();
+    let mut writer = ShopWriter::connect(&db, "import").await;
+    let before = write_batch(&mut writer, "order", 4).await;
+    let delivered_by_debezium = writer.committed.len();
+    let after = write_batch(&mut writer, "order", 4).await;
+    assert!(after > before);
+
+    // What Debezium's offset at `before` looks like.
+    let mut conn = db.conn().await.unwrap();
+    let server_id: u32 = conn
+        .query_first("SELECT @@server_id")
+        .await
+        .unwrap()
+        .unwrap();
+    let gtids: String = conn
+        .exec_first(
+            "SELECT BINLOG_GTID_POS(?, ?)",
+            (&before.file, before.position),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    conn.disconnect().await.unwrap();
+    let connector = format!("{}-dbz", db.tag());
+    let key = format!("[\"{connector}\",{{\"server\":\"{connector}\"}}]");
+    let offsets_topic = format!("{}.connect-offsets", db.tag());
+    broker.create_topic(&offsets_topic, 1).await.unwrap();
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", broker.bootstrap())
+        .create()
+        .unwrap();
+    let older = format!(
+        "{{\"file\":\"{}\",\"pos\":4,\"server_id\":{server_id}}}",
+        before.file
+    );
+    let newest = format!(
+        "{{\"transaction_id\":null,\"ts_sec\":1764700000,\"file\":\"{}\",\"pos\":{},\"gtids\":\"{gtids}\",\"server_id\":{server_id}}}",
+        before.file, before.position
+    );
+    let other_key = format!("[\"someone-else\",{{\"server\":\"{connector}\"}}]");
+    for (key, value) in [(&key, &older), (&other_key, &older), (&key, &newest)] {
+        producer
+            .send(
+                FutureRecord::to(&offsets_topic)
+                    .key(key.as_str())
+                    .payload(value.as_str()),
+                Duration::from_secs(10),
+            )
+            .await
+            .expect("offset record written");
+    }
+
+    let (code, stdout, stderr) = checkpoint_command(&[
+        "import-debezium",
+        "--config",
+        &config,
+        "--offsets-topic",
+        &offsets_topic,
+        "--connector",
+        &connector,
+        "--server",
+        &connector,
+    ]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let view = relay.checkpoint();
+    assert_eq!(view.position, Some(before.clone()), "{}", view.raw);
+    assert!(
+        view.raw.contains(&format!("\"gtid_set\": \"{gtids}\"")),
+        "{}",
+        view.raw
+    );
+
+    relay.start();
+    let topics = vec![topic_for(&db, "order")];
+    let expected = writer.committed[delivered_by_debezium..].to_vec();
+    let records = read_until_ids(
+        &broker.bootstrap(),
+        &topics,
+        &expected,
+        Duration::from_secs(60),
+    )
+    .await;
+    let ids: Vec<String> = records.iter().filter_map(|r| r.header_str("id")).collect();
+    for event in &writer.committed[..delivered_by_debezium] {
+        assert!(
+            !ids.contains(&event.id),
+            "{} was before Debezium's offset but sent again: {ids:?}",
+            event.id
+        );
+    }
+    wait_for_checkpoint(&relay, &after, Duration::from_secs(30)).await;
+    relay.stop_gracefully("graceful stop").await;
+    writer.close().await;
+}

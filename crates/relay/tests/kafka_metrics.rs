@@ -556,3 +556,218 @@ async fn readyz_flips_when_the_source_stops_and_returns() {
     assert_eq!(report["source_connected"]["ok"], true, "{report}");
     relay.stop_gracefully("graceful stop").await;
 }
+
+/// The stored checkpoint's `sent_through` position (`None`: not stored).
+fn stored_sent_through(relay: &Relay) -> Option<BinlogPoint> {
+    let view = relay.checkpoint();
+    let json: serde_json::Value = serde_json::from_str(view.raw.trim()).ok()?;
+    let sent = json.get("sent_through")?;
+    Some(BinlogPoint {
+        file: sent["binlog_file"].as_str()?.to_string(),
+        position: sent["binlog_position"].as_u64()?,
+    })
+}
+
+/// Duplicates after a crash, counted: the broker freezes, the relay reads and sends `k`
+/// records that cannot be acked, stores how far it sent (the checkpoint stays before them),
+/// and is killed with `kill -9`. After the restart it reads and sends exactly those `k`
+/// again, and `outbox_relay_replayed_records_total` says `k`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_after_kill_nine_counts_the_records_it_sends_again() {
+    let (db, mut broker) = start_shop_database_and_private_broker().await;
+    let address = free_loopback_address();
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
+    setup.metrics_listen = Some(address.clone());
+    setup.commit_interval_ms = 200;
+    let mut relay = Relay::prepare(&setup);
+    let mut writer = ShopWriter::connect(&db, "replay").await;
+    relay.start();
+    for index in 0..3u32 {
+        writer.alternating_transaction(index, 2, true, false).await;
+    }
+    let acked_end = writer.master_position().await;
+    wait_for_checkpoint(&relay, &acked_end, Duration::from_secs(30)).await;
+    // Caught up: nothing is after the checkpoint, so nothing is recorded as sent beyond it.
+    let started = Instant::now();
+    while stored_sent_through(&relay).is_some_and(|sent| sent > acked_end) {
+        assert!(started.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    broker.freeze().expect("broker freezes");
+    let mut unacked = 0;
+    for index in 3..7u32 {
+        unacked += writer
+            .alternating_transaction(index, 1 + (index % 2) as usize, true, false)
+            .await
+            .len();
+    }
+    let sent_end = writer.master_position().await;
+    // The relay records that it sent through the last transaction, while the checkpoint
+    // itself cannot move (nothing is acked).
+    let started = Instant::now();
+    loop {
+        if stored_sent_through(&relay).as_ref() == Some(&sent_end) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "sent_through never reached {sent_end}: {}\n{}",
+            relay.checkpoint().raw,
+            relay.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(relay.checkpoint().position, Some(acked_end.clone()));
+    relay.kill9();
+    broker.thaw().expect("broker thaws");
+
+    relay.start();
+    wait_for_checkpoint(&relay, &sent_end, Duration::from_secs(60)).await;
+    let started = Instant::now();
+    let samples = loop {
+        let samples = scrape(&address).await;
+        if samples
+            .as_ref()
+            .is_ok_and(|s| s.get("outbox_relay_records_delivered_total") == Some(&(unacked as f64)))
+            || started.elapsed() > Duration::from_secs(10)
+        {
+            break samples.unwrap_or_else(|e| panic!("scraping {address}: {e}"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // This run sent exactly the records after the checkpoint, and all of them had been
+    // sent by the killed run.
+    assert_eq!(
+        samples.get("outbox_relay_records_delivered_total"),
+        Some(&(unacked as f64)),
+        "{samples:#?}"
+    );
+    assert_eq!(
+        samples.get("outbox_relay_replayed_records_total"),
+        Some(&(unacked as f64)),
+        "replayed vs the {unacked} records re-sent: {samples:#?}\n{}",
+        relay.log_tail(20)
+    );
+    assert_eq!(
+        log_count(&relay, "replayed records the previous run had already sent"),
+        1
+    );
+    // Past it now: the stored checkpoint needs no sent_through, and new records are new.
+    writer.alternating_transaction(7, 1, true, false).await;
+    let end = writer.master_position().await;
+    wait_for_checkpoint(&relay, &end, Duration::from_secs(30)).await;
+    let samples = scrape(&address).await.unwrap();
+    assert_eq!(
+        samples.get("outbox_relay_replayed_records_total"),
+        Some(&(unacked as f64))
+    );
+    relay.stop_gracefully("graceful stop").await;
+    // A graceful stop stores a final checkpoint covering everything sent: no replay.
+    relay.start();
+    wait_for_readiness(&address, 200, &relay).await;
+    let samples = scrape(&address).await.unwrap();
+    assert_eq!(
+        samples.get("outbox_relay_replayed_records_total"),
+        Some(&0.0)
+    );
+    relay.stop_gracefully("graceful stop").await;
+    writer.close().await;
+}
+
+/// After an injected failure (a record over the topic's `max.message.bytes` on the real
+/// broker: rejected for good, resent up to `dead_letter.max_attempts`, then dead-lettered)
+/// the retry, resend, error and dead-letter counters and the newest dead letter's time move
+/// on `/metrics`, by exactly what happened; the records around it are delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_injected_failure_moves_retries_and_dead_letters() {
+    let (db, broker) = start_shop_database_and_broker().await;
+    let order_topic = topic_for(&db, "order");
+    broker
+        .create_topic_with_config(&order_topic, 1, &[("max.message.bytes", "20000")])
+        .await
+        .expect("topic with a small max.message.bytes");
+    let address = free_loopback_address();
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
+    setup.metrics_listen = Some(address.clone());
+    let mut relay = Relay::prepare(&setup);
+    relay.start();
+    wait_for_readiness(&address, 200, &relay).await;
+    let before = scrape(&address).await.unwrap();
+    assert_eq!(sum_of(&before, "outbox_relay_retries_total"), 0.0);
+    assert_eq!(
+        before.get("outbox_relay_dead_letter_last_timestamp_seconds"),
+        Some(&0.0)
+    );
+
+    let injected_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let mut conn = db.conn().await.expect("connect");
+    let big = format!("{{\"blob\":\"{}\"}}", "x".repeat(60_000));
+    for (id, payload) in [
+        ("small-1", "{\"n\":1}".to_string()),
+        ("too-big-2", big),
+        ("small-3", "{\"n\":3}".to_string()),
+    ] {
+        mysql_async::prelude::Queryable::exec_drop(
+            &mut conn,
+            "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES (?, 'order', 'order-1', 'order_created', ?)",
+            (id, payload),
+        )
+        .await
+        .unwrap();
+    }
+    let end = master_position(&mut conn).await;
+    conn.disconnect().await.unwrap();
+    wait_for_checkpoint(&relay, &end, Duration::from_secs(60)).await;
+
+    let samples = scrape(&address).await.unwrap();
+    let relevant: BTreeMap<&String, &f64> = samples
+        .iter()
+        .filter(|(name, _)| name.starts_with("outbox_relay_"))
+        .collect();
+    let get = |name: &str| samples.get(name).copied().unwrap_or(f64::NAN);
+    // The big record's three sends rejected (dead_letter.max_attempts = 3), two of them
+    // retried, then one dead letter of class message_too_large. A small record that shared
+    // the big one's produce request is rejected with it (the broker fails the whole
+    // request) and retried alone: every rejection is a retry or the dead-lettering.
+    let rejected = get("outbox_relay_delivery_errors_total{kind=\"permanent\"}");
+    let retried = get("outbox_relay_retries_total{class=\"kafka_delivery\"}");
+    assert!(rejected >= 3.0, "{relevant:#?}");
+    assert!(retried >= 2.0, "{relevant:#?}");
+    assert_eq!(rejected, retried + 1.0, "{relevant:#?}");
+    assert!(
+        get("outbox_relay_records_resent_total") >= 2.0,
+        "{relevant:#?}"
+    );
+    assert_eq!(
+        get("outbox_relay_dead_lettered_total{class=\"message_too_large\"}"),
+        1.0,
+        "{relevant:#?}"
+    );
+    assert_eq!(
+        sum_of(&samples, "outbox_relay_dead_lettered_total"),
+        1.0,
+        "{relevant:#?}"
+    );
+    let newest = get("outbox_relay_dead_letter_last_timestamp_seconds");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        newest >= injected_at - 1.0 && newest <= now + 1.0,
+        "newest dead letter at {newest}, injected at {injected_at}, now {now}"
+    );
+    // The two small records and the dead letter were acknowledged; nothing stuck.
+    assert_eq!(
+        get("outbox_relay_records_delivered_total"),
+        3.0,
+        "{relevant:#?}"
+    );
+    assert_eq!(get("outbox_relay_in_flight"), 0.0, "{relevant:#?}");
+    relay.stop_gracefully("graceful stop").await;
+}

@@ -10,7 +10,7 @@ use crate::config::DeadLetterConfig;
 use crate::dead_letter::{
     dead_letter_for_record, kafka_error_class, now_millis, FailureReport, RecordOrigin,
 };
-use crate::internal_events::{DeadLettered, InternalEvent};
+use crate::internal_events::{DeadLettered, DeliveryRejected, InternalEvent};
 use crate::metrics::Metrics;
 
 /// A record taken from the input and not yet acked.
@@ -52,12 +52,15 @@ pub(super) fn on_permanent_failure<T>(
         return Ok(PermanentAction::Resend);
     };
     let class = kafka_error_class(&error);
-    metrics
-        .delivery_errors
-        .with_label_values(&["permanent"])
-        .inc();
     let is_dead_letter = dead_letter.enabled && item.record.topic == dead_letter.topic;
     if is_dead_letter || !dead_letter.dead_letters(class) {
+        DeliveryRejected {
+            topic: &item.record.topic,
+            class,
+            error: &error,
+            resending: None,
+        }
+        .emit(metrics);
         return Err(SinkError::Permanent {
             topic: item.record.topic.clone(),
             key: item
@@ -74,8 +77,15 @@ pub(super) fn on_permanent_failure<T>(
         item.first_failure_ms = now;
     }
     item.permanent_failures += 1;
-    if item.permanent_failures < dead_letter.max_attempts {
-        tracing::warn!(topic = %item.record.topic, class, %error, attempt = item.permanent_failures, max_attempts = dead_letter.max_attempts, "Kafka rejected a record permanently; resending before dead-lettering it");
+    let resend = item.permanent_failures < dead_letter.max_attempts;
+    DeliveryRejected {
+        topic: &item.record.topic,
+        class,
+        error: &error,
+        resending: resend.then_some((item.permanent_failures, dead_letter.max_attempts)),
+    }
+    .emit(metrics);
+    if resend {
         return Ok(PermanentAction::Resend);
     }
     let failure = FailureReport {
