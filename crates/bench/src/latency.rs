@@ -51,14 +51,16 @@ fn now_micros() -> i64 {
 }
 
 /// Commits transactions `first..first + count` of `workload` on `conn` paced to
-/// `rate_events` events per second; returns the commit time (µs since the epoch) of each
-/// transaction and the achieved rate.
+/// `rate_events` events per second, stopping early when `length` has passed (a busy machine
+/// may not reach the rate); returns the commit time (µs since the epoch) of each transaction
+/// written and the achieved rate.
 pub async fn paced_writer(
     conn: &mut mysql_async::Conn,
     workload: &Workload,
     first: u64,
     count: u64,
     rate_events: u64,
+    length: Duration,
 ) -> Result<(Vec<i64>, f64)> {
     let per_transaction = Duration::from_secs_f64(
         f64::from(workload.rows_per_transaction) / rate_events.max(1) as f64,
@@ -67,6 +69,9 @@ pub async fn paced_writer(
     let started = Instant::now();
     let mut sql = String::new();
     for offset in 0..count {
+        if started.elapsed() >= length {
+            break;
+        }
         let due = started + per_transaction.mul_f64(offset as f64);
         let now = Instant::now();
         if due > now + Duration::from_millis(1) {
@@ -80,7 +85,8 @@ pub async fn paced_writer(
         commit_micros.push(now_micros());
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let rate = (count * u64::from(workload.rows_per_transaction)) as f64 / elapsed.max(1e-9);
+    let written = commit_micros.len() as u64 * u64::from(workload.rows_per_transaction);
+    let rate = written as f64 / elapsed.max(1e-9);
     Ok((commit_micros, rate))
 }
 
@@ -159,12 +165,19 @@ pub async fn measure(
     let mut conn = mysql_async::Conn::from_url(db_url)
         .await
         .context("latency writer connects")?;
-    let (commit_micros, achieved_rate) =
-        paced_writer(&mut conn, workload, first_transaction, transactions, rate).await?;
+    let (commit_micros, achieved_rate) = paced_writer(
+        &mut conn,
+        workload,
+        first_transaction,
+        transactions,
+        rate,
+        Duration::from_secs(seconds),
+    )
+    .await?;
     conn.disconnect()
         .await
         .context("latency writer disconnects")?;
-    let expected = transactions * u64::from(workload.rows_per_transaction);
+    let expected = commit_micros.len() as u64 * u64::from(workload.rows_per_transaction);
     let settle_started = Instant::now();
     loop {
         let delivered = records_in(brokers, &topics).await?.saturating_sub(already);

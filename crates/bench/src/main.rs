@@ -339,11 +339,7 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
         cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
         load_average_at_start,
         latency_rate: options.latency_rate,
-        build: if cfg!(debug_assertions) {
-            "debug".into()
-        } else {
-            "optimized".into()
-        },
+        build: env!("BENCH_BUILD").to_string(),
     };
     Report::new(setup, rounds, relay_latency, debezium_latency).context("no figures to summarise")
 }

@@ -119,7 +119,8 @@ pub struct Setup {
     pub load_average_at_start: f64,
     /// Target rate of the latency phase.
     pub latency_rate: u64,
-    /// The build profile of this harness (and so of the relay it runs).
+    /// The build profile and optimisation level of the workspace crates of this harness (and
+    /// so of the relay code it runs); dependencies are built at the profile's own level.
     pub build: String,
 }
 
@@ -175,7 +176,7 @@ impl Report {
         let s = &self.setup;
         let mut out = format!(
             "{} transactions x {} outbox row(s), {}-byte payloads, {} noise table(s), {} partitions; \
-             drains into {}; {} cores, load {:.1} at start; {} build; bulk write {:.1} s\n\n",
+             drains into {}; {} cores, load {:.1} at start; {}; bulk write {:.1} s\n\n",
             s.transactions,
             s.rows_per_transaction,
             s.payload_bytes,
