@@ -293,6 +293,10 @@ fn find_log_point(json: &serde_json::Value) -> Option<LogPoint> {
     }
 }
 
+/// Names a program (with arguments) to run the relay child under, e.g. `valgrind
+/// --tool=callgrind --callgrind-out-file=/tmp/relay.%p.out`.
+pub const RELAY_WRAPPER_ENV: &str = "OUTBOX_BENCH_RELAY_WRAPPER";
+
 /// A running relay child.
 pub struct RelayProcess {
     /// The child.
@@ -309,7 +313,20 @@ impl RelayProcess {
         let log = std::fs::File::create(dir.log()).context("creating the relay's log")?;
         let log_err = log.try_clone().context("cloning the relay's log handle")?;
         let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_string());
-        let child = tokio::process::Command::new(this_program()?)
+        // `OUTBOX_BENCH_RELAY_WRAPPER="valgrind --tool=callgrind ..."` runs the relay under
+        // that program (for instruction counts, which stay stable on a noisy machine).
+        let wrapper: Vec<String> = std::env::var(RELAY_WRAPPER_ENV)
+            .map(|text| text.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default();
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = tokio::process::Command::new(program);
+                command.args(args).arg(this_program()?);
+                command
+            }
+            None => tokio::process::Command::new(this_program()?),
+        };
+        let child = command
             .arg("child-relay")
             .arg("--config")
             .arg(dir.config())
