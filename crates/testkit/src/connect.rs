@@ -249,6 +249,12 @@ impl DebeziumConnect {
         self.dir.path().join("connect.log")
     }
 
+    /// The worker JVM's process id while it runs (for CPU and memory accounting, e.g. the
+    /// benchmark harness reading `/proc/PID`).
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(JvmProcess::pid)
+    }
+
     /// The connector's name.
     pub fn name(&self) -> &str {
         &self.options.name

@@ -1,0 +1,446 @@
+//! `outbox-relay-bench`: outbox-relay's catch-up drain and commit -> ack latency beside the
+//! machine's two limits (a raw binlog pull of the same log, a bare librdkafka producer
+//! sending the same records) and beside Debezium (Kafka Connect + Outbox Event Router) on the
+//! same log and broker, in one run. See docs/benchmarks.md.
+//!
+//! Every measured program runs in a process of its own (this binary again, in a hidden child
+//! mode; Debezium in its JVM), so CPU seconds and peak RSS are per program:
+//! * [`workload`]: schema, events, the bulk writer;
+//! * [`children`]: the child modes (raw pull, bare producer, `outbox-relay run`, mock cluster);
+//! * [`measure`]: one drain figure per program;
+//! * [`latency`]: the fixed-rate writer and commit -> ack percentiles;
+//! * [`report`]: medians, ratios, the table and `--json`;
+//! * [`stats`]: `/proc` accounting and percentiles.
+
+mod children;
+mod latency;
+mod measure;
+mod options;
+mod report;
+mod stats;
+mod workload;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use outbox_testkit::connect::{DebeziumConnect, DEBEZIUM_SERVER_VERSION_ARG};
+use outbox_testkit::kafka::KafkaBroker;
+use outbox_testkit::{ScratchMariadb, ScratchOptions};
+
+use options::{BenchOptions, ChildMode, Cli};
+use report::{Report, Round, Setup};
+use workload::Workload;
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.child {
+        Some(ChildMode::Pull {
+            url,
+            server_id,
+            first_file,
+            end_file,
+            end_position,
+        }) => children::pull(&url, server_id, &first_file, &end_file, end_position).map(|()| 0),
+        Some(ChildMode::Produce {
+            config,
+            topic_prefix,
+            workload,
+        }) => children::produce(&config, &topic_prefix, &workload).map(|()| 0),
+        Some(ChildMode::Relay { config }) => children::relay(&config),
+        Some(ChildMode::MockCluster { topics, partitions }) => {
+            children::mock_cluster(&topics, partitions).map(|()| 0)
+        }
+        None => run_bench(cli.bench),
+    };
+    match outcome {
+        Ok(code) => std::process::ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+/// Progress lines on stderr (unless `--quiet`).
+struct Progress {
+    /// `--quiet`.
+    quiet: bool,
+    /// When the run started.
+    started: std::time::Instant,
+}
+
+impl Progress {
+    fn say(&self, line: impl AsRef<str>) {
+        if !self.quiet {
+            eprintln!(
+                "[{:>6.1}s] {}",
+                self.started.elapsed().as_secs_f64(),
+                line.as_ref()
+            );
+        }
+    }
+}
+
+/// An out-of-process rdkafka mock cluster (this binary's `child-mock-cluster`); it exits when
+/// its standard input closes, i.e. when this is dropped.
+struct MockClusterProcess {
+    /// The child; its stdin is the lifeline.
+    child: Child,
+    /// Its bootstrap servers.
+    bootstrap: String,
+}
+
+impl MockClusterProcess {
+    fn start(topics: &[String], partitions: i32) -> Result<MockClusterProcess> {
+        let mut child = Command::new(std::env::current_exe().context("this program's path")?)
+            .arg("child-mock-cluster")
+            .arg("--topics")
+            .arg(topics.join(","))
+            .arg("--partitions")
+            .arg(partitions.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("starting the mock cluster child")?;
+        let stdout = child.stdout.take().context("the mock cluster's stdout")?;
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .context("reading the mock cluster's bootstrap servers")?;
+        let bootstrap = line.trim().to_string();
+        if bootstrap.is_empty() {
+            let _ = child.kill();
+            bail!("the mock cluster child printed no bootstrap servers");
+        }
+        Ok(MockClusterProcess { child, bootstrap })
+    }
+}
+
+impl Drop for MockClusterProcess {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(f64::NAN)
+}
+
+fn run_bench(options: BenchOptions) -> Result<i32> {
+    if options.transactions == 0 || options.rows_per_transaction == 0 || options.rounds == 0 {
+        bail!("--transactions, --rows-per-transaction and --rounds must be at least 1");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let report = runtime.block_on(bench(&options))?;
+    if options.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{}", report.table());
+    }
+    Ok(0)
+}
+
+async fn bench(options: &BenchOptions) -> Result<Report> {
+    let progress = Progress {
+        quiet: options.quiet,
+        started: std::time::Instant::now(),
+    };
+    let load_average_at_start = load_average();
+    let workload = Workload {
+        transactions: options.transactions,
+        rows_per_transaction: options.rows_per_transaction,
+        payload_bytes: options.payload_bytes,
+        noise_tables: options.noise_tables,
+    };
+    let events = workload.events();
+    progress.say("starting a scratch MariaDB and the Apache Kafka broker");
+    let (db, broker) = tokio::join!(
+        ScratchMariadb::start_with(ScratchOptions {
+            extra_args: vec![
+                // Debezium's MySQL connector needs a version it knows (see the testkit).
+                DEBEZIUM_SERVER_VERSION_ARG.to_string(),
+                // The binlog is what is measured, not the server's fsyncs: every reader
+                // sees the same bytes either way.
+                "--innodb-flush-log-at-trx-commit=0".into(),
+                "--sync-binlog=0".into(),
+                "--innodb-buffer-pool-size=256M".into(),
+                "--max-binlog-size=1G".into(),
+            ],
+            ..ScratchOptions::default()
+        }),
+        KafkaBroker::shared()
+    );
+    let db = db.context("starting the scratch MariaDB")?;
+    let broker = broker.context("starting the Apache Kafka broker")?;
+    let tag = db.tag().to_string();
+
+    let mut conn = db
+        .conn()
+        .await
+        .context("connecting to the scratch MariaDB")?;
+    for statement in workload.schema() {
+        mysql_async::prelude::Queryable::query_drop(&mut conn, statement)
+            .await
+            .context("creating the schema")?;
+    }
+    progress.say(format!(
+        "writing {} transactions ({events} outbox events)",
+        options.transactions
+    ));
+    let write_started = std::time::Instant::now();
+    workload.write(&mut conn, 0, options.transactions).await?;
+    let write_seconds = write_started.elapsed().as_secs_f64();
+    let end = workload::end_of_log(&mut conn).await?;
+    let first_file = workload::first_log_file(&mut conn).await?;
+    conn.disconnect()
+        .await
+        .context("disconnecting the writer")?;
+    progress.say(format!(
+        "wrote them in {write_seconds:.1} s; the log ends at {}:{}",
+        end.file, end.position
+    ));
+
+    let prefix = |round: u32, side: &str| format!("{tag}.r{round}.{side}");
+    let mock = if options.mock_cluster {
+        let prefixes: Vec<String> = (0..options.rounds)
+            .flat_map(|round| [prefix(round, "bare"), prefix(round, "relay")])
+            .collect();
+        let mock = MockClusterProcess::start(&measure::all_topics(&prefixes), options.partitions)?;
+        progress.say(format!("mock cluster at {}", mock.bootstrap));
+        Some(mock)
+    } else {
+        None
+    };
+    let drain_brokers = mock
+        .as_ref()
+        .map_or_else(|| broker.bootstrap(), |mock| mock.bootstrap.clone());
+    let run_debezium = !options.skip_debezium && !options.mock_cluster;
+    let scratch = tempfile::tempdir().context("a scratch directory")?;
+
+    let latency_wanted = options.latency_seconds > 0;
+    let mut rounds = Vec::new();
+    // The last round's relay and Debezium stream on into the latency phase (caught up, on
+    // LogAppendTime topics), so neither starts twice.
+    let mut streaming_relay = None;
+    let mut streaming_debezium = None;
+    for round in 0..options.rounds {
+        let last = round + 1 == options.rounds;
+        let label = format!("round {}/{}", round + 1, options.rounds);
+        progress.say(format!("{label}: raw binlog pull"));
+        let raw_pull = measure::raw_pull(&db, 7_000 + round, &first_file, &end, events).await?;
+        progress.say(format!(
+            "{label}: raw pull {:.0} events/s; bare producer",
+            raw_pull.events_per_second
+        ));
+        let bare_prefix = prefix(round, "bare");
+        if mock.is_none() {
+            measure::create_topics(broker, &bare_prefix, options.partitions, LOG_APPEND_TIME)
+                .await?;
+        }
+        let bare_producer =
+            measure::bare_producer(scratch.path(), &drain_brokers, &bare_prefix, &workload).await?;
+        progress.say(format!(
+            "{label}: bare producer {:.0} events/s; outbox-relay",
+            bare_producer.events_per_second
+        ));
+        let relay_prefix = prefix(round, "relay");
+        if mock.is_none() {
+            measure::create_topics(broker, &relay_prefix, options.partitions, LOG_APPEND_TIME)
+                .await?;
+        }
+        // Against the mock cluster the latency phase needs a relay of its own on Kafka.
+        let keep_relay = last && latency_wanted && mock.is_none();
+        let (relay, kept) =
+            measure::relay_drain(&db, &drain_brokers, &relay_prefix, &end, events, keep_relay)
+                .await?;
+        if let Some(kept) = kept {
+            streaming_relay = Some((kept, relay_prefix.clone()));
+        }
+        progress.say(format!(
+            "{label}: outbox-relay {:.0} events/s",
+            relay.events_per_second
+        ));
+        let debezium = if run_debezium {
+            let dbz_prefix = prefix(round, "dbz");
+            measure::create_topics(broker, &dbz_prefix, options.partitions, LOG_APPEND_TIME)
+                .await?;
+            progress.say(format!("{label}: Debezium"));
+            let (figure, kept) = measure::debezium_drain(
+                &db,
+                broker,
+                &format!("{tag}-r{round}-dbz"),
+                &dbz_prefix,
+                54_000 + round,
+                options.partitions,
+                events,
+                last && latency_wanted,
+            )
+            .await?;
+            if let Some(kept) = kept {
+                streaming_debezium = Some((kept, dbz_prefix.clone()));
+            }
+            progress.say(format!(
+                "{label}: Debezium {:.0} events/s",
+                figure.events_per_second
+            ));
+            Some(figure)
+        } else {
+            None
+        };
+        rounds.push(Round {
+            raw_pull,
+            bare_producer,
+            relay,
+            debezium,
+        });
+    }
+    drop(mock);
+
+    let (relay_latency, debezium_latency) = if latency_wanted {
+        let streaming_relay = match streaming_relay {
+            Some(streaming) => streaming,
+            None => start_latency_relay(options, &db, broker, &tag).await?,
+        };
+        let relay_latency =
+            relay_latency(options, &db, broker, &workload, streaming_relay, &progress).await?;
+        let debezium_latency = match streaming_debezium {
+            Some(streaming) => {
+                Some(debezium_latency(options, &db, broker, &workload, streaming, &progress).await?)
+            }
+            None => None,
+        };
+        (Some(relay_latency), debezium_latency)
+    } else {
+        (None, None)
+    };
+
+    let setup = Setup {
+        transactions: options.transactions,
+        events,
+        rows_per_transaction: options.rows_per_transaction,
+        payload_bytes: options.payload_bytes,
+        noise_tables: options.noise_tables,
+        partitions: options.partitions,
+        drain_broker: if options.mock_cluster {
+            "an out-of-process rdkafka mock cluster".into()
+        } else {
+            "Apache Kafka 4.4 (one broker)".into()
+        },
+        write_seconds,
+        cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load_average_at_start,
+        latency_rate: options.latency_rate,
+        build: env!("BENCH_BUILD").to_string(),
+    };
+    Report::new(setup, rounds, relay_latency, debezium_latency).context("no figures to summarise")
+}
+
+/// Transactions of the latency phases start here, past the drained log's ids.
+fn latency_first_transaction(options: &BenchOptions, phase: u64) -> u64 {
+    options.transactions + phase * (options.latency_rate * options.latency_seconds + 1)
+}
+
+/// LogAppendTime topics: the record timestamp is the broker's append (= ack) time.
+const LOG_APPEND_TIME: &[(&str, &str)] = &[("message.timestamp.type", "LogAppendTime")];
+
+/// A relay on the Apache Kafka broker from the current end of the log, for the latency phase
+/// when the drains went to the mock cluster.
+async fn start_latency_relay(
+    options: &BenchOptions,
+    db: &ScratchMariadb,
+    broker: &KafkaBroker,
+    tag: &str,
+) -> Result<(measure::RelayProcess, String)> {
+    let prefix = format!("{tag}.latency.relay");
+    measure::create_topics(broker, &prefix, options.partitions, LOG_APPEND_TIME).await?;
+    let mut conn = db.conn().await.context("connecting")?;
+    let start = workload::end_of_log(&mut conn).await?;
+    conn.disconnect().await.context("disconnecting")?;
+    let dir = measure::RelayDir::new()?;
+    dir.write_config(
+        &db.url(),
+        &broker.bootstrap(),
+        &prefix,
+        &format!("file:{}:{}", start.file, start.position),
+    )?;
+    let mut relay = measure::RelayProcess::start(dir)?;
+    relay
+        .wait_for_log(
+            "binlog source connected",
+            std::time::Duration::from_secs(60),
+        )
+        .await?;
+    Ok((relay, prefix))
+}
+
+async fn relay_latency(
+    options: &BenchOptions,
+    db: &ScratchMariadb,
+    broker: &KafkaBroker,
+    workload: &Workload,
+    (mut relay, prefix): (measure::RelayProcess, String),
+    progress: &Progress,
+) -> Result<latency::Latency> {
+    progress.say(format!(
+        "latency: outbox-relay, {} events/s for {} s",
+        options.latency_rate, options.latency_seconds
+    ));
+    let figures = latency::measure(
+        &db.url(),
+        &broker.bootstrap(),
+        &prefix,
+        workload,
+        latency_first_transaction(options, 0),
+        options.latency_rate,
+        options.latency_seconds,
+    )
+    .await;
+    relay.check_running()?;
+    relay.stop().await?;
+    let figures = figures?;
+    progress.say(format!(
+        "latency: outbox-relay p50 {:.1} ms, p99 {:.1} ms, p999 {:.1} ms",
+        figures.p50_ms, figures.p99_ms, figures.p999_ms
+    ));
+    Ok(figures)
+}
+
+async fn debezium_latency(
+    options: &BenchOptions,
+    db: &ScratchMariadb,
+    broker: &KafkaBroker,
+    workload: &Workload,
+    (connect, prefix): (DebeziumConnect, String),
+    progress: &Progress,
+) -> Result<latency::Latency> {
+    progress.say(format!(
+        "latency: Debezium, {} events/s for {} s",
+        options.latency_rate, options.latency_seconds
+    ));
+    let figures = latency::measure(
+        &db.url(),
+        &broker.bootstrap(),
+        &prefix,
+        workload,
+        latency_first_transaction(options, 1),
+        options.latency_rate,
+        options.latency_seconds,
+    )
+    .await
+    .with_context(|| format!("Debezium's log: {}", connect.log_path().display()))?;
+    drop(connect);
+    progress.say(format!(
+        "latency: Debezium p50 {:.1} ms, p99 {:.1} ms, p999 {:.1} ms",
+        figures.p50_ms, figures.p99_ms, figures.p999_ms
+    ));
+    Ok(figures)
+}

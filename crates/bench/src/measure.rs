@@ -1,0 +1,629 @@
+//! One measurement each: the raw pull and the bare producer (child processes that time
+//! themselves), outbox-relay's drain (a child process running `outbox-relay run`, timed from
+//! its start to the checkpoint covering the last transaction) and Debezium's drain (a Kafka
+//! Connect worker, timed from streaming to the last record in the topics).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use outbox_testkit::connect::{DebeziumConnect, DebeziumOptions};
+use outbox_testkit::kafka::KafkaBroker;
+use outbox_testkit::ScratchMariadb;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+
+use crate::children::ChildReport;
+use crate::stats::{sample, ProcessSample};
+use crate::workload::{LogPoint, AGGREGATE_TYPES};
+
+/// The most a drain may take before the run is given up.
+const DRAIN_LIMIT: Duration = Duration::from_secs(1_800);
+
+/// How often the orchestrator looks at a checkpoint file or the topics' end offsets.
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// One measured figure of one program in one round.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Figure {
+    /// Outbox events the measured work covered.
+    pub events: u64,
+    /// Wall seconds of the measured work.
+    pub seconds: f64,
+    /// `events / seconds`.
+    pub events_per_second: f64,
+    /// CPU seconds (user + system) of the program's process for the work.
+    pub cpu_seconds: f64,
+    /// `cpu_seconds` per million events.
+    pub cpu_seconds_per_million_events: f64,
+    /// Peak RSS of the program's process, bytes.
+    pub peak_rss_bytes: u64,
+}
+
+impl Figure {
+    /// A figure from its parts.
+    pub fn new(events: u64, seconds: f64, cpu_seconds: f64, peak_rss_bytes: u64) -> Figure {
+        Figure {
+            events,
+            seconds,
+            events_per_second: events as f64 / seconds.max(1e-9),
+            cpu_seconds,
+            cpu_seconds_per_million_events: cpu_seconds * 1e6 / (events.max(1) as f64),
+            peak_rss_bytes,
+        }
+    }
+}
+
+/// `PREFIX.outbox.event.TYPE` for every aggregate type.
+pub fn topics_of(prefix: &str) -> Vec<String> {
+    AGGREGATE_TYPES
+        .iter()
+        .map(|kind| format!("{prefix}.outbox.event.{kind}"))
+        .collect()
+}
+
+/// The topics of every prefix plus each prefix's dead-letter topic.
+pub fn all_topics(prefixes: &[String]) -> Vec<String> {
+    prefixes
+        .iter()
+        .flat_map(|prefix| {
+            let mut topics = topics_of(prefix);
+            topics.push(format!("{prefix}.outbox.dlq"));
+            topics
+        })
+        .collect()
+}
+
+/// Creates the topics of `prefix` (and its dead-letter topic) on `broker`.
+pub async fn create_topics(
+    broker: &KafkaBroker,
+    prefix: &str,
+    partitions: i32,
+    config: &[(&str, &str)],
+) -> Result<()> {
+    for topic in all_topics(&[prefix.to_string()]) {
+        broker
+            .create_topic_with_config(&topic, partitions, config)
+            .await
+            .with_context(|| format!("creating topic {topic}"))?;
+    }
+    Ok(())
+}
+
+/// Records in `topics` now: the sum of the partitions' high watermarks.
+pub async fn records_in(brokers: &str, topics: &[String]) -> Result<u64> {
+    let brokers = brokers.to_string();
+    let topics = topics.to_vec();
+    tokio::task::spawn_blocking(move || -> Result<u64> {
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .set("group.id", "outbox-relay-bench-watermarks")
+            .create()
+            .context("creating the watermark consumer")?;
+        let mut total = 0u64;
+        for topic in &topics {
+            let metadata = consumer
+                .fetch_metadata(Some(topic), Duration::from_secs(10))
+                .with_context(|| format!("metadata of {topic}"))?;
+            let partitions = metadata
+                .topics()
+                .first()
+                .map(|t| t.partitions().len())
+                .unwrap_or(0);
+            for partition in 0..partitions {
+                let (low, high) = consumer
+                    .fetch_watermarks(topic, partition as i32, Duration::from_secs(10))
+                    .with_context(|| format!("watermarks of {topic}/{partition}"))?;
+                total += u64::try_from(high - low).unwrap_or(0);
+            }
+        }
+        Ok(total)
+    })
+    .await
+    .context("the watermark task")?
+}
+
+/// Every partition of `topics` with its high watermark now.
+pub async fn end_offsets(brokers: &str, topics: &[String]) -> Result<Vec<(String, i32, i64)>> {
+    let brokers = brokers.to_string();
+    let topics = topics.to_vec();
+    tokio::task::spawn_blocking(move || -> Result<Vec<(String, i32, i64)>> {
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .set("group.id", "outbox-relay-bench-watermarks")
+            .create()
+            .context("creating the watermark consumer")?;
+        let mut out = Vec::new();
+        for topic in &topics {
+            let metadata = consumer
+                .fetch_metadata(Some(topic), Duration::from_secs(10))
+                .with_context(|| format!("metadata of {topic}"))?;
+            let partitions = metadata
+                .topics()
+                .first()
+                .map(|t| t.partitions().len())
+                .unwrap_or(0);
+            for partition in 0..partitions as i32 {
+                let (_, high) = consumer
+                    .fetch_watermarks(topic, partition, Duration::from_secs(10))
+                    .with_context(|| format!("watermarks of {topic}/{partition}"))?;
+                out.push((topic.clone(), partition, high));
+            }
+        }
+        Ok(out)
+    })
+    .await
+    .context("the watermark task")?
+}
+
+/// The path of this program, to start its child modes.
+fn this_program() -> Result<PathBuf> {
+    std::env::current_exe().context("finding this program's path")
+}
+
+/// Runs this program with `args` and reads the [`ChildReport`] it prints.
+pub async fn run_reporting_child(args: &[String], what: &str) -> Result<ChildReport> {
+    let output = tokio::process::Command::new(this_program()?)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .with_context(|| format!("starting the {what} child"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        bail!(
+            "the {what} child failed ({}): {}{}",
+            output.status,
+            stdout,
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let line = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(line)
+        .with_context(|| format!("reading the {what} child's report {line:?}"))
+}
+
+/// Where a relay child keeps its files.
+pub struct RelayDir {
+    /// Owns the directory.
+    dir: tempfile::TempDir,
+}
+
+impl RelayDir {
+    /// A fresh directory.
+    pub fn new() -> Result<RelayDir> {
+        Ok(RelayDir {
+            dir: tempfile::Builder::new()
+                .prefix("outbox-relay-bench-")
+                .tempdir()
+                .context("creating the relay's directory")?,
+        })
+    }
+
+    /// The config file.
+    pub fn config(&self) -> PathBuf {
+        self.dir.path().join("relay.toml")
+    }
+
+    /// The checkpoint file.
+    pub fn checkpoint(&self) -> PathBuf {
+        self.dir.path().join("checkpoint.json")
+    }
+
+    /// The relay's log (stdout and stderr).
+    pub fn log(&self) -> PathBuf {
+        self.dir.path().join("relay.log")
+    }
+
+    /// Writes the relay's config: the Debezium-preset outbox table, topics under `prefix`
+    /// (created beforehand by the harness), everything else the relay's defaults.
+    pub fn write_config(
+        &self,
+        source_url: &str,
+        brokers: &str,
+        prefix: &str,
+        start: &str,
+    ) -> Result<()> {
+        let text = format!(
+            r#"[source]
+url = "{source_url}"
+server_id = 4343
+start = "{start}"
+
+[[outbox]]
+table = "shop.outbox"
+preset = "debezium"
+
+[route]
+topic = "{prefix}.outbox.event.${{aggregate_type}}"
+
+[dead_letter]
+topic = "{prefix}.outbox.dlq"
+
+[kafka]
+brokers = "{brokers}"
+create_topics = false
+
+[checkpoint]
+store = "file"
+path = "{checkpoint}"
+"#,
+            checkpoint = self.checkpoint().display(),
+        );
+        std::fs::write(self.config(), text).context("writing the relay's config")
+    }
+
+    /// The last lines of the relay's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(self.log()).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// The binlog point of the stored checkpoint, if any.
+    pub fn checkpoint_point(&self) -> Option<LogPoint> {
+        let text = std::fs::read_to_string(self.checkpoint()).ok()?;
+        let json: serde_json::Value = serde_json::from_str(&text).ok()?;
+        find_log_point(&json)
+    }
+}
+
+/// The first object in `json` with a string `file`/`binlog_file` and a number
+/// `position`/`binlog_position`.
+fn find_log_point(json: &serde_json::Value) -> Option<LogPoint> {
+    match json {
+        serde_json::Value::Object(map) => {
+            for (file_key, position_key) in
+                [("binlog_file", "binlog_position"), ("file", "position")]
+            {
+                if let (Some(file), Some(position)) = (
+                    map.get(file_key).and_then(|v| v.as_str()),
+                    map.get(position_key).and_then(|v| v.as_u64()),
+                ) {
+                    return Some(LogPoint {
+                        file: file.to_string(),
+                        position,
+                    });
+                }
+            }
+            map.values().find_map(find_log_point)
+        }
+        serde_json::Value::Array(items) => items.iter().find_map(find_log_point),
+        _ => None,
+    }
+}
+
+/// Names a program (with arguments) to run the relay child under, e.g. `valgrind
+/// --tool=callgrind --callgrind-out-file=/tmp/relay.%p.out`.
+pub const RELAY_WRAPPER_ENV: &str = "OUTBOX_BENCH_RELAY_WRAPPER";
+
+/// A running relay child.
+pub struct RelayProcess {
+    /// The child.
+    child: tokio::process::Child,
+    /// Its directory (config, checkpoint, log).
+    pub dir: RelayDir,
+    /// When it was started.
+    pub started: Instant,
+}
+
+impl RelayProcess {
+    /// Starts `outbox-relay run --config` (this program's `child-relay`) on `dir`'s config.
+    pub fn start(dir: RelayDir) -> Result<RelayProcess> {
+        let log = std::fs::File::create(dir.log()).context("creating the relay's log")?;
+        let log_err = log.try_clone().context("cloning the relay's log handle")?;
+        let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_string());
+        // `OUTBOX_BENCH_RELAY_WRAPPER="valgrind --tool=callgrind ..."` runs the relay under
+        // that program (for instruction counts, which stay stable on a noisy machine).
+        let wrapper: Vec<String> = std::env::var(RELAY_WRAPPER_ENV)
+            .map(|text| text.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default();
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = tokio::process::Command::new(program);
+                command.args(args).arg(this_program()?);
+                command
+            }
+            None => tokio::process::Command::new(this_program()?),
+        };
+        let child = command
+            .arg("child-relay")
+            .arg("--config")
+            .arg(dir.config())
+            .env("RUST_LOG", filter)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting the relay child")?;
+        Ok(RelayProcess {
+            child,
+            dir,
+            started: Instant::now(),
+        })
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> Result<u32> {
+        self.child.id().context("the relay child has exited")
+    }
+
+    /// Fails when the child has exited.
+    pub fn check_running(&mut self) -> Result<()> {
+        if let Some(status) = self.child.try_wait().context("polling the relay child")? {
+            bail!(
+                "the relay exited ({status}); its log {}:\n{}",
+                self.dir.log().display(),
+                self.dir.log_tail(30)
+            );
+        }
+        Ok(())
+    }
+
+    /// Waits until its log contains `needle`.
+    pub async fn wait_for_log(&mut self, needle: &str, limit: Duration) -> Result<()> {
+        let started = Instant::now();
+        loop {
+            let text = std::fs::read_to_string(self.dir.log()).unwrap_or_default();
+            if text.contains(needle) {
+                return Ok(());
+            }
+            self.check_running()?;
+            if started.elapsed() > limit {
+                bail!(
+                    "the relay did not log `{needle}` within {limit:?}:\n{}",
+                    self.dir.log_tail(30)
+                );
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+
+    /// Waits until the stored checkpoint reaches `end`; returns the seconds since the start
+    /// and the process's sample at that moment.
+    pub async fn wait_for_checkpoint(&mut self, end: &LogPoint) -> Result<(f64, ProcessSample)> {
+        loop {
+            if let Some(point) = self.dir.checkpoint_point() {
+                if point >= *end {
+                    let seconds = self.started.elapsed().as_secs_f64();
+                    return Ok((seconds, sample(Some(self.pid()?))?));
+                }
+            }
+            self.check_running()?;
+            if self.started.elapsed() > DRAIN_LIMIT {
+                bail!(
+                    "the relay's checkpoint did not reach {}:{} within {DRAIN_LIMIT:?} (at {:?}):\n{}",
+                    end.file,
+                    end.position,
+                    self.dir.checkpoint_point(),
+                    self.dir.log_tail(30)
+                );
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+
+    /// SIGTERM (the relay's graceful stop), then waits for it to exit (SIGKILL after 30 s).
+    pub async fn stop(mut self) -> Result<()> {
+        if let Some(pid) = self.child.id() {
+            let _ = std::process::Command::new("kill")
+                .arg("-TERM")
+                .arg(pid.to_string())
+                .status();
+        }
+        match tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await {
+            Ok(_) => Ok(()),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                bail!(
+                    "the relay did not stop within 30 s of SIGTERM:\n{}",
+                    self.dir.log_tail(20)
+                )
+            }
+        }
+    }
+}
+
+/// outbox-relay's drain: from its start (`start = "earliest"`) to the checkpoint covering
+/// `end`; then checks the topics hold exactly `events` records. With `keep_running` the relay
+/// is handed back still running (it streams on: the latency phase uses it).
+pub async fn relay_drain(
+    db: &ScratchMariadb,
+    brokers: &str,
+    prefix: &str,
+    end: &LogPoint,
+    events: u64,
+    keep_running: bool,
+) -> Result<(Figure, Option<RelayProcess>)> {
+    let dir = RelayDir::new()?;
+    dir.write_config(&db.url(), brokers, prefix, "earliest")?;
+    let mut relay = RelayProcess::start(dir)?;
+    let (seconds, process) = relay.wait_for_checkpoint(end).await?;
+    let delivered = records_in(brokers, &topics_of(prefix)).await?;
+    if delivered != events {
+        bail!("outbox-relay delivered {delivered} records for {events} events (prefix {prefix})");
+    }
+    let figure = Figure::new(events, seconds, process.cpu_seconds, process.peak_rss_bytes);
+    if keep_running {
+        return Ok((figure, Some(relay)));
+    }
+    relay.stop().await?;
+    Ok((figure, None))
+}
+
+/// Debezium's throughput settings, as its connector documentation and Kafka Connect's name
+/// them: bigger batches and queue than the defaults (2048 / 8192), a short poll interval
+/// (default 500 ms), and the worker's producer batching.
+pub const DEBEZIUM_THROUGHPUT_SETTINGS: &[(&str, &str)] = &[
+    ("max.batch.size", "8192"),
+    ("max.queue.size", "32768"),
+    ("poll.interval.ms", "10"),
+    ("producer.override.linger.ms", "5"),
+    ("producer.override.batch.size", "262144"),
+];
+
+/// Debezium's options for a run reading `shop.outbox` into `PREFIX.outbox.event.TYPE`.
+pub fn debezium_options(
+    name: &str,
+    prefix: &str,
+    server_id: u32,
+    partitions: i32,
+) -> DebeziumOptions {
+    let mut options = DebeziumOptions::outbox(name, "shop.outbox");
+    options.server_id = server_id;
+    options.extra.push((
+        "transforms.outbox.route.topic.replacement".into(),
+        format!("{prefix}.outbox.event.${{routedByValue}}"),
+    ));
+    options.extra.push((
+        "topic.creation.default.partitions".into(),
+        partitions.to_string(),
+    ));
+    for (key, value) in DEBEZIUM_THROUGHPUT_SETTINGS {
+        options.extra.push(((*key).into(), (*value).into()));
+    }
+    options
+}
+
+/// Debezium's drain of the whole log: no snapshot, streaming from the first binlog file
+/// (`snapshot.mode=configuration_based` with neither data nor schema snapshot), timed from
+/// the moment the worker reports streaming to the moment the topics hold every event. CPU
+/// is the worker JVM's during that time; peak RSS its whole life's. With `keep_running` the
+/// worker is handed back still streaming (the latency phase uses it).
+#[allow(clippy::too_many_arguments)]
+pub async fn debezium_drain(
+    db: &ScratchMariadb,
+    broker: &KafkaBroker,
+    name: &str,
+    prefix: &str,
+    server_id: u32,
+    partitions: i32,
+    events: u64,
+    keep_running: bool,
+) -> Result<(Figure, Option<DebeziumConnect>)> {
+    let mut options = debezium_options(name, prefix, server_id, partitions);
+    for (key, value) in [
+        ("snapshot.mode", "configuration_based"),
+        ("snapshot.mode.configuration.based.snapshot.data", "false"),
+        ("snapshot.mode.configuration.based.snapshot.schema", "false"),
+        ("snapshot.mode.configuration.based.start.stream", "true"),
+    ] {
+        options.extra.push((key.into(), value.into()));
+    }
+    let connect = DebeziumConnect::start(db, broker, options)
+        .await
+        .context("starting Debezium")?;
+    let started = Instant::now();
+    let pid = connect.pid().context("the Connect worker has no process")?;
+    let before = sample(Some(pid))?;
+    let topics = topics_of(prefix);
+    loop {
+        let delivered = records_in(&broker.bootstrap(), &topics).await?;
+        if delivered >= events {
+            let seconds = started.elapsed().as_secs_f64();
+            let after = sample(Some(pid))?;
+            if delivered != events {
+                bail!("Debezium delivered {delivered} records for {events} events");
+            }
+            let figure = Figure::new(
+                events,
+                seconds,
+                after.cpu_seconds - before.cpu_seconds,
+                after.peak_rss_bytes,
+            );
+            return Ok((figure, keep_running.then_some(connect)));
+        }
+        if started.elapsed() > DRAIN_LIMIT {
+            bail!(
+                "Debezium delivered only {delivered} of {events} within {DRAIN_LIMIT:?}; its log: {}",
+                connect.log_path().display()
+            );
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// The raw pull child's figure: `events` outbox events' worth of log per second.
+pub async fn raw_pull(
+    db: &ScratchMariadb,
+    server_id: u32,
+    first: &str,
+    end: &LogPoint,
+    events: u64,
+) -> Result<Figure> {
+    let args = [
+        "child-pull".to_string(),
+        "--url".into(),
+        db.url(),
+        "--server-id".into(),
+        server_id.to_string(),
+        "--first-file".into(),
+        first.to_string(),
+        "--end-file".into(),
+        end.file.clone(),
+        "--end-position".into(),
+        end.position.to_string(),
+    ];
+    let report = run_reporting_child(&args, "raw pull").await?;
+    if report.count == 0 {
+        bail!("the raw pull read no binlog events");
+    }
+    Ok(Figure::new(
+        events,
+        report.elapsed_seconds,
+        report.process.cpu_seconds,
+        report.process.peak_rss_bytes,
+    ))
+}
+
+/// The bare producer child's figure.
+pub async fn bare_producer(
+    config_dir: &Path,
+    brokers: &str,
+    prefix: &str,
+    workload: &crate::workload::Workload,
+) -> Result<Figure> {
+    let dir = RelayDir {
+        dir: tempfile::Builder::new()
+            .prefix("outbox-relay-bench-producer-")
+            .tempdir_in(config_dir)
+            .context("creating the producer's directory")?,
+    };
+    // Only `[kafka]` is read: the relay's producer properties for these brokers.
+    dir.write_config("mysql://unused@127.0.0.1:1", brokers, prefix, "earliest")?;
+    let args = [
+        "child-produce".to_string(),
+        "--config".into(),
+        dir.config().display().to_string(),
+        "--topic-prefix".into(),
+        prefix.to_string(),
+        "--transactions".into(),
+        workload.transactions.to_string(),
+        "--rows-per-transaction".into(),
+        workload.rows_per_transaction.to_string(),
+        "--payload-bytes".into(),
+        workload.payload_bytes.to_string(),
+    ];
+    let report = run_reporting_child(&args, "bare producer").await?;
+    if report.count != workload.events() {
+        bail!(
+            "the bare producer acked {} of {} records",
+            report.count,
+            workload.events()
+        );
+    }
+    let delivered = records_in(brokers, &topics_of(prefix)).await?;
+    if delivered != workload.events() {
+        bail!(
+            "the bare producer's topics hold {delivered} records for {} sent",
+            workload.events()
+        );
+    }
+    Ok(Figure::new(
+        report.count,
+        report.elapsed_seconds,
+        report.process.cpu_seconds,
+        report.process.peak_rss_bytes,
+    ))
+}
