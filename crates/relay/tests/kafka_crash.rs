@@ -11,32 +11,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// Keeps committing transactions until `stop` is set; returns the writer with its record of
-/// what was committed and rolled back.
-async fn stream_transactions(mut writer: ShopWriter, stop: Arc<AtomicBool>) -> ShopWriter {
-    let mut index = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        index += 1;
-        let dice = rand::random::<u32>();
-        let kind = if matches!(dice % 3, 0) {
-            "customer"
-        } else {
-            "order"
-        };
-        let aggregate = format!("{kind}-{}", (dice / 3) % 8);
-        let events = 1 + (dice / 24 % 3) as usize;
-        let commit = !matches!(dice / 72 % 7, 0); // about one in seven rolled back
-        let archive = matches!(dice / 504 % 5, 0);
-        writer
-            .transaction(kind, &aggregate, events, commit, archive)
-            .await;
-        if matches!(index % 4, 0) {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-    writer
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_kill_nine_restarts_lose_nothing() {
     let started = Instant::now();
@@ -47,7 +21,7 @@ async fn twenty_kill_nine_restarts_lose_nothing() {
     let mut relay = Relay::prepare(&setup);
     let writer = ShopWriter::connect(&db, "crash").await;
     let stop = Arc::new(AtomicBool::new(false));
-    let writer_task = tokio::spawn(stream_transactions(writer, Arc::clone(&stop)));
+    let writer_task = tokio::spawn(stream_random_transactions(writer, Arc::clone(&stop), true));
 
     let mut checkpoints: Vec<CheckpointView> = Vec::new();
     let mut lifetimes_ms = Vec::new();

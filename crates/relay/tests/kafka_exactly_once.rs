@@ -14,30 +14,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use outbox_testkit::consume::{console_consume_isolated, ConsumedRecord};
 
-/// Keeps committing transactions until `stop` is set.
-async fn stream_transactions(mut writer: ShopWriter, stop: Arc<AtomicBool>) -> ShopWriter {
-    let mut index = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        index += 1;
-        let dice = rand::random::<u32>();
-        let kind = if matches!(dice % 3, 0) {
-            "customer"
-        } else {
-            "order"
-        };
-        let aggregate = format!("{kind}-{}", (dice / 3) % 8);
-        let events = 1 + (dice / 24 % 3) as usize;
-        let commit = !matches!(dice / 72 % 7, 0);
-        writer
-            .transaction(kind, &aggregate, events, commit, false)
-            .await;
-        if matches!(index % 4, 0) {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-    writer
-}
-
 /// Turns the test config into exactly-once with the Kafka checkpoint store.
 fn make_exactly_once(relay: &Relay, connector: &str) {
     let text = std::fs::read_to_string(&relay.config_path).expect("read config");
@@ -93,7 +69,7 @@ async fn thirty_kill_nine_restarts_and_a_broker_restart_deliver_each_event_exact
     make_exactly_once(&relay, "eos-soak");
     let writer = ShopWriter::connect(&db, "eos").await;
     let stop = Arc::new(AtomicBool::new(false));
-    let writer_task = tokio::spawn(stream_transactions(writer, Arc::clone(&stop)));
+    let writer_task = tokio::spawn(stream_random_transactions(writer, Arc::clone(&stop), false));
 
     let mut lifetimes_ms = Vec::new();
     for kill in 0..30 {

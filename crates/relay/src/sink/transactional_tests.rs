@@ -133,22 +133,34 @@ async fn feed_transaction(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn committed_batches_are_visible_to_read_committed_consumers_and_an_aborted_one_is_not() {
-    let broker = KafkaBroker::shared().await.expect("kafka broker");
-    let topic = unique("eos-sink");
-    let checkpoint_topic = unique("eos-sink-checkpoints");
-    let tracker = Arc::new(Mutex::new(AckTracker::new(position(4))));
+/// Header `id`s of everything `topic` holds for a `read_committed` reader (Kafka's
+/// console consumer).
+async fn committed_ids(bootstrap: &str, topic: &str, quiet: Duration) -> Vec<String> {
+    console_consume_isolated(bootstrap, topic, 100, quiet, "read_committed")
+        .await
+        .expect("console consumer")
+        .iter()
+        .filter_map(|r| r.header_str("id"))
+        .collect()
+}
+
+/// Starts an exactly-once sink on the test tracker; returns its input and its task.
+#[allow(clippy::type_complexity)]
+fn start_sink(
+    settings: TransactionalSinkSettings,
+    tracker: &Arc<Mutex<AckTracker>>,
+) -> (
+    mpsc::Sender<SinkItem<TestTicket>>,
+    Arc<Notify>,
+    tokio::task::JoinHandle<Result<TransactionalSummary, SinkError>>,
+    ShutdownController,
+) {
     let progress = Arc::new(Notify::new());
     let (input, input_rx) = mpsc::channel(16);
     let acker = tracker.clone();
     let controller = ShutdownController::new();
     let sink = tokio::spawn(run_transactional_sink(
-        settings(
-            &broker.bootstrap(),
-            &unique("eos-sink-id"),
-            &checkpoint_topic,
-        ),
+        settings,
         input_rx,
         move |ticket: TestTicket| acker.lock().unwrap().ack(ticket.0).unwrap(),
         boundary_of(tracker.clone()),
@@ -158,6 +170,33 @@ async fn committed_batches_are_visible_to_read_committed_consumers_and_an_aborte
         Metrics::new(),
         controller.subscribe(),
     ));
+    (input, progress, sink, controller)
+}
+
+/// Waits until the tracker passed `records` records (their batch committed).
+async fn wait_until_passed(tracker: &Arc<Mutex<AckTracker>>, records: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while tracker.lock().unwrap().records_passed() < records && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_batches_are_visible_to_read_committed_consumers_and_an_aborted_one_is_not() {
+    let broker = KafkaBroker::shared().await.expect("kafka broker");
+    let topic = unique("eos-sink");
+    let checkpoint_topic = unique("eos-sink-checkpoints");
+    let tracker = Arc::new(Mutex::new(AckTracker::new(position(4))));
+    let (input, progress, sink, _controller) = start_sink(
+        settings(
+            &broker.bootstrap(),
+            &unique("eos-sink-id"),
+            &checkpoint_topic,
+        ),
+        &tracker,
+    );
     // Three whole binlog transactions, then one that never ends (the input closes inside
     // it: its records were sent inside a Kafka transaction that must be aborted).
     for transaction in 0..3u64 {
@@ -173,11 +212,7 @@ async fn committed_batches_are_visible_to_read_committed_consumers_and_an_aborte
         progress.notify_one();
     }
     // Let the third batch commit before the unfinished transaction's records arrive.
-    let committed_by = std::time::Instant::now() + Duration::from_secs(30);
-    while tracker.lock().unwrap().records_passed() < 9 && std::time::Instant::now() < committed_by {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_until_passed(&tracker, 9).await;
     feed_transaction(&tracker, &input, &topic, 9, 2, None).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     drop(input);
@@ -193,19 +228,7 @@ async fn committed_batches_are_visible_to_read_committed_consumers_and_an_aborte
         BinlogPosition::new("binlog.000001", 300)
     );
 
-    let committed = console_consume_isolated(
-        &broker.bootstrap(),
-        &topic,
-        100,
-        Duration::from_secs(15),
-        "read_committed",
-    )
-    .await
-    .expect("console consumer");
-    let ids: Vec<String> = committed
-        .iter()
-        .filter_map(|r| r.header_str("id"))
-        .collect();
+    let ids = committed_ids(&broker.bootstrap(), &topic, Duration::from_secs(15)).await;
     let expected: Vec<String> = (0..9).map(|n| format!("event-{n}")).collect();
     let mut sorted = ids.clone();
     sorted.sort_by_key(|id| id.trim_start_matches("event-").parse::<u64>().unwrap_or(0));
@@ -267,27 +290,9 @@ async fn a_newer_producer_with_the_same_transactional_id_fences_the_sink() {
         &unique("eos-fence-checkpoints"),
     );
     let tracker = Arc::new(Mutex::new(AckTracker::new(position(4))));
-    let progress = Arc::new(Notify::new());
-    let (input, input_rx) = mpsc::channel(16);
-    let acker = tracker.clone();
-    let controller = ShutdownController::new();
-    let sink = tokio::spawn(run_transactional_sink(
-        settings.clone(),
-        input_rx,
-        move |ticket: TestTicket| acker.lock().unwrap().ack(ticket.0).unwrap(),
-        boundary_of(tracker.clone()),
-        progress.clone(),
-        RejectedRecords::default(),
-        None,
-        Metrics::new(),
-        controller.subscribe(),
-    ));
+    let (input, _progress, sink, _controller) = start_sink(settings.clone(), &tracker);
     feed_transaction(&tracker, &input, &topic, 0, 3, Some(100)).await;
-    let committed_by = std::time::Instant::now() + Duration::from_secs(30);
-    while tracker.lock().unwrap().records_passed() < 3 && std::time::Instant::now() < committed_by {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_until_passed(&tracker, 3).await;
     // Another relay with the same connector name starts.
     let properties = transactional_properties(
         &settings.sink.client_properties,
@@ -318,19 +323,7 @@ async fn a_newer_producer_with_the_same_transactional_id_fences_the_sink() {
         }) => assert_eq!(id, transactional_id),
         other => panic!("expected SinkError::Fenced, got {other:?}"),
     }
-    let committed = console_consume_isolated(
-        &broker.bootstrap(),
-        &topic,
-        100,
-        Duration::from_secs(10),
-        "read_committed",
-    )
-    .await
-    .expect("console consumer");
-    let ids: Vec<String> = committed
-        .iter()
-        .filter_map(|r| r.header_str("id"))
-        .collect();
+    let ids = committed_ids(&broker.bootstrap(), &topic, Duration::from_secs(10)).await;
     assert_eq!(
         ids,
         ["event-0", "event-1", "event-2"],

@@ -1165,3 +1165,35 @@ pub async fn purge_binlogs_until_gone(db: &ScratchMariadb, gone: &str) -> Binlog
     let _ = conn.disconnect().await;
     current
 }
+
+/// Keeps committing random transactions (1 to 3 events on 16 aggregates of two types, about
+/// one in seven rolled back, with `with_archive_rows` some rows in a non-outbox table too)
+/// until `stop` is set; returns the writer with its record of
+/// what was committed and rolled back.
+pub async fn stream_random_transactions(
+    mut writer: ShopWriter,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    with_archive_rows: bool,
+) -> ShopWriter {
+    let mut index = 0u64;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        index += 1;
+        let dice = rand::random::<u32>();
+        let kind = if matches!(dice % 3, 0) {
+            "customer"
+        } else {
+            "order"
+        };
+        let aggregate = format!("{kind}-{}", (dice / 3) % 8);
+        let events = 1 + (dice / 24 % 3) as usize;
+        let commit = !matches!(dice / 72 % 7, 0); // about one in seven rolled back
+        let archive = with_archive_rows && matches!(dice / 504 % 5, 0);
+        writer
+            .transaction(kind, &aggregate, events, commit, archive)
+            .await;
+        if matches!(index % 4, 0) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    writer
+}
