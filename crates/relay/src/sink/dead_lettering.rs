@@ -61,16 +61,11 @@ pub(super) fn on_permanent_failure<T>(
             resending: None,
         }
         .emit(metrics);
-        return Err(SinkError::Permanent {
-            topic: item.record.topic.clone(),
-            key: item
-                .record
-                .key
-                .as_deref()
-                .map(describe_key)
-                .unwrap_or_else(|| "<none>".into()),
-            error: Box::new(error),
-        });
+        return Err(permanent_error(
+            &item.record.topic,
+            item.record.key.as_deref(),
+            error,
+        ));
     }
     let now = now_millis();
     if item.permanent_failures == 0 {
@@ -95,24 +90,44 @@ pub(super) fn on_permanent_failure<T>(
         first_failure_ms: item.first_failure_ms,
         last_failure_ms: now,
     };
-    let letter = dead_letter_for_record(&item.record, &item.origin, &failure, dead_letter);
-    let id = item
-        .record
+    item.record = dead_letter_replacing(&item.record, &item.origin, &failure, dead_letter, metrics);
+    Ok(PermanentAction::DeadLettered)
+}
+
+/// The dead letter that takes `record`'s place after `failure`, with its
+/// [`DeadLettered`] event (log and count in one place, for both sinks).
+pub(super) fn dead_letter_replacing(
+    record: &OutboundRecord,
+    origin: &RecordOrigin,
+    failure: &FailureReport,
+    dead_letter: &DeadLetterConfig,
+    metrics: &Metrics,
+) -> OutboundRecord {
+    let letter = dead_letter_for_record(record, origin, failure, dead_letter);
+    let id = record
         .headers
         .iter()
         .find(|(key, _)| key == "id")
         .map(|(_, value)| String::from_utf8_lossy(value).into_owned());
     DeadLettered {
-        class,
+        class: failure.class,
         id: id.as_deref(),
-        original_topic: &item.record.topic,
+        original_topic: &record.topic,
         dead_letter_topic: &dead_letter.topic,
         attempts: failure.attempts,
         error: &failure.message,
     }
     .emit(metrics);
-    item.record = letter;
-    Ok(PermanentAction::DeadLettered)
+    letter
+}
+
+/// The sink's stop for a record Kafka rejected for good that may not be dead-lettered.
+pub(super) fn permanent_error(topic: &str, key: Option<&[u8]>, error: KafkaError) -> SinkError {
+    SinkError::Permanent {
+        topic: topic.to_owned(),
+        key: key.map(describe_key).unwrap_or_else(|| "<none>".into()),
+        error: Box::new(error),
+    }
 }
 
 /// A key for an error message: lossy UTF-8, cut after 64 bytes with its size (a

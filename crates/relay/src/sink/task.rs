@@ -387,7 +387,7 @@ async fn ensure_dead_letter_topic(
 }
 
 /// Sleeps until `deadline`, or forever without one.
-async fn sleep_until_or_forever(deadline: Option<Instant>) {
+pub(super) async fn sleep_until_or_forever(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,

@@ -42,14 +42,14 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use super::classify::{classify_delivery_error, FailureKind};
+use super::dead_lettering::{dead_letter_replacing, permanent_error};
 use super::producer::{create_kafka_client, enqueue, DeliveryOutcome, RelayProducer};
+use super::task::sleep_until_or_forever;
 use super::topics::{reach_cluster_at_startup, TopicManager};
 use super::{KafkaSinkSettings, OutboundRecord, SinkError, SinkItem, SinkSummary};
-use crate::dead_letter::{
-    dead_letter_for_record, fnv1a64, kafka_error_class, now_millis, FailureReport, RecordOrigin,
-};
+use crate::dead_letter::{fnv1a64, kafka_error_class, now_millis, FailureReport, RecordOrigin};
 use crate::internal_events::{
-    CheckpointCommitted, DeadLettered, InFlightChanged, InternalEvent, KafkaTransactionAborted,
+    CheckpointCommitted, InFlightChanged, InternalEvent, KafkaTransactionAborted,
     KafkaTransactionCommitted, OldestUnackedChanged, RecordAcked,
 };
 use crate::kafka_context::RelayClientContext;
@@ -300,7 +300,10 @@ where
                 transactional_id: settings.transactional_id.clone(),
                 reason: format!("init_transactions task failed: {join}"),
             })?;
-        outcome.map_err(|error| transaction_error(&settings.transactional_id, "init", &error))?;
+        outcome.map_err(|error| {
+            let reason = format!("init_transactions failed: {error}");
+            fenced_or_aborted(&settings, &error, reason)
+        })?;
     }
     tracing::info!(transactional_id = %settings.transactional_id, checkpoint_topic = %settings.checkpoint_topic, "exactly-once producer ready (transactions initialised; older producers with this id are fenced)");
     // The checkpoint topic is the Kafka checkpoint store's: compacted, one partition.
@@ -632,15 +635,11 @@ fn on_delivery_failure<T>(
     let dead_letter = &settings.sink.dead_letter;
     let class = kafka_error_class(error);
     if failed.is_dead_letter || !dead_letter.dead_letters(class) {
-        return Err(SinkError::Permanent {
-            topic: failed.topic.clone(),
-            key: failed
-                .key
-                .as_deref()
-                .map(|key| String::from_utf8_lossy(key).into_owned())
-                .unwrap_or_else(|| "<none>".into()),
-            error: Box::new(error.clone()),
-        });
+        return Err(permanent_error(
+            &failed.topic,
+            failed.key.as_deref(),
+            error.clone(),
+        ));
     }
     let failures = rejected.note(failed.rejection_key, error);
     tracing::warn!(topic = %failed.topic, class, %error, attempt = failures, max_attempts = dead_letter.max_attempts, "Kafka rejected a record permanently inside a transaction; aborting it (the record is dead-lettered once it used up its attempts)");
@@ -665,22 +664,13 @@ fn dead_letter_in_place_of(
         first_failure_ms: rejection.first_failure_ms,
         last_failure_ms: rejection.last_failure_ms,
     };
-    let letter = dead_letter_for_record(record, origin, &failure, &settings.sink.dead_letter);
-    let id = record
-        .headers
-        .iter()
-        .find(|(key, _)| key == "id")
-        .map(|(_, value)| String::from_utf8_lossy(value).into_owned());
-    DeadLettered {
-        class: rejection.class,
-        id: id.as_deref(),
-        original_topic: &record.topic,
-        dead_letter_topic: &settings.sink.dead_letter.topic,
-        attempts: failure.attempts,
-        error: &failure.message,
-    }
-    .emit(metrics);
-    letter
+    dead_letter_replacing(
+        record,
+        origin,
+        &failure,
+        &settings.sink.dead_letter,
+        metrics,
+    )
 }
 
 /// `begin_transaction` (local to the producer: no broker round trip).
@@ -689,9 +679,10 @@ fn begin(
     settings: &TransactionalSinkSettings,
     batch: &mut OpenBatch,
 ) -> Result<(), SinkError> {
-    producer
-        .begin_transaction()
-        .map_err(|error| transaction_error(&settings.transactional_id, "begin", &error))?;
+    producer.begin_transaction().map_err(|error| {
+        let reason = format!("begin_transaction failed: {error}");
+        fenced_or_aborted(settings, &error, reason)
+    })?;
     batch.open = true;
     batch.started = None;
     batch.records = 0;
@@ -810,13 +801,22 @@ fn is_fenced(error: &KafkaError) -> bool {
         KafkaError::Transaction(inner) => Some(inner.code()),
         other => other.rdkafka_error_code(),
     };
+    let message = error.to_string();
+    match code {
+        Some(RDKafkaErrorCode::TransactionalIdAuthorizationFailed) => true,
+        Some(code) => is_fenced_code(code, &message),
+        None => message.contains("fenced"),
+    }
+}
+
+/// The codes (or librdkafka's words) of a producer fenced by a newer one with its id.
+fn is_fenced_code(code: RDKafkaErrorCode, message: &str) -> bool {
     matches!(
         code,
-        Some(RDKafkaErrorCode::ProducerFenced)
-            | Some(RDKafkaErrorCode::InvalidProducerEpoch)
-            | Some(RDKafkaErrorCode::Fenced)
-            | Some(RDKafkaErrorCode::TransactionalIdAuthorizationFailed)
-    ) || error.to_string().contains("fenced")
+        RDKafkaErrorCode::ProducerFenced
+            | RDKafkaErrorCode::InvalidProducerEpoch
+            | RDKafkaErrorCode::Fenced
+    ) || message.contains("fenced")
 }
 
 /// `Err(Fenced)` when the producer's fatal error says it was fenced: librdkafka then
@@ -826,19 +826,10 @@ fn fenced_by_fatal_error(
     settings: &TransactionalSinkSettings,
 ) -> Result<(), SinkError> {
     match producer.client().fatal_error() {
-        Some((code, message))
-            if matches!(
-                code,
-                RDKafkaErrorCode::ProducerFenced
-                    | RDKafkaErrorCode::InvalidProducerEpoch
-                    | RDKafkaErrorCode::Fenced
-            ) || message.contains("fenced") =>
-        {
-            Err(SinkError::Fenced {
-                transactional_id: settings.transactional_id.clone(),
-                message,
-            })
-        }
+        Some((code, message)) if is_fenced_code(code, &message) => Err(SinkError::Fenced {
+            transactional_id: settings.transactional_id.clone(),
+            message,
+        }),
         _ => Ok(()),
     }
 }
@@ -858,27 +849,5 @@ fn fenced_or_aborted(
             transactional_id: settings.transactional_id.clone(),
             reason,
         }
-    }
-}
-
-/// The error of a failed transaction call (`init`, `begin`).
-fn transaction_error(transactional_id: &str, call: &str, error: &KafkaError) -> SinkError {
-    if is_fenced(error) {
-        return SinkError::Fenced {
-            transactional_id: transactional_id.to_owned(),
-            message: error.to_string(),
-        };
-    }
-    SinkError::TransactionAborted {
-        transactional_id: transactional_id.to_owned(),
-        reason: format!("{call}_transaction(s) failed: {error}"),
-    }
-}
-
-/// Sleeps until `deadline`, or forever without one.
-async fn sleep_until_or_forever(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
     }
 }
