@@ -30,7 +30,6 @@
 
 #![warn(missing_docs)]
 
-mod backoff;
 pub mod broker_probe;
 mod budget;
 pub mod cli;
@@ -38,7 +37,7 @@ pub mod commands;
 #[cfg(test)]
 mod commands_tests;
 pub mod config;
-pub mod crash_points;
+pub use outbox_kafka::crash_points;
 pub mod dead_letter;
 pub mod demo;
 pub mod from_debezium;
@@ -48,7 +47,7 @@ pub mod health;
 pub mod http;
 pub mod import_debezium;
 pub mod internal_events;
-pub mod kafka_context;
+pub use outbox_kafka::kafka_context;
 pub mod metrics;
 pub mod pipeline;
 #[cfg(test)]
@@ -65,7 +64,12 @@ mod stores;
 mod tasks;
 mod xa_hold;
 
-pub use backoff::Backoff;
+pub use outbox_kafka::Backoff;
+/// Bounded exponential backoff with jitter (defined in `outbox-kafka`, where the sink uses
+/// it).
+mod backoff {
+    pub use outbox_kafka::Backoff;
+}
 pub use config::{ConfigError, DeadLetterConfig, RelayConfig, StartSetting};
 pub use dead_letter::{
     read_dead_letters, replay_dead_letters, DeadLetter, RecordOrigin, ReplaySelection,

@@ -1,6 +1,9 @@
 //! Crash points for failure tests: places where the process can be made to die on purpose,
 //! like `kill -9` but at an exact step of the delivery protocol.
 //!
+//! Shared by the relay's pipeline and the Kafka sinks (one armed point per process; the
+//! relay re-exports this module as `outbox_relay::crash_points`).
+//!
 //! A test sets `OUTBOX_RELAY_CRASH_AT` to one of the names of [`CrashPoint`] before starting
 //! the `outbox-relay` binary; the first time the relay reaches that step it logs one line and
 //! calls [`std::process::abort`] (no destructors, no final checkpoint, no flush: the same as
@@ -68,7 +71,7 @@ fn armed() -> Option<CrashPoint> {
 }
 
 /// Logs and aborts the process if `point` is the armed crash point; otherwise does nothing.
-pub(crate) fn crash_if_armed(point: CrashPoint) {
+pub fn crash_if_armed(point: CrashPoint) {
     if armed() == Some(point) {
         // eprintln, not tracing: the line must be written before abort, unbuffered.
         eprintln!(
