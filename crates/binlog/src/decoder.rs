@@ -43,6 +43,7 @@
 
 mod charset;
 mod events;
+mod json;
 mod looked_up;
 mod payload;
 mod raw_event;

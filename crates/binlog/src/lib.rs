@@ -48,6 +48,6 @@ pub use live::pull_raw_events;
 pub use live::{BinlogReader, ReaderConfig, StartPosition, DEFAULT_READ_AHEAD_EVENTS};
 pub use tls::{connect_to_server, TlsMode, TlsOptions, TlsSession, TlsVersion};
 pub use types::{
-    BinlogPosition, ColumnNames, Commit, DateTime, Flavor, Heartbeat, Row, RowChange, RowOperation,
-    StreamItem, TableFilter, TableName, Value, XaBoundary,
+    BinlogPosition, ColumnNames, Commit, DateTime, Flavor, Heartbeat, JsonText, Row, RowChange,
+    RowOperation, StreamItem, TableFilter, TableName, Value, XaBoundary,
 };

@@ -151,8 +151,9 @@ pub enum Value {
     },
     /// A binary column (BINARY, VARBINARY, BLOB), byte-exact.
     Bytes(Vec<u8>),
-    /// A MySQL `JSON` column (binary JSON decoded to a JSON document).
-    Json(serde_json::Value),
+    /// A MySQL `JSON` column: its binary JSON written as JSON text in Debezium's form
+    /// (MySQL's storage key order, see [`JsonText`]).
+    Json(JsonText),
     /// A MySQL 9 `VECTOR` column: its 32-bit floats in order. Lossless: the stored bytes are
     /// these floats little-endian ([`Value::vector_bytes`]), bit patterns kept.
     Vector(Vec<f32>),
@@ -189,6 +190,69 @@ impl Value {
             .iter()
             .flat_map(|float| float.to_le_bytes())
             .collect()
+    }
+}
+
+/// The JSON text of a MySQL `JSON` column value, as Debezium's MySQL connector writes the
+/// binary JSON (`crates/binlog/src/decoder/json.rs` has the rules): object members in
+/// MySQL's storage order, DECIMALs as bare numbers, dates and times as strings without a
+/// zero fraction, doubles as Java prints them, other opaque values as Base64 strings.
+///
+/// The text is kept as written, so whoever renders it (a record value, an expanded payload)
+/// sees the members in their source order. It serializes as the JSON document it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct JsonText(String);
+
+impl JsonText {
+    /// Wraps JSON text that is already in the wanted form (the decoder's output, or a test's).
+    /// The text is not checked.
+    pub fn new(text: impl Into<String>) -> Self {
+        Self(text.into())
+    }
+
+    /// The JSON text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The JSON text, owned.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+
+    /// The text parsed as a JSON document (`serde_json` sorts object keys; numbers keep
+    /// their digits).
+    pub fn document(&self) -> Result<serde_json::Value, serde_json::Error> {
+        serde_json::from_str(&self.0)
+    }
+}
+
+impl fmt::Display for JsonText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A document's compact JSON text (`serde_json`'s form: keys sorted), for values built in
+/// code rather than decoded from a binlog.
+impl From<serde_json::Value> for JsonText {
+    fn from(document: serde_json::Value) -> Self {
+        Self(document.to_string())
+    }
+}
+
+impl serde::Serialize for JsonText {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error;
+        self.document()
+            .map_err(S::Error::custom)?
+            .serialize(serializer)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for JsonText {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        serde_json::Value::deserialize(deserializer).map(Self::from)
     }
 }
 

@@ -88,24 +88,10 @@ fn value_bytes(value: &Value) -> usize {
         + match value {
             Value::Decimal(text) | Value::Text(text) => text.len(),
             Value::UndecodableText { bytes, .. } | Value::Bytes(bytes) => bytes.len(),
-            Value::Json(json) => json_bytes(json),
+            Value::Json(json) => json.as_str().len(),
             Value::Vector(floats) => floats.len() * 4,
             _ => 0,
         }
-}
-
-fn json_bytes(json: &serde_json::Value) -> usize {
-    match json {
-        serde_json::Value::String(text) => text.len() + 8,
-        serde_json::Value::Array(items) => items.iter().map(json_bytes).sum::<usize>() + 8,
-        serde_json::Value::Object(map) => {
-            map.iter()
-                .map(|(key, value)| key.len() + json_bytes(value))
-                .sum::<usize>()
-                + 8
-        }
-        _ => 8,
-    }
 }
 
 #[cfg(test)]
@@ -146,7 +132,7 @@ mod tests {
             values: vec![
                 Value::Text("x".repeat(1000)),
                 Value::Bytes(vec![0; 500]),
-                Value::Json(serde_json::json!({"k": "v".repeat(100)})),
+                Value::Json(serde_json::json!({"k": "v".repeat(100)}).into()),
             ],
         };
         let change = RowChange {

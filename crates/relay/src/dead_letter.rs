@@ -402,7 +402,9 @@ fn value_text(value: &Value) -> Option<String> {
 fn value_to_json(value: &Value) -> serde_json::Value {
     match value {
         Value::Null => serde_json::Value::Null,
-        Value::Json(json) => json.clone(),
+        Value::Json(json) => json
+            .document()
+            .unwrap_or_else(|_| serde_json::Value::String(json.to_string())),
         other => match value_text(other) {
             Some(text) => serde_json::Value::String(text),
             None => serde_json::Value::String(format!("{other:?}")),

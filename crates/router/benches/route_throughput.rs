@@ -120,7 +120,7 @@ fn main() {
         Scenario {
             name: "JSON column payload (serialized per row)",
             route: RouteConfig::default(),
-            payload: Value::Json(json_payload),
+            payload: Value::Json(json_payload.into()),
             rows_per_column_list: usize::MAX,
             extra_columns: false,
         },

@@ -84,7 +84,7 @@ pub fn render_value_text(
         Value::UInt(number) => Cow::Owned(number.to_string()),
         Value::Float(number) => Cow::Owned(number.to_string()),
         Value::Double(number) => Cow::Owned(number.to_string()),
-        Value::Json(document) => Cow::Owned(document.to_string()),
+        Value::Json(document) => Cow::Borrowed(document.as_str()),
         Value::DateTime(datetime) => Cow::Owned(format_datetime(datetime)),
         Value::Date(date) => Cow::Owned(format!(
             "{:04}-{:02}-{:02}",
@@ -406,7 +406,7 @@ mod tests {
             (Value::Double(1.5), "1.5"),
             (Value::Decimal("-12.3400".into()), "-12.3400"),
             (
-                Value::Json(serde_json::json!({"a": [1, 2]})),
+                Value::Json(serde_json::json!({"a": [1, 2]}).into()),
                 r#"{"a":[1,2]}"#,
             ),
             (

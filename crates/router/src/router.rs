@@ -542,14 +542,8 @@ impl Router {
             // Debezium's StringConverter writes a NULL payload as a null value.
             Value::Null if self.settings.null_values == NullValues::AsDebezium => return Ok(None),
             Value::Null => return Err(RoutingErrorKind::NullPayload),
-            Value::Json(document) => {
-                // Already a JSON document: emit its JSON text (never a quoted string).
-                return serde_json::to_vec(document).map(Some).map_err(|error| {
-                    RoutingErrorKind::PayloadNotJson {
-                        reason: error.to_string(),
-                    }
-                });
-            }
+            // Already JSON text (Debezium's form): emitted as it is, never a quoted string.
+            Value::Json(document) => return Ok(Some(document.as_str().as_bytes().to_vec())),
             // Debezium: `payload.toString().trim().isEmpty()` (Java's trim: every char <= ' ').
             Value::Text(text) if tombstone && text.trim_matches(|c: char| c <= ' ').is_empty() => {
                 return Ok(None)
@@ -641,7 +635,7 @@ impl Router {
                     .map(Some);
             }
             (Value::Text(text), _) => Cow::Borrowed(text.as_str()),
-            (Value::Json(document), _) => Cow::Owned(document.to_string()),
+            (Value::Json(document), _) => Cow::Borrowed(document.as_str()),
             (Value::Bytes(bytes), _) => {
                 Cow::Borrowed(std::str::from_utf8(bytes).map_err(|_| RoutingErrorKind::NotUtf8)?)
             }

@@ -59,7 +59,7 @@ fn value_strategy() -> impl Strategy<Value = Value> {
             .prop_map(|(bytes, charset)| Value::UndecodableText { bytes, charset }),
         3 => prop::collection::vec(any::<u8>(), 0..40).prop_map(Value::Bytes),
         1 => prop::collection::vec(any::<u8>(), 16..=16).prop_map(Value::Bytes),
-        2 => json_strategy().prop_map(Value::Json),
+        2 => json_strategy().prop_map(|json| Value::Json(json.into())),
         1 => datetime_strategy().prop_map(Value::DateTime),
         1 => datetime_strategy().prop_map(Value::Date),
         1 => (any::<bool>(), any::<u32>(), any::<u8>(), any::<u8>(), any::<u32>()).prop_map(
@@ -144,7 +144,7 @@ fn good_value_strategy(column: &str) -> BoxedStrategy<Value> {
         ]
         .boxed(),
         "payload" => prop_oneof![
-            json_strategy().prop_map(Value::Json),
+            json_strategy().prop_map(|json| Value::Json(json.into())),
             json_strategy().prop_map(|json| Value::Text(json.to_string())),
             ".{0,50}".prop_map(Value::Text),
             prop::collection::vec(any::<u8>(), 0..50).prop_map(Value::Bytes),

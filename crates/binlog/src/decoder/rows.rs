@@ -8,7 +8,7 @@
 use super::charset::{decode_text, undecodable_utf8, TextEncoding};
 use super::reader::{be_uint, le_uint, ByteReader};
 use super::table_map::{ColumnKind, TablePlan};
-use crate::types::{ColumnNames, DateTime, Row, Value};
+use crate::types::{ColumnNames, DateTime, JsonText, Row, Value};
 
 /// Which operation a rows event performs, and the layout that follows from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -405,9 +405,18 @@ pub(crate) fn decode_value(
             }
             Value::Bytes(bytes)
         }
-        ColumnKind::Json { length_bytes } => {
+        ColumnKind::Json {
+            length_bytes,
+            nullable,
+        } => {
             let len = read_length(reader, *length_bytes)?;
-            Value::Json(decode_json(reader.bytes(len)?)?)
+            match reader.bytes(len)? {
+                // An empty value (MySQL writes one for a JSON column left without a value):
+                // Debezium gives null for a nullable column, `{}` for a NOT NULL one.
+                [] if *nullable => Value::Null,
+                [] => Value::Json(JsonText::new("{}")),
+                bytes => Value::Json(JsonText::new(super::json::to_debezium_text(bytes)?)),
+            }
         }
         ColumnKind::OpaqueBytes { length_bytes } => {
             let len = read_length(reader, *length_bytes)?;
@@ -578,54 +587,6 @@ pub(crate) fn decode_decimal(
         text.remove(0);
     }
     Ok(text)
-}
-
-/// Decodes MySQL binary JSON to a JSON document (an empty value is JSON `null`, as in MySQL).
-pub(crate) fn decode_json(bytes: &[u8]) -> Result<serde_json::Value, String> {
-    use mysql_common::binlog::jsonb;
-    use mysql_common::io::ParseBuf;
-    let mut buffer = ParseBuf(bytes);
-    let value: jsonb::Value<'_> = buffer
-        .parse(())
-        .map_err(|e| format!("binary JSON does not parse: {e}"))?;
-    let dom = value
-        .parse()
-        .map_err(|e| format!("binary JSON does not parse: {e}"))?;
-    json_dom_to_document(dom)
-}
-
-/// A parsed binary JSON document as MySQL prints it (`JSON_EXTRACT`, the mysql client): a
-/// DECIMAL stays a JSON number with every digit of its scale (`9.00`, never `"9.00"`;
-/// serde_json's `arbitrary_precision` keeps the text); dates, times and datetimes are the
-/// strings MySQL prints (`"2012-03-18"`, `"87:31:46.654321"`, `"2012-03-18 11:30:45.000000"`);
-/// any other opaque value is MySQL's `"base64:type<N>:<data>"`. mysql_common's own
-/// conversion would turn decimals into strings, changing the payload's JSON types.
-fn json_dom_to_document(
-    dom: mysql_common::binlog::jsonb::JsonDom,
-) -> Result<serde_json::Value, String> {
-    use mysql_common::binlog::jsonb::{JsonContainer, JsonDom, JsonNumber, JsonScalar};
-    Ok(match dom {
-        JsonDom::Container(JsonContainer::Array(elements)) => serde_json::Value::Array(
-            elements
-                .into_iter()
-                .map(json_dom_to_document)
-                .collect::<Result<_, _>>()?,
-        ),
-        JsonDom::Container(JsonContainer::Object(members)) => serde_json::Value::Object(
-            members
-                .into_iter()
-                .map(|(key, value)| Ok((key, json_dom_to_document(value)?)))
-                .collect::<Result<_, String>>()?,
-        ),
-        JsonDom::Scalar(JsonScalar::Number(JsonNumber::Decimal(decimal))) => {
-            let text = decimal.to_string();
-            let number: serde_json::Number = text.parse().map_err(|e| {
-                format!("binary JSON holds a DECIMAL {text:?} that is not a JSON number: {e}")
-            })?;
-            serde_json::Value::Number(number)
-        }
-        other => serde_json::Value::from(other),
-    })
 }
 
 #[cfg(test)]

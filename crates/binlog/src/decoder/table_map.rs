@@ -124,6 +124,8 @@ pub(crate) enum ColumnKind {
     Json {
         /// Bytes of the length prefix.
         length_bytes: u8,
+        /// The column may be NULL (TABLE_MAP's null bitmap): decides what an empty value is.
+        nullable: bool,
     },
     /// GEOMETRY: a length, then opaque bytes.
     OpaqueBytes {
@@ -296,7 +298,7 @@ pub(crate) fn build_plan(
     let metadata_len =
         usize::try_from(reader.lenenc()?).map_err(|_| "metadata length overflows")?;
     let metadata = reader.bytes(metadata_len)?;
-    reader.skip(column_count.div_ceil(8))?;
+    let null_bitmap = reader.bytes(column_count.div_ceil(8))?;
     let optional = reader.rest();
     let optional_bytes = optional;
 
@@ -548,7 +550,10 @@ pub(crate) fn build_plan(
                         index + 1
                     ));
                 }
-                ColumnKind::Json { length_bytes }
+                ColumnKind::Json {
+                    length_bytes,
+                    nullable: null_bitmap[index / 8] & (1 << (index % 8)) != 0,
+                }
             }
             ct::GEOMETRY | ct::VECTOR => {
                 let length_bytes = raw.meta[0];

@@ -1023,3 +1023,101 @@ fn a_ddl_that_makes_a_watched_table_vanish_is_counted_and_reading_goes_on() {
     assert_eq!(items.len(), 2, "both statements commit: {items:?}");
     assert_eq!(vanished_counter(), after_swap + 1.0);
 }
+
+/// `shop.docs`: `id INT`, `doc JSON` (nullable), `strict JSON NOT NULL`, with FULL metadata.
+fn json_table_map_body(table_id: u64) -> Vec<u8> {
+    let mut body = table_id.to_le_bytes()[..6].to_vec();
+    body.extend_from_slice(&[0, 0]);
+    body.push(4);
+    body.extend_from_slice(b"shop\0");
+    body.push(4);
+    body.extend_from_slice(b"docs\0");
+    body.push(3); // columns
+    body.extend_from_slice(&[3, 245, 245]); // LONG, JSON, JSON
+    body.extend_from_slice(&[2, 4, 4]); // metadata: both JSON length sizes 4
+    body.push(0b010); // nullable bitmap: doc only
+    body.extend_from_slice(&[1, 1, 0]); // SIGNEDNESS: signed
+    let mut names = Vec::new();
+    for name in ["id", "doc", "strict"] {
+        names.push(name.len() as u8);
+        names.extend_from_slice(name.as_bytes());
+    }
+    body.push(4); // COLUMN_NAME
+    body.push(names.len() as u8);
+    body.extend_from_slice(&names);
+    body
+}
+
+fn json_rows_body(table_id: u64, doc: &[u8], strict: &[u8]) -> Vec<u8> {
+    let mut rows = table_id.to_le_bytes()[..6].to_vec();
+    rows.extend_from_slice(&1u16.to_le_bytes()); // STMT_END_F
+    rows.extend_from_slice(&2u16.to_le_bytes()); // v2 extra data: none
+    rows.push(3);
+    rows.push(0b111);
+    rows.push(0); // NULL bitmap
+    rows.extend_from_slice(&7i32.to_le_bytes());
+    for value in [doc, strict] {
+        rows.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        rows.extend_from_slice(value);
+    }
+    rows
+}
+
+#[test]
+fn mysql_json_columns_are_debezium_text_and_corrupt_ones_name_table_column_and_byte() {
+    let table = TableName::new("shop", "docs");
+    // {"b":1,"a":"x"}: MySQL's binary JSON with the members in this (storage) order.
+    let fixed: &[u8] = &[
+        0x00, 2, 0, 22, 0, 18, 0, 1, 0, 19, 0, 1, 0, 0x05, 1, 0, 0x0c, 20, 0, b'b', b'a', 1, b'x',
+    ];
+    let read = |doc: &[u8], strict: &[u8]| {
+        let mut decoder = Decoder::new(TableFilter::tables([table.clone()]), "b.000001".into());
+        push_all(
+            &mut decoder,
+            &[
+                event(code::ANONYMOUS_GTID, 100, &[0u8; 42]),
+                event(code::QUERY, 150, &query_body("BEGIN")),
+                event(code::TABLE_MAP, 250, &json_table_map_body(9)),
+                event(code::WRITE_ROWS, 400, &json_rows_body(9, doc, strict)),
+                event(code::XID, 431, &1u64.to_le_bytes()),
+            ],
+        )
+    };
+    let items = read(fixed, &[]).unwrap();
+    let StreamItem::Row(change) = &items[0] else {
+        panic!("expected a row, got {items:?}");
+    };
+    let after = change.after.as_ref().unwrap();
+    assert_eq!(
+        after.get("doc"),
+        Some(&crate::Value::Json(crate::JsonText::new(
+            r#"{"b":1,"a":"x"}"#
+        )))
+    );
+    // An empty value: `{}` in a NOT NULL column (Debezium's rule).
+    assert_eq!(
+        after.get("strict"),
+        Some(&crate::Value::Json(crate::JsonText::new("{}")))
+    );
+    // ... and null in a nullable one.
+    let items = read(&[], fixed).unwrap();
+    let StreamItem::Row(change) = &items[0] else {
+        panic!("expected a row, got {items:?}");
+    };
+    assert_eq!(
+        change.after.as_ref().unwrap().get("doc"),
+        Some(&crate::Value::Null)
+    );
+    // A value offset beyond its container: an error naming table, column and byte.
+    let mut corrupt = fixed.to_vec();
+    corrupt[17] = 200;
+    let error = read(&corrupt, fixed).unwrap_err();
+    let text = error.to_string();
+    assert!(
+        matches!(&error, BinlogError::RowImageMismatch { table: t, .. } if *t == table),
+        "{text}"
+    );
+    assert!(text.contains("shop.docs"), "{text}");
+    assert!(text.contains("`doc`"), "{text}");
+    assert!(text.contains("binary JSON is corrupt at byte 17"), "{text}");
+}

@@ -88,7 +88,7 @@ pub fn seeds_insert() -> RowChange {
             Value::Text("order".into()),
             Value::Text("order-17".into()),
             Value::Text("OrderCreated".into()),
-            Value::Json(serde_json::json!({"id": 17, "total": "12.50"})),
+            Value::Json(serde_json::json!({"id": 17, "total": "12.50"}).into()),
             datetime(2024, 5, 6, 7, 8, 9),
         ],
     )
