@@ -221,6 +221,7 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
     let relay_shape = |exactly_once: bool| measure::RelayShape {
         exactly_once,
         max_message_bytes: measure::max_message_bytes(options.payload_bytes),
+        commit_interval_ms: options.commit_interval_ms,
     };
     let prefix = |round: u32, side: &str| format!("{tag}.r{round}.{side}");
     let mock = if options.mock_cluster {
@@ -410,6 +411,7 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
         load_average_at_start,
         latency_rate: options.latency_rate,
         delivery: options.delivery,
+        commit_interval_ms: options.commit_interval_ms,
         load_average_at_end: load_average(),
         build: env!("BENCH_BUILD").to_string(),
     };
@@ -465,6 +467,7 @@ async fn start_latency_relay(
         measure::RelayShape {
             exactly_once,
             max_message_bytes: measure::max_message_bytes(options.payload_bytes),
+            commit_interval_ms: options.commit_interval_ms,
         },
     )?;
     let mut relay = measure::RelayProcess::start(dir)?;

@@ -267,6 +267,8 @@ pub struct RelayShape {
     pub exactly_once: bool,
     /// The producer's `message.max.bytes` when records exceed librdkafka's 1 MB default.
     pub max_message_bytes: Option<usize>,
+    /// `[pipeline] commit_interval_ms` (`None`: the relay's default).
+    pub commit_interval_ms: Option<u64>,
 }
 
 /// The Kafka store's record key in the harness's exactly-once configs.
@@ -350,6 +352,9 @@ delivery = "{delivery}"
             text.push_str(&format!(
                 "\n[kafka.properties]\n\"message.max.bytes\" = \"{bytes}\"\n"
             ));
+        }
+        if let Some(interval) = shape.commit_interval_ms {
+            text.push_str(&format!("\n[pipeline]\ncommit_interval_ms = {interval}\n"));
         }
         if shape.exactly_once {
             let topic = checkpoint_topic(prefix);
@@ -845,6 +850,7 @@ pub async fn bare_producer(
         RelayShape {
             exactly_once: false,
             max_message_bytes: max_message_bytes(workload.payload_bytes),
+            commit_interval_ms: None,
         },
     )?;
     let args = [

@@ -66,6 +66,11 @@ pub struct BenchOptions {
     /// order, so the exactly-once / at-least-once ratio is taken within a round.
     #[arg(long, value_enum, default_value_t = Delivery::AtLeastOnce)]
     pub delivery: Delivery,
+    /// The relays' `[pipeline] commit_interval_ms` (default: the relay's, 1 000 ms). In
+    /// exactly-once mode it is how long a Kafka transaction collects records before it is
+    /// committed, so it bounds what a `read_committed` consumer waits for.
+    #[arg(long)]
+    pub commit_interval_ms: Option<u64>,
     /// Writer connections of the latency phase: transaction `n` is committed on connection
     /// `n % writers` at its due time, so the rate is not bound by one connection's round
     /// trip.

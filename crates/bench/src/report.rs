@@ -133,6 +133,8 @@ pub struct Setup {
     /// `--delivery`: `at_least_once`, `exactly_once` (the `relay` row is then exactly-once)
     /// or `both`.
     pub delivery: crate::options::Delivery,
+    /// `--commit-interval-ms` (`None`: the relay's default, 1 000 ms).
+    pub commit_interval_ms: Option<u64>,
     /// 1-minute load average at the end.
     pub load_average_at_end: f64,
     /// The build profile and optimisation level of the workspace crates of this harness (and
@@ -207,7 +209,7 @@ impl Report {
         let s = &self.setup;
         let mut out = format!(
             "{} transactions x {} outbox row(s), {}-byte payloads, {} noise table(s), {} partitions; \
-             drains into {}; delivery {:?}; {} cores, load {:.1} at start, {:.1} at end; {}; bulk write {:.1} s\n\n",
+             drains into {}; delivery {:?}, commit interval {}; {} cores, load {:.1} at start, {:.1} at end; {}; bulk write {:.1} s\n\n",
             s.transactions,
             s.rows_per_transaction,
             s.payload_bytes,
@@ -215,6 +217,8 @@ impl Report {
             s.partitions,
             s.drain_broker,
             s.delivery,
+            s.commit_interval_ms
+                .map_or("default".to_string(), |ms| format!("{ms} ms")),
             s.cores,
             s.load_average_at_start,
             s.load_average_at_end,
