@@ -222,6 +222,7 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
         exactly_once,
         max_message_bytes: measure::max_message_bytes(options.payload_bytes),
         commit_interval_ms: options.commit_interval_ms,
+        max_in_flight_bytes: options.max_in_flight_bytes,
     };
     let prefix = |round: u32, side: &str| format!("{tag}.r{round}.{side}");
     let mock = if options.mock_cluster {
@@ -468,6 +469,7 @@ async fn start_latency_relay(
             exactly_once,
             max_message_bytes: measure::max_message_bytes(options.payload_bytes),
             commit_interval_ms: options.commit_interval_ms,
+            max_in_flight_bytes: options.max_in_flight_bytes,
         },
     )?;
     let mut relay = measure::RelayProcess::start(dir)?;

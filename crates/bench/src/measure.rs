@@ -269,6 +269,8 @@ pub struct RelayShape {
     pub max_message_bytes: Option<usize>,
     /// `[pipeline] commit_interval_ms` (`None`: the relay's default).
     pub commit_interval_ms: Option<u64>,
+    /// `[pipeline] max_in_flight_bytes` (`None`: the relay's default).
+    pub max_in_flight_bytes: Option<u64>,
 }
 
 /// The Kafka store's record key in the harness's exactly-once configs.
@@ -353,8 +355,14 @@ delivery = "{delivery}"
                 "\n[kafka.properties]\n\"message.max.bytes\" = \"{bytes}\"\n"
             ));
         }
+        if shape.commit_interval_ms.is_some() || shape.max_in_flight_bytes.is_some() {
+            text.push_str("\n[pipeline]\n");
+        }
         if let Some(interval) = shape.commit_interval_ms {
-            text.push_str(&format!("\n[pipeline]\ncommit_interval_ms = {interval}\n"));
+            text.push_str(&format!("commit_interval_ms = {interval}\n"));
+        }
+        if let Some(bytes) = shape.max_in_flight_bytes {
+            text.push_str(&format!("max_in_flight_bytes = {bytes}\n"));
         }
         if shape.exactly_once {
             let topic = checkpoint_topic(prefix);
@@ -851,6 +859,7 @@ pub async fn bare_producer(
             exactly_once: false,
             max_message_bytes: max_message_bytes(workload.payload_bytes),
             commit_interval_ms: None,
+            max_in_flight_bytes: None,
         },
     )?;
     let args = [

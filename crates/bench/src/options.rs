@@ -71,6 +71,10 @@ pub struct BenchOptions {
     /// committed, so it bounds what a `read_committed` consumer waits for.
     #[arg(long)]
     pub commit_interval_ms: Option<u64>,
+    /// The relays' `[pipeline] max_in_flight_bytes` (default: the relay's, 256 MiB): for
+    /// memory runs with big rows.
+    #[arg(long)]
+    pub max_in_flight_bytes: Option<u64>,
     /// Writer connections of the latency phase: transaction `n` is committed on connection
     /// `n % writers` at its due time, so the rate is not bound by one connection's round
     /// trip.
