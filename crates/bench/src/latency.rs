@@ -1,8 +1,11 @@
 //! Steady-state commit -> ack latency: a writer commits outbox transactions at a fixed rate on
-//! its own connection and notes when each COMMIT returned; the topics use
-//! `message.timestamp.type=LogAppendTime`, so every record carries the broker's append time,
-//! which with one replica and `acks=all` is when the broker acknowledged it (the ack's
-//! loopback transit aside). Latency = append time - commit time, per event.
+//! several connections of its own and notes when each COMMIT returned. At-least-once: the
+//! topics use `message.timestamp.type=LogAppendTime`, so every record carries the broker's
+//! append time, which with one replica and `acks=all` is when the broker acknowledged it
+//! (the ack's loopback transit aside); latency = append time - commit time. Exactly-once: a
+//! record counts once a `read_committed` consumer can read it (its Kafka transaction
+//! committed), so latency = the moment a live `read_committed` consumer (10 ms fetch wait)
+//! received it - commit time: an upper bound by up to one fetch wait.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -13,7 +16,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, Timestamp, TopicPartitionList};
 
-use crate::measure::{end_offsets, records_in, topics_of};
+use crate::measure::{end_offsets, topics_of};
 use crate::stats::quantile;
 use crate::workload::Workload;
 
@@ -50,12 +53,13 @@ fn now_micros() -> i64 {
         .unwrap_or(0)
 }
 
-/// Commits transactions `first..first + count` of `workload` on `conn` paced to
-/// `rate_events` events per second, stopping early when `length` has passed (a busy machine
-/// may not reach the rate); returns the commit time (µs since the epoch) of each transaction
-/// written and the achieved rate.
+/// Commits transactions `first..first + count` of `workload` paced to `rate_events` events
+/// per second on `conns` (transaction `first + n` on connection `n % conns.len()`, each at
+/// its own due time, so one connection's round trip does not bound the rate), stopping at
+/// the first not yet due when `length` has passed; returns the commit time (µs since the
+/// epoch) of each transaction written, in order, and the achieved rate.
 pub async fn paced_writer(
-    conn: &mut mysql_async::Conn,
+    conns: Vec<mysql_async::Conn>,
     workload: &Workload,
     first: u64,
     count: u64,
@@ -65,42 +69,87 @@ pub async fn paced_writer(
     let per_transaction = Duration::from_secs_f64(
         f64::from(workload.rows_per_transaction) / rate_events.max(1) as f64,
     );
-    let mut commit_micros = Vec::with_capacity(count as usize);
+    let writers = conns.len().max(1) as u64;
     let started = Instant::now();
-    let mut sql = String::new();
-    for offset in 0..count {
-        if started.elapsed() >= length {
-            break;
-        }
-        let due = started + per_transaction.mul_f64(offset as f64);
-        let now = Instant::now();
-        if due > now + Duration::from_millis(1) {
-            tokio::time::sleep_until(due.into()).await;
-        }
-        sql.clear();
-        workload.push_transaction_sql(first + offset, &mut sql);
-        conn.query_drop(sql.as_str())
-            .await
-            .with_context(|| format!("latency writer: transaction {}", first + offset))?;
-        commit_micros.push(now_micros());
+    let mut tasks = Vec::new();
+    for (lane, mut conn) in conns.into_iter().enumerate() {
+        let workload = *workload;
+        tasks.push(tokio::spawn(async move {
+            let mut commits: Vec<(u64, i64)> = Vec::new();
+            let mut sql = String::new();
+            let mut offset = lane as u64;
+            while offset < count {
+                let due = started + per_transaction.mul_f64(offset as f64);
+                if due.duration_since(started) >= length {
+                    break;
+                }
+                if due > Instant::now() + Duration::from_micros(200) {
+                    tokio::time::sleep_until(due.into()).await;
+                }
+                sql.clear();
+                workload.push_transaction_sql(first + offset, &mut sql);
+                conn.query_drop(sql.as_str())
+                    .await
+                    .with_context(|| format!("latency writer: transaction {}", first + offset))?;
+                commits.push((offset, now_micros()));
+                offset += writers;
+            }
+            conn.disconnect()
+                .await
+                .context("latency writer disconnects")?;
+            anyhow::Ok(commits)
+        }));
+    }
+    let mut by_offset: Vec<(u64, i64)> = Vec::new();
+    for task in tasks {
+        by_offset.extend(task.await.context("a latency writer task")??);
     }
     let elapsed = started.elapsed().as_secs_f64();
+    by_offset.sort_unstable();
+    // Only the unbroken run from offset 0 counts (every lane stops at the same due time).
+    let mut commit_micros = Vec::with_capacity(by_offset.len());
+    for (expected, (offset, micros)) in by_offset.into_iter().enumerate() {
+        if offset != expected as u64 {
+            break;
+        }
+        commit_micros.push(micros);
+    }
     let written = commit_micros.len() as u64 * u64::from(workload.rows_per_transaction);
     let rate = written as f64 / elapsed.max(1e-9);
     Ok((commit_micros, rate))
 }
 
-/// Reads `expected` records of the partitions from the given offsets on and returns (event
-/// index, append time in µs) of each.
-fn read_append_times(
+/// What the live reader takes as an event's arrival.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// The record's LogAppendTime: the broker's append, i.e. the ack (at-least-once).
+    Ack,
+    /// The moment a `read_committed` consumer (10 ms fetch wait) received it: the Kafka
+    /// transaction's commit, plus the fetch (exactly-once).
+    Visible,
+}
+
+/// Reads records of the partitions from the given offsets on until `stop` is set and
+/// nothing more arrives, counting them in `read`; returns (event index, arrival in µs) of
+/// each.
+fn read_arrivals(
     brokers: &str,
     start_offsets: &[(String, i32, i64)],
-    expected: u64,
+    arrival: Arrival,
+    read: &std::sync::atomic::AtomicU64,
+    stop: &std::sync::atomic::AtomicBool,
 ) -> Result<Vec<(u64, i64)>> {
+    use std::sync::atomic::Ordering;
+    let isolation = match arrival {
+        Arrival::Ack => "read_uncommitted",
+        Arrival::Visible => "read_committed",
+    };
     let consumer: BaseConsumer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", "outbox-relay-bench-latency")
         .set("enable.auto.commit", "false")
+        .set("isolation.level", isolation)
+        .set("fetch.wait.max.ms", "10")
         .create()
         .context("creating the latency consumer")?;
     let mut assignment = TopicPartitionList::new();
@@ -112,22 +161,22 @@ fn read_append_times(
     consumer
         .assign(&assignment)
         .context("assigning partitions")?;
-    let mut out = Vec::with_capacity(expected as usize);
-    let started = Instant::now();
-    while (out.len() as u64) < expected {
-        if started.elapsed() > SETTLE_LIMIT {
-            bail!(
-                "latency: read only {} of {expected} records back",
-                out.len()
-            );
-        }
-        let Some(message) = consumer.poll(Duration::from_millis(200)) else {
+    let mut out = Vec::new();
+    loop {
+        let Some(message) = consumer.poll(Duration::from_millis(100)) else {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(out);
+            }
             continue;
         };
+        let received = now_micros();
         let message = message.context("reading the latency topics")?;
-        let append_millis = match message.timestamp() {
-            Timestamp::LogAppendTime(millis) => millis,
-            other => bail!("a latency record has no LogAppendTime timestamp: {other:?}"),
+        let at = match (arrival, message.timestamp()) {
+            (Arrival::Visible, _) => received,
+            (Arrival::Ack, Timestamp::LogAppendTime(millis)) => millis * 1000,
+            (Arrival::Ack, other) => {
+                bail!("a latency record has no LogAppendTime timestamp: {other:?}")
+            }
         };
         let id = message
             .headers()
@@ -140,15 +189,17 @@ fn read_append_times(
             .next()
             .and_then(|digits| digits.parse().ok())
             .with_context(|| format!("a latency record's id {id:?} is not the harness's"))?;
-        out.push((index, append_millis * 1000));
+        out.push((index, at));
+        read.fetch_add(1, Ordering::Relaxed);
     }
-    Ok(out)
 }
 
-/// Runs the writer for `seconds` at `rate` events/s into a side that is already streaming
-/// (caught up) into `PREFIX.outbox.event.TYPE` (topics created with LogAppendTime), waits for
-/// every event, and computes the latencies from the records appended after the writer
-/// started. `first_transaction` keeps ids apart from the drained log's.
+/// Runs the writer (`writers` connections) for `seconds` at `rate` events/s into a side
+/// that is already streaming (caught up) into `PREFIX.outbox.event.TYPE` (topics created
+/// with LogAppendTime), while a live consumer reads the topics; waits for every event and
+/// computes the latencies (commit -> `arrival`) of the events committed after the warm-up.
+/// `first_transaction` keeps ids apart from the drained log's.
+#[allow(clippy::too_many_arguments)]
 pub async fn measure(
     db_url: &str,
     brokers: &str,
@@ -157,43 +208,62 @@ pub async fn measure(
     first_transaction: u64,
     rate: u64,
     seconds: u64,
+    writers: u32,
+    arrival: Arrival,
 ) -> Result<Latency> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
     let transactions = (rate * seconds / u64::from(workload.rows_per_transaction)).max(1);
     let topics = topics_of(prefix);
     let start_offsets = end_offsets(brokers, &topics).await?;
-    let already: u64 = records_in(brokers, &topics).await?;
-    let mut conn = mysql_async::Conn::from_url(db_url)
-        .await
-        .context("latency writer connects")?;
-    let (commit_micros, achieved_rate) = paced_writer(
-        &mut conn,
+    let read = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (brokers, read, stop) = (brokers.to_string(), read.clone(), stop.clone());
+        tokio::task::spawn_blocking(move || {
+            read_arrivals(&brokers, &start_offsets, arrival, &read, &stop)
+        })
+    };
+    let mut conns = Vec::new();
+    for _ in 0..writers.max(1) {
+        conns.push(
+            mysql_async::Conn::from_url(db_url)
+                .await
+                .context("latency writer connects")?,
+        );
+    }
+    let written = paced_writer(
+        conns,
         workload,
         first_transaction,
         transactions,
         rate,
         Duration::from_secs(seconds),
     )
-    .await?;
-    conn.disconnect()
-        .await
-        .context("latency writer disconnects")?;
-    let expected = commit_micros.len() as u64 * u64::from(workload.rows_per_transaction);
-    let settle_started = Instant::now();
-    loop {
-        let delivered = records_in(brokers, &topics).await?.saturating_sub(already);
-        if delivered >= expected {
-            break;
+    .await;
+    let settled = match &written {
+        Ok((commit_micros, _)) => {
+            let expected = commit_micros.len() as u64 * u64::from(workload.rows_per_transaction);
+            let settle_started = Instant::now();
+            loop {
+                let delivered = read.load(Ordering::Relaxed);
+                if delivered >= expected {
+                    break Ok(());
+                }
+                if settle_started.elapsed() > SETTLE_LIMIT {
+                    break Err(anyhow::anyhow!(
+                        "latency: {delivered} of {expected} events read {SETTLE_LIMIT:?} after the writer stopped"
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
-        if settle_started.elapsed() > SETTLE_LIMIT {
-            bail!("latency: {delivered} of {expected} events delivered {SETTLE_LIMIT:?} after the writer stopped");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let brokers = brokers.to_string();
-    let appended =
-        tokio::task::spawn_blocking(move || read_append_times(&brokers, &start_offsets, expected))
-            .await
-            .context("the latency reader task")??;
+        Err(_) => Ok(()),
+    };
+    stop.store(true, Ordering::Relaxed);
+    let appended = reader.await.context("the latency reader task")??;
+    let (commit_micros, achieved_rate) = written?;
+    settled?;
     let first_event = first_transaction * u64::from(workload.rows_per_transaction);
     let warm_up_end = commit_micros.first().copied().unwrap_or(0) + WARM_UP.as_micros() as i64;
     let mut by_index: HashMap<u64, i64> = HashMap::new();

@@ -136,6 +136,11 @@ fn run_bench(options: BenchOptions) -> Result<i32> {
     if options.transactions == 0 || options.rows_per_transaction == 0 || options.rounds == 0 {
         bail!("--transactions, --rows-per-transaction and --rounds must be at least 1");
     }
+    if options.mock_cluster && options.delivery.exactly_once() {
+        // The mock cluster's transaction support is partial (no transaction markers for
+        // read_committed fetches to honour): exactly-once is measured on Apache Kafka only.
+        bail!("--delivery exactly_once/both needs Apache Kafka: drop --mock-cluster");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -174,6 +179,9 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
                 "--sync-binlog=0".into(),
                 "--innodb-buffer-pool-size=256M".into(),
                 "--max-binlog-size=1G".into(),
+                // 64 MiB payloads (`--payload-bytes`) and 1M-row transactions are single
+                // statements far above the 16 MiB default.
+                "--max-allowed-packet=1G".into(),
             ],
             ..ScratchOptions::default()
         }),
@@ -209,6 +217,13 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
         end.file, end.position
     ));
 
+    let topic_config = topic_config(options);
+    let relay_shape = |exactly_once: bool| measure::RelayShape {
+        exactly_once,
+        max_message_bytes: measure::max_message_bytes(options.payload_bytes),
+        commit_interval_ms: options.commit_interval_ms,
+        max_in_flight_bytes: options.max_in_flight_bytes,
+    };
     let prefix = |round: u32, side: &str| format!("{tag}.r{round}.{side}");
     let mock = if options.mock_cluster {
         let prefixes: Vec<String> = (0..options.rounds)
@@ -243,8 +258,7 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
         ));
         let bare_prefix = prefix(round, "bare");
         if mock.is_none() {
-            measure::create_topics(broker, &bare_prefix, options.partitions, LOG_APPEND_TIME)
-                .await?;
+            measure::create_topics(broker, &bare_prefix, options.partitions, &topic_config).await?;
         }
         let bare_producer =
             measure::bare_producer(scratch.path(), &drain_brokers, &bare_prefix, &workload).await?;
@@ -252,27 +266,61 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
             "{label}: bare producer {:.0} events/s; outbox-relay",
             bare_producer.events_per_second
         ));
-        let relay_prefix = prefix(round, "relay");
-        if mock.is_none() {
-            measure::create_topics(broker, &relay_prefix, options.partitions, LOG_APPEND_TIME)
-                .await?;
+        // At-least-once first in even rounds, exactly-once first in odd ones.
+        let mut order = Vec::new();
+        if options.delivery.at_least_once() {
+            order.push(false);
         }
-        // Against the mock cluster the latency phase needs a relay of its own on Kafka.
-        let keep_relay = last && latency_wanted && mock.is_none();
-        let (relay, kept) =
-            measure::relay_drain(&db, &drain_brokers, &relay_prefix, &end, events, keep_relay)
-                .await?;
-        if let Some(kept) = kept {
-            streaming_relay = Some((kept, relay_prefix.clone()));
+        if options.delivery.exactly_once() {
+            order.push(true);
         }
-        progress.say(format!(
-            "{label}: outbox-relay {:.0} events/s",
-            relay.events_per_second
-        ));
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        let mut at_least_once = None;
+        let mut exactly_once = None;
+        for eo in order {
+            let side = if eo { "relay-eo" } else { "relay" };
+            let relay_prefix = prefix(round, side);
+            if mock.is_none() {
+                measure::create_topics(broker, &relay_prefix, options.partitions, &topic_config)
+                    .await?;
+            }
+            // Against the mock cluster the latency phase needs a relay of its own on Kafka;
+            // the exactly-once latency phase always starts its own relay.
+            let keep_relay = last && latency_wanted && mock.is_none() && !eo;
+            let (relay, kept) = measure::relay_drain(
+                &db,
+                &drain_brokers,
+                &relay_prefix,
+                &end,
+                events,
+                keep_relay,
+                relay_shape(eo),
+            )
+            .await?;
+            if let Some(kept) = kept {
+                streaming_relay = Some((kept, relay_prefix.clone()));
+            }
+            progress.say(format!(
+                "{label}: outbox-relay ({}) {:.0} events/s",
+                if eo { "exactly-once" } else { "at-least-once" },
+                relay.events_per_second
+            ));
+            if eo {
+                exactly_once = Some(relay);
+            } else {
+                at_least_once = Some(relay);
+            }
+        }
+        let (relay, relay_exactly_once) = match (at_least_once, exactly_once) {
+            (Some(alo), eo) => (alo, eo),
+            (None, Some(eo)) => (eo, None),
+            (None, None) => bail!("no relay drain ran"),
+        };
         let debezium = if run_debezium {
             let dbz_prefix = prefix(round, "dbz");
-            measure::create_topics(broker, &dbz_prefix, options.partitions, LOG_APPEND_TIME)
-                .await?;
+            measure::create_topics(broker, &dbz_prefix, options.partitions, &topic_config).await?;
             progress.say(format!("{label}: Debezium"));
             let (figure, kept) = measure::debezium_drain(
                 &db,
@@ -300,27 +348,51 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
             raw_pull,
             bare_producer,
             relay,
+            relay_exactly_once,
             debezium,
         });
     }
     drop(mock);
 
-    let (relay_latency, debezium_latency) = if latency_wanted {
-        let streaming_relay = match streaming_relay {
-            Some(streaming) => streaming,
-            None => start_latency_relay(options, &db, broker, &tag).await?,
+    let (relay_latency, debezium_latency, relay_exactly_once_latency) = if latency_wanted {
+        let at_least_once_latency = if options.delivery.at_least_once() {
+            let streaming_relay = match streaming_relay {
+                Some(streaming) => streaming,
+                None => start_latency_relay(options, &db, broker, &tag, false).await?,
+            };
+            Some(
+                relay_latency(
+                    options,
+                    &db,
+                    broker,
+                    &workload,
+                    streaming_relay,
+                    &progress,
+                    0,
+                )
+                .await?,
+            )
+        } else {
+            None
         };
-        let relay_latency =
-            relay_latency(options, &db, broker, &workload, streaming_relay, &progress).await?;
+        let exactly_once_latency = if options.delivery.exactly_once() {
+            let streaming = start_latency_relay(options, &db, broker, &tag, true).await?;
+            Some(relay_latency(options, &db, broker, &workload, streaming, &progress, 2).await?)
+        } else {
+            None
+        };
         let debezium_latency = match streaming_debezium {
             Some(streaming) => {
                 Some(debezium_latency(options, &db, broker, &workload, streaming, &progress).await?)
             }
             None => None,
         };
-        (Some(relay_latency), debezium_latency)
+        match at_least_once_latency {
+            Some(alo) => (Some(alo), debezium_latency, exactly_once_latency),
+            None => (exactly_once_latency, debezium_latency, None),
+        }
     } else {
-        (None, None)
+        (None, None, None)
     };
 
     let setup = Setup {
@@ -339,9 +411,19 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
         cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
         load_average_at_start,
         latency_rate: options.latency_rate,
+        delivery: options.delivery,
+        commit_interval_ms: options.commit_interval_ms,
+        load_average_at_end: load_average(),
         build: env!("BENCH_BUILD").to_string(),
     };
-    Report::new(setup, rounds, relay_latency, debezium_latency).context("no figures to summarise")
+    Report::new(
+        setup,
+        rounds,
+        relay_latency,
+        debezium_latency,
+        relay_exactly_once_latency,
+    )
+    .context("no figures to summarise")
 }
 
 /// Transactions of the latency phases start here, past the drained log's ids.
@@ -349,8 +431,16 @@ fn latency_first_transaction(options: &BenchOptions, phase: u64) -> u64 {
     options.transactions + phase * (options.latency_rate * options.latency_seconds + 1)
 }
 
-/// LogAppendTime topics: the record timestamp is the broker's append (= ack) time.
-const LOG_APPEND_TIME: &[(&str, &str)] = &[("message.timestamp.type", "LogAppendTime")];
+/// The outbox topics' config: LogAppendTime (the record timestamp is the broker's append
+/// (= ack) time), and room for the records of big payloads.
+fn topic_config(options: &BenchOptions) -> Vec<(&'static str, &'static str)> {
+    let mut config = vec![("message.timestamp.type", "LogAppendTime")];
+    if measure::max_message_bytes(options.payload_bytes).is_some() {
+        // The harness broker's `message.max.bytes` (100 MiB).
+        config.push(("max.message.bytes", "104857600"));
+    }
+    config
+}
 
 /// A relay on the Apache Kafka broker from the current end of the log, for the latency phase
 /// when the drains went to the mock cluster.
@@ -359,18 +449,28 @@ async fn start_latency_relay(
     db: &ScratchMariadb,
     broker: &KafkaBroker,
     tag: &str,
+    exactly_once: bool,
 ) -> Result<(measure::RelayProcess, String)> {
-    let prefix = format!("{tag}.latency.relay");
-    measure::create_topics(broker, &prefix, options.partitions, LOG_APPEND_TIME).await?;
+    let prefix = format!(
+        "{tag}.latency.{}",
+        if exactly_once { "relay-eo" } else { "relay" }
+    );
+    measure::create_topics(broker, &prefix, options.partitions, &topic_config(options)).await?;
     let mut conn = db.conn().await.context("connecting")?;
     let start = workload::end_of_log(&mut conn).await?;
     conn.disconnect().await.context("disconnecting")?;
-    let dir = measure::RelayDir::new()?;
+    let mut dir = measure::RelayDir::new()?;
     dir.write_config(
         &db.url(),
         &broker.bootstrap(),
         &prefix,
         &format!("file:{}:{}", start.file, start.position),
+        measure::RelayShape {
+            exactly_once,
+            max_message_bytes: measure::max_message_bytes(options.payload_bytes),
+            commit_interval_ms: options.commit_interval_ms,
+            max_in_flight_bytes: options.max_in_flight_bytes,
+        },
     )?;
     let mut relay = measure::RelayProcess::start(dir)?;
     relay
@@ -389,19 +489,33 @@ async fn relay_latency(
     workload: &Workload,
     (mut relay, prefix): (measure::RelayProcess, String),
     progress: &Progress,
+    phase: u64,
 ) -> Result<latency::Latency> {
+    let exactly_once = relay.dir.exactly_once();
     progress.say(format!(
-        "latency: outbox-relay, {} events/s for {} s",
-        options.latency_rate, options.latency_seconds
+        "latency: outbox-relay ({}), {} events/s for {} s",
+        if exactly_once {
+            "exactly-once, until visible to read_committed"
+        } else {
+            "at-least-once, until acked"
+        },
+        options.latency_rate,
+        options.latency_seconds
     ));
     let figures = latency::measure(
         &db.url(),
         &broker.bootstrap(),
         &prefix,
         workload,
-        latency_first_transaction(options, 0),
+        latency_first_transaction(options, phase),
         options.latency_rate,
         options.latency_seconds,
+        options.latency_writers,
+        if exactly_once {
+            latency::Arrival::Visible
+        } else {
+            latency::Arrival::Ack
+        },
     )
     .await;
     relay.check_running()?;
@@ -434,6 +548,8 @@ async fn debezium_latency(
         latency_first_transaction(options, 1),
         options.latency_rate,
         options.latency_seconds,
+        options.latency_writers,
+        latency::Arrival::Ack,
     )
     .await
     .with_context(|| format!("Debezium's log: {}", connect.log_path().display()))?;

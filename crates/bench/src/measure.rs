@@ -87,6 +87,13 @@ pub async fn create_topics(
             .await
             .with_context(|| format!("creating topic {topic}"))?;
     }
+    // The Kafka store's topic, as the relay creates it (one partition, compacted); only
+    // exactly-once relays write to it.
+    let topic = checkpoint_topic(prefix);
+    broker
+        .create_topic_with_config(&topic, 1, &[("cleanup.policy", "compact")])
+        .await
+        .with_context(|| format!("creating topic {topic}"))?;
     Ok(())
 }
 
@@ -123,6 +130,60 @@ pub async fn records_in(brokers: &str, topics: &[String]) -> Result<u64> {
     .context("the watermark task")?
 }
 
+/// Records in `topics` a `read_committed` consumer reads from the beginning: reads until
+/// `expected` arrived, then 500 ms more (so a surplus shows).
+pub async fn committed_records_in(brokers: &str, topics: &[String], expected: u64) -> Result<u64> {
+    let brokers = brokers.to_string();
+    let topics = topics.to_vec();
+    tokio::task::spawn_blocking(move || -> Result<u64> {
+        use rdkafka::consumer::Consumer;
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .set("group.id", "outbox-relay-bench-count")
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed")
+            .create()
+            .context("creating the counting consumer")?;
+        let mut assignment = rdkafka::TopicPartitionList::new();
+        for topic in &topics {
+            let metadata = consumer
+                .fetch_metadata(Some(topic), Duration::from_secs(10))
+                .with_context(|| format!("metadata of {topic}"))?;
+            let partitions = metadata
+                .topics()
+                .first()
+                .map_or(0, |t| t.partitions().len());
+            for partition in 0..partitions as i32 {
+                assignment
+                    .add_partition_offset(topic, partition, rdkafka::Offset::Beginning)
+                    .context("building the counting assignment")?;
+            }
+        }
+        consumer.assign(&assignment).context("assigning")?;
+        let started = Instant::now();
+        let mut count = 0u64;
+        let mut reached: Option<Instant> = None;
+        loop {
+            if let Some(at) = reached {
+                if at.elapsed() > Duration::from_millis(500) {
+                    return Ok(count);
+                }
+            } else if started.elapsed() > Duration::from_secs(300) {
+                return Ok(count);
+            }
+            if let Some(message) = consumer.poll(Duration::from_millis(100)) {
+                message.context("counting committed records")?;
+                count += 1;
+                if count >= expected && reached.is_none() {
+                    reached = Some(Instant::now());
+                }
+            }
+        }
+    })
+    .await
+    .context("the counting task")?
+}
+
 /// Every partition of `topics` with its high watermark now.
 pub async fn end_offsets(brokers: &str, topics: &[String]) -> Result<Vec<(String, i32, i64)>> {
     let brokers = brokers.to_string();
@@ -156,6 +217,12 @@ pub async fn end_offsets(brokers: &str, topics: &[String]) -> Result<Vec<(String
     .context("the watermark task")?
 }
 
+/// The producer's `message.max.bytes` for records of `payload_bytes` (with room for the key
+/// and headers), when above librdkafka's 1 MB default.
+pub fn max_message_bytes(payload_bytes: usize) -> Option<usize> {
+    (payload_bytes > 900_000).then(|| payload_bytes + (1 << 20))
+}
+
 /// The path of this program, to start its child modes.
 fn this_program() -> Result<PathBuf> {
     std::env::current_exe().context("finding this program's path")
@@ -187,6 +254,31 @@ pub async fn run_reporting_child(args: &[String], what: &str) -> Result<ChildRep
 pub struct RelayDir {
     /// Owns the directory.
     dir: tempfile::TempDir,
+    /// Exactly-once: the brokers and the Kafka store's topic the checkpoint records go to
+    /// (`None`: at-least-once with a checkpoint file).
+    kafka_checkpoint: Option<(String, String)>,
+}
+
+/// How a relay child is configured besides its source, brokers and topics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RelayShape {
+    /// `[kafka] delivery = "exactly_once"` with `[checkpoint] store = "kafka"` on the topic
+    /// `PREFIX.checkpoints` (created by [`create_topics`]).
+    pub exactly_once: bool,
+    /// The producer's `message.max.bytes` when records exceed librdkafka's 1 MB default.
+    pub max_message_bytes: Option<usize>,
+    /// `[pipeline] commit_interval_ms` (`None`: the relay's default).
+    pub commit_interval_ms: Option<u64>,
+    /// `[pipeline] max_in_flight_bytes` (`None`: the relay's default).
+    pub max_in_flight_bytes: Option<u64>,
+}
+
+/// The Kafka store's record key in the harness's exactly-once configs.
+pub const CHECKPOINT_CONNECTOR: &str = "bench";
+
+/// The Kafka store's topic of `prefix`.
+pub fn checkpoint_topic(prefix: &str) -> String {
+    format!("{prefix}.checkpoints")
 }
 
 impl RelayDir {
@@ -197,7 +289,13 @@ impl RelayDir {
                 .prefix("outbox-relay-bench-")
                 .tempdir()
                 .context("creating the relay's directory")?,
+            kafka_checkpoint: None,
         })
+    }
+
+    /// Whether the written config is exactly-once.
+    pub fn exactly_once(&self) -> bool {
+        self.kafka_checkpoint.is_some()
     }
 
     /// The config file.
@@ -218,13 +316,14 @@ impl RelayDir {
     /// Writes the relay's config: the Debezium-preset outbox table, topics under `prefix`
     /// (created beforehand by the harness), everything else the relay's defaults.
     pub fn write_config(
-        &self,
+        &mut self,
         source_url: &str,
         brokers: &str,
         prefix: &str,
         start: &str,
+        shape: RelayShape,
     ) -> Result<()> {
-        let text = format!(
+        let mut text = format!(
             r#"[source]
 url = "{source_url}"
 server_id = 4343
@@ -243,13 +342,41 @@ topic = "{prefix}.outbox.dlq"
 [kafka]
 brokers = "{brokers}"
 create_topics = false
-
-[checkpoint]
-store = "file"
-path = "{checkpoint}"
+delivery = "{delivery}"
 "#,
-            checkpoint = self.checkpoint().display(),
+            delivery = if shape.exactly_once {
+                "exactly_once"
+            } else {
+                "at_least_once"
+            },
         );
+        if let Some(bytes) = shape.max_message_bytes {
+            text.push_str(&format!(
+                "\n[kafka.properties]\n\"message.max.bytes\" = \"{bytes}\"\n"
+            ));
+        }
+        if shape.commit_interval_ms.is_some() || shape.max_in_flight_bytes.is_some() {
+            text.push_str("\n[pipeline]\n");
+        }
+        if let Some(interval) = shape.commit_interval_ms {
+            text.push_str(&format!("commit_interval_ms = {interval}\n"));
+        }
+        if let Some(bytes) = shape.max_in_flight_bytes {
+            text.push_str(&format!("max_in_flight_bytes = {bytes}\n"));
+        }
+        if shape.exactly_once {
+            let topic = checkpoint_topic(prefix);
+            text.push_str(&format!(
+                "\n[checkpoint]\nstore = \"kafka\"\ntopic = \"{topic}\"\nconnector = \"{CHECKPOINT_CONNECTOR}\"\n"
+            ));
+            self.kafka_checkpoint = Some((brokers.to_string(), topic));
+        } else {
+            text.push_str(&format!(
+                "\n[checkpoint]\nstore = \"file\"\npath = \"{}\"\n",
+                self.checkpoint().display()
+            ));
+            self.kafka_checkpoint = None;
+        }
         std::fs::write(self.config(), text).context("writing the relay's config")
     }
 
@@ -383,6 +510,11 @@ impl RelayProcess {
     /// Waits until the stored checkpoint reaches `end`; returns the seconds since the start
     /// and the process's sample at that moment.
     pub async fn wait_for_checkpoint(&mut self, end: &LogPoint) -> Result<(f64, ProcessSample)> {
+        if let Some((brokers, topic)) = self.dir.kafka_checkpoint.clone() {
+            return self
+                .wait_for_committed_checkpoint(&brokers, &topic, end)
+                .await;
+        }
         loop {
             if let Some(point) = self.dir.checkpoint_point() {
                 if point >= *end {
@@ -397,6 +529,42 @@ impl RelayProcess {
                     end.file,
                     end.position,
                     self.dir.checkpoint_point(),
+                    self.dir.log_tail(30)
+                );
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+
+    /// Exactly-once: waits until a `read_committed` consumer of the Kafka store's topic sees
+    /// the connector's checkpoint record at or past `end` (its transaction, which also holds
+    /// the batch's records, has committed); returns the seconds since the start and the
+    /// process's sample at that moment.
+    async fn wait_for_committed_checkpoint(
+        &mut self,
+        brokers: &str,
+        topic: &str,
+        end: &LogPoint,
+    ) -> Result<(f64, ProcessSample)> {
+        let watcher = CommittedCheckpointWatcher::start(brokers, topic)?;
+        let mut last = None;
+        loop {
+            while let Ok(point) = watcher.points.try_recv() {
+                last = Some(point);
+            }
+            if let Some(error) = watcher.error() {
+                bail!("watching the Kafka store's topic {topic}: {error}");
+            }
+            if last.as_ref().is_some_and(|point| point >= end) {
+                let seconds = self.started.elapsed().as_secs_f64();
+                return Ok((seconds, sample(Some(self.pid()?))?));
+            }
+            self.check_running()?;
+            if self.started.elapsed() > DRAIN_LIMIT {
+                bail!(
+                    "the relay's committed checkpoint did not reach {}:{} within {DRAIN_LIMIT:?} (at {last:?}):\n{}",
+                    end.file,
+                    end.position,
                     self.dir.log_tail(30)
                 );
             }
@@ -425,6 +593,89 @@ impl RelayProcess {
     }
 }
 
+/// A thread tailing the Kafka store's topic with `isolation.level=read_committed` (10 ms
+/// fetch wait), sending the binlog point of every checkpoint record of
+/// [`CHECKPOINT_CONNECTOR`] it reads; it stops when dropped.
+struct CommittedCheckpointWatcher {
+    /// The points read, in order.
+    points: std::sync::mpsc::Receiver<LogPoint>,
+    /// Set on drop: the thread stops.
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The thread's error, if it failed.
+    failure: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl CommittedCheckpointWatcher {
+    fn start(brokers: &str, topic: &str) -> Result<CommittedCheckpointWatcher> {
+        use rdkafka::message::Message;
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set("group.id", "outbox-relay-bench-checkpoint")
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed")
+            .set("fetch.wait.max.ms", "10")
+            .create()
+            .context("creating the checkpoint watcher")?;
+        let mut assignment = rdkafka::TopicPartitionList::new();
+        assignment
+            .add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+            .context("building the checkpoint watcher's assignment")?;
+        consumer
+            .assign(&assignment)
+            .context("assigning the checkpoint topic")?;
+        let (sender, points) = std::sync::mpsc::channel();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let failure = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let (thread_stop, thread_failure) = (stop.clone(), failure.clone());
+        std::thread::Builder::new()
+            .name("bench-checkpoint-watcher".into())
+            .spawn(move || {
+                while !thread_stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let Some(message) = consumer.poll(Duration::from_millis(50)) else {
+                        continue;
+                    };
+                    let message = match message {
+                        Ok(message) => message,
+                        Err(error) => {
+                            if let Ok(mut failure) = thread_failure.lock() {
+                                *failure = Some(error.to_string());
+                            }
+                            return;
+                        }
+                    };
+                    if message.key() != Some(CHECKPOINT_CONNECTOR.as_bytes()) {
+                        continue;
+                    }
+                    let point = message
+                        .payload()
+                        .and_then(|value| serde_json::from_slice::<serde_json::Value>(value).ok())
+                        .and_then(|json| find_log_point(&json));
+                    if let Some(point) = point {
+                        if sender.send(point).is_err() {
+                            return;
+                        }
+                    }
+                }
+            })
+            .context("starting the checkpoint watcher thread")?;
+        Ok(CommittedCheckpointWatcher {
+            points,
+            stop,
+            failure,
+        })
+    }
+
+    fn error(&self) -> Option<String> {
+        self.failure.lock().ok().and_then(|failure| failure.clone())
+    }
+}
+
+impl Drop for CommittedCheckpointWatcher {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// outbox-relay's drain: from its start (`start = "earliest"`) to the checkpoint covering
 /// `end`; then checks the topics hold exactly `events` records. With `keep_running` the relay
 /// is handed back still running (it streams on: the latency phase uses it).
@@ -435,12 +686,18 @@ pub async fn relay_drain(
     end: &LogPoint,
     events: u64,
     keep_running: bool,
+    shape: RelayShape,
 ) -> Result<(Figure, Option<RelayProcess>)> {
-    let dir = RelayDir::new()?;
-    dir.write_config(&db.url(), brokers, prefix, "earliest")?;
+    let mut dir = RelayDir::new()?;
+    dir.write_config(&db.url(), brokers, prefix, "earliest", shape)?;
     let mut relay = RelayProcess::start(dir)?;
     let (seconds, process) = relay.wait_for_checkpoint(end).await?;
-    let delivered = records_in(brokers, &topics_of(prefix)).await?;
+    let delivered = if shape.exactly_once {
+        // The topics' offsets also count the transactions' commit markers.
+        committed_records_in(brokers, &topics_of(prefix), events).await?
+    } else {
+        records_in(brokers, &topics_of(prefix)).await?
+    };
     if delivered != events {
         bail!("outbox-relay delivered {delivered} records for {events} events (prefix {prefix})");
     }
@@ -584,14 +841,27 @@ pub async fn bare_producer(
     prefix: &str,
     workload: &crate::workload::Workload,
 ) -> Result<Figure> {
-    let dir = RelayDir {
+    let mut dir = RelayDir {
         dir: tempfile::Builder::new()
             .prefix("outbox-relay-bench-producer-")
             .tempdir_in(config_dir)
             .context("creating the producer's directory")?,
+        kafka_checkpoint: None,
     };
-    // Only `[kafka]` is read: the relay's producer properties for these brokers.
-    dir.write_config("mysql://unused@127.0.0.1:1", brokers, prefix, "earliest")?;
+    // Only `[kafka]` is read: the relay's (at-least-once) producer properties for these
+    // brokers.
+    dir.write_config(
+        "mysql://unused@127.0.0.1:1",
+        brokers,
+        prefix,
+        "earliest",
+        RelayShape {
+            exactly_once: false,
+            max_message_bytes: max_message_bytes(workload.payload_bytes),
+            commit_interval_ms: None,
+            max_in_flight_bytes: None,
+        },
+    )?;
     let args = [
         "child-produce".to_string(),
         "--config".into(),

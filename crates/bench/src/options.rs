@@ -59,12 +59,57 @@ pub struct BenchOptions {
     /// then skipped; the latency phase stays on Apache Kafka).
     #[arg(long)]
     pub mock_cluster: bool,
+    /// The relay's delivery guarantee: `at_least_once` (checkpoint file), `exactly_once`
+    /// (`[kafka] delivery = "exactly_once"` with `[checkpoint] store = "kafka"`; the drain
+    /// ends when the checkpoint record covering the log's end is visible to a
+    /// `read_committed` consumer), or `both`: each round drains with both, in alternating
+    /// order, so the exactly-once / at-least-once ratio is taken within a round.
+    #[arg(long, value_enum, default_value_t = Delivery::AtLeastOnce)]
+    pub delivery: Delivery,
+    /// The relays' `[pipeline] commit_interval_ms` (default: the relay's, 1 000 ms). In
+    /// exactly-once mode it is how long a Kafka transaction collects records before it is
+    /// committed, so it bounds what a `read_committed` consumer waits for.
+    #[arg(long)]
+    pub commit_interval_ms: Option<u64>,
+    /// The relays' `[pipeline] max_in_flight_bytes` (default: the relay's, 256 MiB): for
+    /// memory runs with big rows.
+    #[arg(long)]
+    pub max_in_flight_bytes: Option<u64>,
+    /// Writer connections of the latency phase: transaction `n` is committed on connection
+    /// `n % writers` at its due time, so the rate is not bound by one connection's round
+    /// trip.
+    #[arg(long, default_value_t = 4)]
+    pub latency_writers: u32,
     /// Print the figures as one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
     /// Keep going quietly: no progress lines on stderr.
     #[arg(long)]
     pub quiet: bool,
+}
+
+/// `--delivery`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    /// At-least-once only.
+    AtLeastOnce,
+    /// Exactly-once only.
+    ExactlyOnce,
+    /// Both in each round, alternating which goes first.
+    Both,
+}
+
+impl Delivery {
+    /// At-least-once drains are run.
+    pub fn at_least_once(self) -> bool {
+        matches!(self, Delivery::AtLeastOnce | Delivery::Both)
+    }
+
+    /// Exactly-once drains are run.
+    pub fn exactly_once(self) -> bool {
+        matches!(self, Delivery::ExactlyOnce | Delivery::Both)
+    }
 }
 
 /// The hidden child modes.

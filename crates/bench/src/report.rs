@@ -12,8 +12,10 @@ pub struct Round {
     pub raw_pull: Figure,
     /// Bare librdkafka producer sending the same records (limit 2).
     pub bare_producer: Figure,
-    /// outbox-relay's drain.
+    /// outbox-relay's drain (at-least-once; exactly-once with `--delivery exactly_once`).
     pub relay: Figure,
+    /// outbox-relay's exactly-once drain in the same round (`--delivery both`).
+    pub relay_exactly_once: Option<Figure>,
     /// Debezium's drain (`None` when skipped).
     pub debezium: Option<Figure>,
 }
@@ -69,6 +71,10 @@ pub struct Ratios {
     pub relay_to_debezium: Option<f64>,
     /// Debezium's CPU seconds per event over the relay's.
     pub debezium_cpu_to_relay_cpu: Option<f64>,
+    /// Exactly-once events/s over at-least-once events/s in the same round.
+    pub exactly_once_to_at_least_once: Option<f64>,
+    /// Exactly-once CPU seconds per event over at-least-once's in the same round.
+    pub exactly_once_cpu_to_at_least_once_cpu: Option<f64>,
 }
 
 /// Everything one run measured.
@@ -86,12 +92,17 @@ pub struct Report {
     pub relay: Summary,
     /// Medians of Debezium.
     pub debezium: Option<Summary>,
+    /// Medians of outbox-relay's exactly-once drains (`--delivery both`).
+    pub relay_exactly_once: Option<Summary>,
     /// outbox-relay's ratios.
     pub ratios: Ratios,
     /// Commit -> ack latency of outbox-relay.
     pub relay_latency: Option<Latency>,
     /// Commit -> ack latency of Debezium.
     pub debezium_latency: Option<Latency>,
+    /// Commit -> visible to `read_committed` latency of the exactly-once relay
+    /// (`--delivery both`).
+    pub relay_exactly_once_latency: Option<Latency>,
 }
 
 /// The run's setup, printed with the table.
@@ -119,6 +130,13 @@ pub struct Setup {
     pub load_average_at_start: f64,
     /// Target rate of the latency phase.
     pub latency_rate: u64,
+    /// `--delivery`: `at_least_once`, `exactly_once` (the `relay` row is then exactly-once)
+    /// or `both`.
+    pub delivery: crate::options::Delivery,
+    /// `--commit-interval-ms` (`None`: the relay's default, 1 000 ms).
+    pub commit_interval_ms: Option<u64>,
+    /// 1-minute load average at the end.
+    pub load_average_at_end: f64,
     /// The build profile and optimisation level of the workspace crates of this harness (and
     /// so of the relay code it runs); dependencies are built at the profile's own level.
     pub build: String,
@@ -131,11 +149,14 @@ impl Report {
         rounds: Vec<Round>,
         relay_latency: Option<Latency>,
         debezium_latency: Option<Latency>,
+        relay_exactly_once_latency: Option<Latency>,
     ) -> Option<Report> {
         let raw_pull = Summary::of(rounds.iter().map(|r| &r.raw_pull))?;
         let bare_producer = Summary::of(rounds.iter().map(|r| &r.bare_producer))?;
         let relay = Summary::of(rounds.iter().map(|r| &r.relay))?;
         let debezium = Summary::of(rounds.iter().filter_map(|r| r.debezium.as_ref()));
+        let relay_exactly_once =
+            Summary::of(rounds.iter().filter_map(|r| r.relay_exactly_once.as_ref()));
         let per_round = |f: &dyn Fn(&Round) -> Option<f64>| -> Option<f64> {
             median(&rounds.iter().filter_map(f).collect::<Vec<_>>())
         };
@@ -157,6 +178,16 @@ impl Report {
                     d.cpu_seconds_per_million_events / r.relay.cpu_seconds_per_million_events
                 })
             }),
+            exactly_once_to_at_least_once: per_round(&|r| {
+                r.relay_exactly_once
+                    .as_ref()
+                    .map(|e| e.events_per_second / r.relay.events_per_second)
+            }),
+            exactly_once_cpu_to_at_least_once_cpu: per_round(&|r| {
+                r.relay_exactly_once.as_ref().map(|e| {
+                    e.cpu_seconds_per_million_events / r.relay.cpu_seconds_per_million_events
+                })
+            }),
         };
         Some(Report {
             setup,
@@ -165,9 +196,11 @@ impl Report {
             bare_producer,
             relay,
             debezium,
+            relay_exactly_once,
             ratios,
             relay_latency,
             debezium_latency,
+            relay_exactly_once_latency,
         })
     }
 
@@ -176,15 +209,19 @@ impl Report {
         let s = &self.setup;
         let mut out = format!(
             "{} transactions x {} outbox row(s), {}-byte payloads, {} noise table(s), {} partitions; \
-             drains into {}; {} cores, load {:.1} at start; {}; bulk write {:.1} s\n\n",
+             drains into {}; delivery {:?}, commit interval {}; {} cores, load {:.1} at start, {:.1} at end; {}; bulk write {:.1} s\n\n",
             s.transactions,
             s.rows_per_transaction,
             s.payload_bytes,
             s.noise_tables,
             s.partitions,
             s.drain_broker,
+            s.delivery,
+            s.commit_interval_ms
+                .map_or("default".to_string(), |ms| format!("{ms} ms")),
             s.cores,
             s.load_average_at_start,
+            s.load_average_at_end,
             s.build,
             s.write_seconds
         );
@@ -232,12 +269,20 @@ impl Report {
         };
         row("raw binlog pull", &self.raw_pull, None, false);
         row("bare producer", &self.bare_producer, None, false);
-        row(
-            "outbox-relay",
-            &self.relay,
-            self.relay_latency.as_ref(),
-            true,
-        );
+        let relay_name = if s.delivery == crate::options::Delivery::ExactlyOnce {
+            "relay exactly1"
+        } else {
+            "outbox-relay"
+        };
+        row(relay_name, &self.relay, self.relay_latency.as_ref(), true);
+        if let Some(summary) = &self.relay_exactly_once {
+            row(
+                "relay exactly1",
+                summary,
+                self.relay_exactly_once_latency.as_ref(),
+                true,
+            );
+        }
         if let Some(summary) = &self.debezium {
             row("Debezium", summary, self.debezium_latency.as_ref(), false);
         }
@@ -252,8 +297,17 @@ impl Report {
                 r.debezium_cpu_to_relay_cpu.unwrap_or(f64::NAN)
             ));
         }
+        if let (Some(rate), Some(cpu)) = (
+            r.exactly_once_to_at_least_once,
+            r.exactly_once_cpu_to_at_least_once_cpu,
+        ) {
+            out.push_str(&format!(
+                "exactly-once / at-least-once = {rate:.2} events/s, {cpu:.2} CPU per event (median of per-round ratios)\n"
+            ));
+        }
         for (name, latency) in [
-            ("outbox-relay", &self.relay_latency),
+            (relay_name, &self.relay_latency),
+            ("relay exactly1", &self.relay_exactly_once_latency),
             ("Debezium", &self.debezium_latency),
         ] {
             if let Some(l) = latency {
@@ -263,10 +317,12 @@ impl Report {
                 ));
             }
         }
-        out.push_str("\nper round (events/s): pull / producer / relay / Debezium\n");
+        out.push_str(
+            "\nper round (events/s): pull / producer / relay / Debezium / relay exactly-once\n",
+        );
         for (index, round) in self.rounds.iter().enumerate() {
             out.push_str(&format!(
-                "  round {}: {:.0} / {:.0} / {:.0} / {}\n",
+                "  round {}: {:.0} / {:.0} / {:.0} / {} / {}\n",
                 index + 1,
                 round.raw_pull.events_per_second,
                 round.bare_producer.events_per_second,
@@ -274,7 +330,11 @@ impl Report {
                 round
                     .debezium
                     .as_ref()
-                    .map_or("-".to_string(), |d| format!("{:.0}", d.events_per_second))
+                    .map_or("-".to_string(), |d| format!("{:.0}", d.events_per_second)),
+                round
+                    .relay_exactly_once
+                    .as_ref()
+                    .map_or("-".to_string(), |e| format!("{:.0}", e.events_per_second))
             ));
         }
         out

@@ -75,6 +75,95 @@ fn one_small_run_reports_every_figure() {
     }
 }
 
+/// `--delivery both`: each round drains at-least-once and exactly-once (the drain's end
+/// seen from the Kafka store's committed checkpoint record), and both latency phases run
+/// (exactly-once until visible to `read_committed`). Debezium is skipped: the first test
+/// covers it.
+#[test]
+fn both_delivery_modes_in_one_run_report_their_figures_and_ratio() {
+    let output = Command::new(env!("CARGO_BIN_EXE_outbox-relay-bench"))
+        .args([
+            "--transactions",
+            &TRANSACTIONS.to_string(),
+            "--rows-per-transaction",
+            &ROWS_PER_TRANSACTION.to_string(),
+            "--rounds",
+            "2",
+            "--delivery",
+            "both",
+            "--skip-debezium",
+            "--latency-rate",
+            &LATENCY_RATE.to_string(),
+            "--latency-seconds",
+            &LATENCY_SECONDS.to_string(),
+            "--json",
+        ])
+        .output()
+        .expect("the harness runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the harness failed ({}):\n{stderr}\n{stdout}",
+        output.status
+    );
+    let report: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|error| panic!("--json printed no JSON ({error}):\n{stdout}"));
+    check_exactly_once_report(&report);
+    // Round 1 runs at-least-once first, round 2 exactly-once first.
+    let first_of = |round: &str| {
+        let alo = stderr.find(&format!("{round}: outbox-relay (at-least-once)"));
+        let eo = stderr.find(&format!("{round}: outbox-relay (exactly-once)"));
+        match (alo, eo) {
+            (Some(alo), Some(eo)) => alo < eo,
+            _ => panic!("{round}: a drain is missing from the progress lines: {stderr}"),
+        }
+    };
+    assert!(first_of("round 1/2"), "{stderr}");
+    assert!(!first_of("round 2/2"), "{stderr}");
+}
+
+/// The exactly-once parts of a `--delivery both` report: a figure per round covering every
+/// event, the within-round ratios, and a latency phase of its own.
+fn check_exactly_once_report(report: &Value) {
+    let events = TRANSACTIONS * ROWS_PER_TRANSACTION;
+    assert_eq!(report["setup"]["delivery"], "both", "{report}");
+    let rounds = report["rounds"].as_array().expect("rounds");
+    assert_eq!(rounds.len(), 2, "{report}");
+    for round in rounds {
+        for side in ["relay", "relay_exactly_once"] {
+            let figure = &round[side];
+            assert_eq!(number(figure, "events"), events as f64, "{side}: {figure}");
+            for field in [
+                "seconds",
+                "events_per_second",
+                "cpu_seconds",
+                "peak_rss_bytes",
+            ] {
+                assert_positive(figure, field);
+            }
+        }
+    }
+    for path in [
+        "relay_exactly_once.events_per_second",
+        "ratios.exactly_once_to_at_least_once",
+        "ratios.exactly_once_cpu_to_at_least_once_cpu",
+    ] {
+        assert_positive(report, path);
+    }
+    for side in ["relay_latency", "relay_exactly_once_latency"] {
+        let latency = &report[side];
+        let samples = number(latency, "samples");
+        assert!(
+            samples > 0.0 && samples <= (LATENCY_RATE * LATENCY_SECONDS) as f64,
+            "{side}: {samples} samples: {latency}"
+        );
+        for field in ["achieved_rate", "p99_ms", "p999_ms", "max_ms"] {
+            assert_positive(latency, field);
+        }
+    }
+}
+
 /// Every figure of a `--json` report present and positive, every count the log's.
 fn check_report(report: &Value) {
     let events = TRANSACTIONS * ROWS_PER_TRANSACTION;
@@ -163,6 +252,25 @@ fn a_report_with_a_zero_or_missing_figure_is_refused() {
     short_count["rounds"][0]["debezium"]["events"] = serde_json::json!(events - 1);
     let mut no_latency = good.clone();
     no_latency["debezium_latency"] = Value::Null;
+    // The exactly-once checks refuse a report without the exactly-once drain.
+    let mut both = good.clone();
+    both["setup"]["delivery"] = serde_json::json!("both");
+    both["rounds"] = serde_json::json!([
+        {"relay": figure(events), "relay_exactly_once": figure(events)},
+        {"relay": figure(events), "relay_exactly_once": figure(events)},
+    ]);
+    both["relay_exactly_once"] = summary.clone();
+    both["ratios"]["exactly_once_to_at_least_once"] = serde_json::json!(0.7);
+    both["ratios"]["exactly_once_cpu_to_at_least_once_cpu"] = serde_json::json!(1.2);
+    both["relay_exactly_once_latency"] = latency.clone();
+    check_exactly_once_report(&both);
+    let mut no_exactly_once = both.clone();
+    no_exactly_once["rounds"][1]["relay_exactly_once"] = Value::Null;
+    let refused = std::panic::catch_unwind(|| check_exactly_once_report(&no_exactly_once)).is_err();
+    assert!(
+        refused,
+        "a report without an exactly-once drain passed the checks"
+    );
     for (what, bad) in [
         ("zero CPU", zero_cpu),
         ("short count", short_count),
