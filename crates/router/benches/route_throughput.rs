@@ -131,6 +131,7 @@ fn main() {
                     column: "tenant".into(),
                     header: None,
                     encoding: BinaryEncoding::Raw,
+                    column_type: None,
                 }],
                 tracing_span_context_column: Some("tracingspancontext".into()),
                 ..RouteConfig::default()

@@ -11,6 +11,7 @@ use std::fmt;
 use outbox_binlog::TableName;
 use serde::{Deserialize, Serialize};
 
+use crate::column_type::SqlColumnType;
 use crate::topic::{TopicTemplate, TopicTemplateProblem};
 
 /// The default topic template, Debezium's default shape.
@@ -331,6 +332,18 @@ pub struct RouteConfig {
     /// Debezium's `route.topic.replacement` (Java syntax: `${name}`, `$n`, `\$`).
     #[serde(default)]
     pub topic_replacement: Option<String>,
+    /// Extra columns placed in the value (Debezium's `column:envelope[:alias]`): with any,
+    /// the value is the struct `{payload, field...}`, as Debezium's EventRouter writes it.
+    #[serde(default)]
+    pub envelope_fields: Vec<EnvelopeField>,
+    /// Debezium's `topic.prefix`: it names the envelope struct's schema
+    /// (`PREFIX.DATABASE.TABLE.AGGREGATE_TYPE.Value`), written under `json_with_schema`.
+    #[serde(default)]
+    pub debezium_topic_prefix: Option<String>,
+    /// Debezium's `time.precision.mode`, for temporal `column_type`s; only
+    /// `adaptive_time_microseconds` (Debezium's default) is supported.
+    #[serde(default)]
+    pub time_precision_mode: TimePrecisionMode,
 }
 
 impl Default for RouteConfig {
@@ -354,6 +367,9 @@ impl Default for RouteConfig {
             null_values: NullValues::default(),
             topic_regex: None,
             topic_replacement: None,
+            envelope_fields: Vec::new(),
+            debezium_topic_prefix: None,
+            time_precision_mode: TimePrecisionMode::default(),
         }
     }
 }
@@ -410,6 +426,7 @@ impl RouteConfig {
         if schema.key_type == ConnectSchemaType::Json {
             problems.push(ConfigProblem::JsonKeySchema);
         }
+        self.collect_envelope_problems(problems);
         match (&self.topic_regex, &self.topic_replacement) {
             (None, None) => {}
             (Some(regex), Some(replacement)) => {
@@ -420,6 +437,55 @@ impl RouteConfig {
             _ => problems.push(ConfigProblem::TopicRegex {
                 reason: "set both topic_regex and topic_replacement, or neither".to_string(),
             }),
+        }
+    }
+
+    /// Appends the problems of `envelope_fields` and `time_precision_mode`.
+    fn collect_envelope_problems(&self, problems: &mut Vec<ConfigProblem>) {
+        if self.time_precision_mode != TimePrecisionMode::AdaptiveTimeMicroseconds {
+            problems.push(ConfigProblem::Envelope {
+                reason: format!(
+                    "time_precision_mode = \"{}\" is not supported: the relay renders temporal columns as Debezium's default `adaptive_time_microseconds` does; set that mode in Debezium too, or leave temporal columns out of headers and envelope",
+                    match self.time_precision_mode {
+                        TimePrecisionMode::Adaptive => "adaptive",
+                        _ => "connect",
+                    }
+                ),
+            });
+        }
+        let mut names: Vec<&str> = vec!["payload"];
+        for field in &self.envelope_fields {
+            if field.column.is_empty() {
+                problems.push(ConfigProblem::Envelope {
+                    reason: "an envelope_fields entry has an empty `column`".to_string(),
+                });
+            }
+            let name = field.field_name();
+            if names.contains(&name) {
+                problems.push(ConfigProblem::Envelope {
+                    reason: format!("envelope field `{name}` is named twice (or `payload`, which holds the payload); give it another `field` name"),
+                });
+            }
+            names.push(name);
+            if self.value_format == RecordFormat::Raw
+                && field.column_type.kind() == crate::column_type::ColumnType::Bytes
+            {
+                problems.push(ConfigProblem::Envelope {
+                    reason: format!("envelope field `{name}` is binary: with value_format = \"raw\" Debezium's StringConverter writes Java's identity hash of the bytes (`[B@1b6d3586`), which cannot be reproduced; use a JSON value_format"),
+                });
+            }
+        }
+        if !self.envelope_fields.is_empty()
+            && self.value_format == RecordFormat::JsonWithSchema
+            && self
+                .debezium_topic_prefix
+                .as_deref()
+                .unwrap_or("")
+                .is_empty()
+        {
+            problems.push(ConfigProblem::Envelope {
+                    reason: "envelope_fields with value_format = \"json_with_schema\" need debezium_topic_prefix (Debezium's topic.prefix, which names the envelope's schema)".to_string(),
+                });
         }
     }
 
@@ -522,6 +588,9 @@ pub enum BinaryEncoding {
     Uuid,
     /// The bytes as they are (keys and headers only; not allowed for the event id).
     Raw,
+    /// Standard Base64 with padding: what Debezium's `SimpleHeaderConverter` (the `id`
+    /// header) and `JsonConverter` write for a binary column (`binary.handling.mode=bytes`).
+    Base64,
 }
 
 /// Whether payloads are checked.
@@ -577,8 +646,55 @@ pub struct AdditionalHeader {
     #[serde(default)]
     pub header: Option<String>,
     /// How a binary column becomes header bytes; headers are bytes, so `raw` is the default.
+    /// Ignored when `column_type` is set.
     #[serde(default = "default_additional_header_encoding")]
     pub encoding: BinaryEncoding,
+    /// The column's SQL type (e.g. `"datetime(6)"`): when set, the header is what Debezium
+    /// sends for it (Kafka Connect's `SimpleHeaderConverter`: temporal values as Debezium's
+    /// numbers, binary as Base64), because the binlog does not tell the router the column's
+    /// precision.
+    #[serde(default)]
+    pub column_type: Option<SqlColumnType>,
+}
+
+/// One extra column placed in the record value (Debezium's
+/// `table.fields.additional.placement` = `column:envelope[:alias]`): the value becomes a
+/// struct `{payload, field...}` as Debezium's EventRouter builds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvelopeField {
+    /// The column to read; it must exist in every watched table.
+    pub column: String,
+    /// The field name in the value; the column name when unset, as Debezium does.
+    #[serde(default)]
+    pub field: Option<String>,
+    /// The column's SQL type (e.g. `"varchar(32)"`, `"datetime(6)"`), which decides the
+    /// value's form and schema exactly as Debezium derives them from the DDL.
+    pub column_type: SqlColumnType,
+    /// Whether the column is nullable (the field schema's `optional`).
+    #[serde(default = "default_true")]
+    pub nullable: bool,
+}
+
+impl EnvelopeField {
+    /// The field name in the value.
+    pub fn field_name(&self) -> &str {
+        self.field.as_deref().unwrap_or(&self.column)
+    }
+}
+
+/// Debezium's `time.precision.mode`; only its default is reproduced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimePrecisionMode {
+    /// DATETIME(0..3) as epoch milliseconds, DATETIME(4..6) as epoch microseconds, TIME as
+    /// microseconds, DATE as days, TIMESTAMP as ISO-8601 text (Debezium's default).
+    #[default]
+    AdaptiveTimeMicroseconds,
+    /// Debezium's `adaptive`: refused at config load (not reproduced).
+    Adaptive,
+    /// Debezium's `connect`: refused at config load (not reproduced).
+    Connect,
 }
 
 impl AdditionalHeader {
@@ -731,6 +847,9 @@ fn default_aggregate_type_header() -> String {
 fn default_aggregate_id_header() -> String {
     "aggregate_id".to_string()
 }
+fn default_true() -> bool {
+    true
+}
 fn default_additional_header_encoding() -> BinaryEncoding {
     BinaryEncoding::Raw
 }
@@ -807,6 +926,12 @@ pub enum ConfigProblem {
     /// `topic_regex` / `topic_replacement` unusable.
     #[error("[route] topic_regex / topic_replacement: {reason}")]
     TopicRegex {
+        /// What is wrong.
+        reason: String,
+    },
+    /// `envelope_fields` / `time_precision_mode` unusable.
+    #[error("[route] {reason}")]
+    Envelope {
         /// What is wrong.
         reason: String,
     },

@@ -57,6 +57,8 @@ pub(crate) struct Schema {
 pub(crate) enum Kind {
     /// `boolean`.
     Boolean,
+    /// `int16` (TINYINT, SMALLINT columns).
+    Int16,
     /// `int32`.
     Int32,
     /// `int64`.
@@ -145,6 +147,7 @@ pub(crate) fn configured_schema(kind: ConnectSchemaType, optional: bool) -> Sche
 fn push_schema(out: &mut String, schema: &Schema, field: Option<&str>) {
     let type_name = match &schema.kind {
         Kind::Boolean => "boolean",
+        Kind::Int16 => "int16",
         Kind::Int32 => "int32",
         Kind::Int64 => "int64",
         Kind::Float64 => "double",
@@ -198,6 +201,9 @@ fn push_data(out: &mut String, schema: &Schema, data: &Data) -> Result<(), Routi
         (_, Data::Null) => out.push_str("null"),
         (Kind::Boolean, Data::Boolean(value)) => {
             out.push_str(if *value { "true" } else { "false" })
+        }
+        (Kind::Int16, Data::Integer(value)) if i16::try_from(*value).is_ok() => {
+            let _ = write!(out, "{value}");
         }
         (Kind::Int32, Data::Integer(value)) if i32::try_from(*value).is_ok() => {
             let _ = write!(out, "{value}");

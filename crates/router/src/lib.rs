@@ -44,6 +44,7 @@
 
 #![warn(missing_docs)]
 
+mod column_type;
 mod config;
 mod connect_json;
 mod error;
@@ -53,15 +54,16 @@ mod router;
 mod topic;
 mod topic_regex;
 
+pub use column_type::{ColumnType, SqlColumnType};
 pub use config::{
     validate_router_config, AdditionalHeader, BinaryEncoding, ColumnMapping, ColumnOverrides,
-    ColumnPreset, ConfigProblem, ConnectSchemaConfig, ConnectSchemaType, HeaderNames,
-    InvalidOperationBehavior, JsonNullBehavior, NullValues, OutboxTableConfig, PayloadMode,
-    RecordFormat, RouteConfig, RouterConfigError, TimestampSource, DEFAULT_TOPIC_TEMPLATE,
-    TRACEPARENT_HEADER,
+    ColumnPreset, ConfigProblem, ConnectSchemaConfig, ConnectSchemaType, EnvelopeField,
+    HeaderNames, InvalidOperationBehavior, JsonNullBehavior, NullValues, OutboxTableConfig,
+    PayloadMode, RecordFormat, RouteConfig, RouterConfigError, TimePrecisionMode, TimestampSource,
+    DEFAULT_TOPIC_TEMPLATE, TRACEPARENT_HEADER,
 };
 pub use error::{RoutingError, RoutingErrorKind};
-pub use record::{KafkaRecord, RouteOutcome, SkipReason};
+pub use record::{KafkaRecord, NullHeader, RouteOutcome, SkipReason};
 pub use render::{render_value_bytes, render_value_text};
 pub use router::Router;
 pub use topic::{

@@ -23,9 +23,39 @@ pub struct KafkaRecord {
     pub partition: Option<i32>,
     /// The event id as text (also in the `id` header), for logs, dead letters and dedupe.
     pub event_id: String,
+    /// Headers whose value is null (a NULL additional column under
+    /// `null_values = "as_debezium"`, as Debezium sends it), each with its place among
+    /// `headers`. Kept apart so `headers` stays a list of byte values for every sink;
+    /// [`KafkaRecord::all_headers`] gives the one ordered list to send.
+    pub null_headers: Vec<NullHeader>,
+}
+
+/// A header sent with a null value (not an empty one: Kafka tells them apart).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NullHeader {
+    /// Its position in the full header list: it goes before `headers[position]` (after
+    /// every header when `position == headers.len()`). Null headers keep their order.
+    pub position: usize,
+    /// The header name.
+    pub name: String,
 }
 
 impl KafkaRecord {
+    /// Every header in sending order, `None` for a null value: `headers` with
+    /// `null_headers` placed where the router put them.
+    pub fn all_headers(&self) -> Vec<(&str, Option<&[u8]>)> {
+        let mut all = Vec::with_capacity(self.headers.len() + self.null_headers.len());
+        let mut nulls = self.null_headers.iter().peekable();
+        for (index, (name, value)) in self.headers.iter().enumerate() {
+            while let Some(null) = nulls.next_if(|null| null.position <= index) {
+                all.push((null.name.as_str(), None));
+            }
+            all.push((name.as_str(), Some(value.as_slice())));
+        }
+        all.extend(nulls.map(|null| (null.name.as_str(), None)));
+        all
+    }
+
     /// The value of the first header called `name`, if any.
     pub fn header(&self, name: &str) -> Option<&[u8]> {
         self.headers

@@ -12,7 +12,7 @@
 //! | `Date` | `2024-05-06` |
 //! | `Time` | `[-]HH:MM:SS[.ffffff]` (hours may exceed 23) |
 //! | `Timestamp` | RFC 3339 UTC, `2024-05-06T07:08:09Z` (`.ffffff` when micros ≠ 0) |
-//! | `Bytes` | per [`BinaryEncoding`]: UTF-8 text, lowercase hex, canonical UUID, or raw bytes |
+//! | `Bytes` | per [`BinaryEncoding`]: UTF-8 text, lowercase hex, canonical UUID, standard Base64 (Debezium's form of a binary id), or raw bytes |
 //! | `Vector` | raw bytes only (its floats little-endian, as MySQL stores them); no text form |
 //! | `Null` | never rendered: a NULL required column is an error |
 //! | `UndecodableText` | never rendered: always an error |
@@ -114,6 +114,7 @@ pub fn render_value_text(
                 Cow::Borrowed(std::str::from_utf8(bytes).map_err(|_| RoutingErrorKind::NotUtf8)?)
             }
             BinaryEncoding::Hex => Cow::Owned(hex(bytes)),
+            BinaryEncoding::Base64 => Cow::Owned(crate::connect_json::base64(bytes)),
             BinaryEncoding::Uuid => Cow::Owned(uuid_text(bytes)?),
         },
     })
@@ -205,8 +206,22 @@ fn format_unix_timestamp(unix_seconds: i64, micros: u32) -> String {
     text
 }
 
+/// ISO-8601 UTC text of a Unix time with exactly `width` fraction digits (none for 0), as
+/// Debezium's `ZonedTimestamp.toIsoString` writes a `TIMESTAMP(width)` column.
+pub(crate) fn format_unix_timestamp_width(unix_seconds: i64, micros: u32, width: u8) -> String {
+    let mut text = format_unix_timestamp(unix_seconds, 0);
+    text.pop();
+    if width > 0 {
+        let digits = format!("{micros:06}000");
+        text.push('.');
+        text.push_str(&digits[..usize::from(width)]);
+    }
+    text.push('Z');
+    text
+}
+
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+pub(crate) fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     let year = if month <= 2 { year - 1 } else { year };
     let era = if year >= 0 { year } else { year - 399 } / 400;
     let year_of_era = year - era * 400;
@@ -254,6 +269,12 @@ fn days_in_month(year: u16, month: u8) -> u8 {
 
 /// Milliseconds since the epoch of a DATETIME interpreted as UTC.
 fn datetime_millis(datetime: &DateTime) -> Result<i64, RoutingErrorKind> {
+    Ok(datetime_micros(datetime)?.div_euclid(1000))
+}
+
+/// Microseconds since the epoch of a DATETIME interpreted as UTC; a zero or impossible
+/// date is an error.
+pub(crate) fn datetime_micros(datetime: &DateTime) -> Result<i64, RoutingErrorKind> {
     let valid = (1..=12).contains(&datetime.month)
         && datetime.day >= 1
         && datetime.day <= days_in_month(datetime.year, datetime.month)
@@ -278,7 +299,7 @@ fn datetime_millis(datetime: &DateTime) -> Result<i64, RoutingErrorKind> {
         + i64::from(datetime.hour) * 3600
         + i64::from(datetime.minute) * 60
         + i64::from(datetime.second);
-    Ok(seconds * 1000 + i64::from(datetime.micros / 1000))
+    Ok(seconds * 1_000_000 + i64::from(datetime.micros))
 }
 
 /// Kafka timestamp (milliseconds since the epoch) of a timestamp column value:

@@ -18,14 +18,16 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use outbox_binlog::{ColumnNames, Row, RowChange, RowOperation, TableFilter, TableName, Value};
 
+use crate::column_type::{header_bytes, push_java_text};
 use crate::config::{
     validate_router_config, AdditionalHeader, BinaryEncoding, ColumnMapping, ConnectSchemaConfig,
-    ConnectSchemaType, InvalidOperationBehavior, JsonNullBehavior, NullValues, OutboxTableConfig,
-    PayloadMode, RecordFormat, RouteConfig, RouterConfigError, TimestampSource, TRACEPARENT_HEADER,
+    ConnectSchemaType, EnvelopeField, InvalidOperationBehavior, JsonNullBehavior, NullValues,
+    OutboxTableConfig, PayloadMode, RecordFormat, RouteConfig, RouterConfigError, TimestampSource,
+    TRACEPARENT_HEADER,
 };
-use crate::connect_json::{self, Data};
+use crate::connect_json::{self, Data, Kind, Schema};
 use crate::error::{RoutingError, RoutingErrorKind};
-use crate::record::{KafkaRecord, RouteOutcome, SkipReason};
+use crate::record::{KafkaRecord, NullHeader, RouteOutcome, SkipReason};
 use crate::render::{
     find_traceparent, render_value_bytes, render_value_text, timestamp_millis, unusable_value_error,
 };
@@ -89,6 +91,10 @@ struct RouteSettings {
     null_values: NullValues,
     /// Debezium's regex router, replacing `topic` when configured.
     topic_regex: Option<TopicRegex>,
+    /// Columns placed in the value struct (`column:envelope`); empty: the value is the payload.
+    envelope_fields: Vec<EnvelopeField>,
+    /// Debezium's `topic.prefix`, naming the envelope's schema.
+    debezium_topic_prefix: Option<String>,
 }
 
 /// One watched table: its mapping, topic and column position cache.
@@ -133,6 +139,8 @@ struct ColumnIndexes {
     tracing: Option<usize>,
     /// Additional header column positions, in configuration order.
     additional: Vec<Option<usize>>,
+    /// Envelope field column positions, in configuration order.
+    envelope: Vec<Option<usize>>,
 }
 
 impl TableRoute {
@@ -173,6 +181,11 @@ impl TableRoute {
                 .additional_headers
                 .iter()
                 .map(|extra| position(&extra.column))
+                .collect(),
+            envelope: settings
+                .envelope_fields
+                .iter()
+                .map(|field| position(&field.column))
                 .collect(),
         });
         if let (Some(column), None) = (&settings.tracing_span_context_column, resolved.tracing) {
@@ -289,6 +302,8 @@ impl Router {
                 }
                 _ => None,
             },
+            envelope_fields: route.envelope_fields.clone(),
+            debezium_topic_prefix: route.debezium_topic_prefix.clone(),
         };
         let mut routes = HashMap::with_capacity(tables.len());
         let mut watched = Vec::with_capacity(tables.len());
@@ -359,16 +374,70 @@ impl Router {
                 },
             });
         };
-        self.route_insert(table, change, row)
+        self.route_insert(table, change, row, None)
+            .map(RouteOutcome::Record)
+    }
+
+    /// Routes one row change it takes by value, like [`Router::route`], moving the payload
+    /// column's bytes into the record's value instead of copying them (for a `raw` value
+    /// format; a JSON format writes new bytes either way). The rest of the row is dropped
+    /// here. For big payloads this halves the memory a row needs on its way to Kafka.
+    pub fn route_owned(&self, mut change: RowChange) -> Result<RouteOutcome, RoutingError> {
+        let Some(table) = self.tables.get(&*change.table) else {
+            return Err(RoutingError {
+                event_id: None,
+                table: Arc::clone(&change.table),
+                column: None,
+                kind: RoutingErrorKind::UnknownTable,
+            });
+        };
+        if change.operation != RowOperation::Insert {
+            return self.route_invalid_operation(table, &change);
+        }
+        let Some(mut row) = change.after.take() else {
+            return Err(RoutingError {
+                event_id: None,
+                table: Arc::clone(&table.table),
+                column: None,
+                kind: RoutingErrorKind::MissingRowImage {
+                    operation: change.operation,
+                },
+            });
+        };
+        let indexes = table.indexes(&row.columns, &self.settings);
+        // Take the payload out of the row only when no other mapped column reads it.
+        let payload = indexes.payload.filter(|payload| {
+            let others = [
+                indexes.event_id,
+                indexes.aggregate_type,
+                indexes.aggregate_id,
+                indexes.event_type,
+                indexes.timestamp,
+                indexes.partition,
+                indexes.tracing,
+            ];
+            !others
+                .iter()
+                .chain(&indexes.additional)
+                .chain(&indexes.envelope)
+                .any(|other| *other == Some(*payload))
+        });
+        let payload = payload
+            .and_then(|index| row.values.get_mut(index))
+            .map(|value| std::mem::replace(value, Value::Null));
+        self.route_insert(table, &change, &row, payload)
             .map(RouteOutcome::Record)
     }
 
     /// Builds the record of an inserted row.
+    /// `payload` is the payload column's value when the caller took it out of `row`
+    /// ([`Router::route_owned`]); `None` reads it from `row`.
     fn route_insert(
         &self,
         table: &TableRoute,
         change: &RowChange,
         row: &Row,
+        payload: Option<Value>,
     ) -> Result<KafkaRecord, RoutingError> {
         let settings = &self.settings;
         let mapping = &table.mapping;
@@ -462,12 +531,27 @@ impl Router {
             .formatted_key(aggregate_id_value, key.as_deref())
             .map_err(|kind| context.error(&mapping.aggregate_id, kind))?;
 
-        let payload_value = context.present(row, indexes.payload, &mapping.payload)?;
-        let value = match settings.value_format {
-            RecordFormat::Raw => self.payload_bytes(payload_value),
-            format => self.formatted_payload(format, payload_value),
-        }
-        .map_err(|kind| context.error(&mapping.payload, kind))?;
+        let payload_value = match payload {
+            Some(value) => Cow::Owned(value),
+            None => Cow::Borrowed(context.present(row, indexes.payload, &mapping.payload)?),
+        };
+        let value = if settings.envelope_fields.is_empty() {
+            match settings.value_format {
+                RecordFormat::Raw => self.payload_bytes(payload_value),
+                format => self.formatted_payload(format, &payload_value),
+            }
+            .map_err(|kind| context.error(&mapping.payload, kind))?
+        } else {
+            self.envelope_value(
+                change,
+                row,
+                &indexes,
+                &payload_value,
+                &aggregate_type,
+                &context,
+                &mapping.payload,
+            )?
+        };
 
         let timestamp_millis = self.timestamp(table, change, row, &indexes, &context)?;
 
@@ -478,6 +562,7 @@ impl Router {
         };
 
         let mut headers = Vec::with_capacity(4 + table.additional_headers.len() + 1);
+        let mut null_headers = Vec::new();
         headers.push((settings.id_header.clone(), event_id.as_bytes().to_vec()));
         if !settings.event_type_header.is_empty() {
             headers.push((
@@ -495,13 +580,30 @@ impl Router {
             headers.push((settings.aggregate_id_header.clone(), key.clone()));
         }
         for (extra, index) in table.additional_headers.iter().zip(&indexes.additional) {
-            match context.present(row, *index, &extra.column)? {
-                Value::Null => {}
-                value => {
-                    let bytes = render_value_bytes(value, extra.encoding)
-                        .map_err(|kind| context.error(&extra.column, kind))?;
-                    headers.push((extra.header_name().to_string(), bytes.into_owned()));
+            let value = context.present(row, *index, &extra.column)?;
+            let bytes = match (value, &extra.column_type) {
+                (_, Some(column_type)) => header_bytes(
+                    &column_type
+                        .data(value)
+                        .map_err(|kind| context.error(&extra.column, kind))?,
+                ),
+                (Value::Null, None) => None,
+                (value, None) => Some(
+                    render_value_bytes(value, extra.encoding)
+                        .map_err(|kind| context.error(&extra.column, kind))?
+                        .into_owned(),
+                ),
+            };
+            match bytes {
+                Some(bytes) => headers.push((extra.header_name().to_string(), bytes)),
+                // Debezium sends a NULL column as a header with a null value.
+                None if settings.null_values == NullValues::AsDebezium => {
+                    null_headers.push(NullHeader {
+                        position: headers.len(),
+                        name: extra.header_name().to_string(),
+                    })
                 }
+                None => {}
             }
         }
         // A table without the span context column simply has no traces to carry (warned
@@ -531,19 +633,21 @@ impl Router {
             timestamp_millis,
             partition,
             event_id,
+            null_headers,
         })
     }
 
     /// The record value for a payload column value (`None`: tombstone).
-    fn payload_bytes(&self, value: &Value) -> Result<Option<Vec<u8>>, RoutingErrorKind> {
+    /// Takes the value by `Cow` so an owned payload's bytes move into the record.
+    fn payload_bytes(&self, value: Cow<'_, Value>) -> Result<Option<Vec<u8>>, RoutingErrorKind> {
         let tombstone = self.settings.tombstone_on_empty_payload;
-        let bytes: &[u8] = match value {
+        let bytes: &[u8] = match &*value {
             Value::Null if tombstone => return Ok(None),
             // Debezium's StringConverter writes a NULL payload as a null value.
             Value::Null if self.settings.null_values == NullValues::AsDebezium => return Ok(None),
             Value::Null => return Err(RoutingErrorKind::NullPayload),
             // Already JSON text (Debezium's form): emitted as it is, never a quoted string.
-            Value::Json(document) => return Ok(Some(document.as_str().as_bytes().to_vec())),
+            Value::Json(_) => return Ok(Some(payload_into_bytes(value))),
             // Debezium: `payload.toString().trim().isEmpty()` (Java's trim: every char <= ' ').
             Value::Text(text) if tombstone && text.trim_matches(|c: char| c <= ' ').is_empty() => {
                 return Ok(None)
@@ -567,7 +671,139 @@ impl Router {
                 }
             })?;
         }
-        Ok(Some(bytes.to_vec()))
+        Ok(Some(payload_into_bytes(value)))
+    }
+
+    /// The record value with `envelope_fields`: the struct `{payload, field...}` Debezium's
+    /// EventRouter builds, as the value converter writes it (`None`: tombstone).
+    #[allow(clippy::too_many_arguments)]
+    fn envelope_value(
+        &self,
+        change: &RowChange,
+        row: &Row,
+        indexes: &ColumnIndexes,
+        payload: &Value,
+        aggregate_type: &str,
+        context: &ErrorContext<'_>,
+        payload_column: &str,
+    ) -> Result<Option<Vec<u8>>, RoutingError> {
+        let settings = &self.settings;
+        let payload_error = |kind| context.error(payload_column, kind);
+        let format = settings.value_format;
+        let config = settings.connect_schema;
+        let mut payload_schema =
+            connect_json::configured_schema(config.payload_type, config.payload_optional);
+        let payload_text: Option<Cow<'_, str>> = match payload {
+            Value::Null => None,
+            Value::Text(text) => Some(Cow::Borrowed(text.as_str())),
+            Value::Json(document) => Some(Cow::Borrowed(document.as_str())),
+            Value::Bytes(bytes) if config.payload_type != ConnectSchemaType::Bytes => {
+                Some(Cow::Borrowed(
+                    std::str::from_utf8(bytes)
+                        .map_err(|_| payload_error(RoutingErrorKind::NotUtf8))?,
+                ))
+            }
+            Value::Bytes(_) => None,
+            other => {
+                return Err(payload_error(unusable_value_error(
+                    other,
+                    "the payload (use a JSON, text or binary column)",
+                )))
+            }
+        };
+        // Debezium: `payload == null || payload.toString().trim().isEmpty()` (a byte[]'s
+        // toString is never empty).
+        let blank = match (payload, &payload_text) {
+            (Value::Null, _) => true,
+            (_, Some(text)) => text.trim_matches(|c: char| c <= ' ').is_empty(),
+            _ => false,
+        };
+        if blank && settings.tombstone_on_empty_payload {
+            return Ok(None);
+        }
+        if let (Value::Null, NullValues::Error) = (payload, settings.null_values) {
+            return Err(payload_error(RoutingErrorKind::NullPayload));
+        }
+        if let (Some(text), PayloadMode::RequireJson) = (&payload_text, settings.payload) {
+            serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|error| {
+                payload_error(RoutingErrorKind::PayloadNotJson {
+                    reason: error.to_string(),
+                })
+            })?;
+        }
+        let mut payload_data = match (payload, &payload_text) {
+            (Value::Bytes(bytes), None) => Data::Bytes(bytes.clone()),
+            (_, Some(text)) => Data::String(text.to_string()),
+            _ => Data::Null,
+        };
+        if let (true, Some(text)) = (settings.expand_json_payload, &payload_text) {
+            if let Some((schema, data)) =
+                connect_json::expand_payload(text, settings.json_payload_null_behavior)
+                    .map_err(payload_error)?
+            {
+                payload_schema = schema;
+                payload_data = data;
+            }
+        }
+        let mut fields = vec![("payload".to_string(), payload_schema)];
+        let mut values = vec![payload_data];
+        for (field, index) in settings.envelope_fields.iter().zip(&indexes.envelope) {
+            let value = context.present(row, *index, &field.column)?;
+            values.push(
+                field
+                    .column_type
+                    .data(value)
+                    .map_err(|kind| context.error(&field.column, kind))?,
+            );
+            fields.push((
+                field.field_name().to_string(),
+                field.column_type.schema(field.nullable),
+            ));
+        }
+        if format == RecordFormat::Raw {
+            // StringConverter: Java's `Struct.toString()`, null fields left out.
+            let mut text = String::from("Struct{");
+            let mut first = true;
+            for ((name, _), value) in fields.iter().zip(&values) {
+                if *value == Data::Null {
+                    continue;
+                }
+                if !first {
+                    text.push(',');
+                }
+                first = false;
+                text.push_str(name);
+                text.push('=');
+                push_java_text(&mut text, value).ok_or_else(|| {
+                    context.error(
+                        name,
+                        RoutingErrorKind::UnsupportedType {
+                            value_type: "binary",
+                            usage: "an envelope field under value_format = \"raw\" (Java prints a byte array's identity hash)",
+                        },
+                    )
+                })?;
+            }
+            text.push('}');
+            return Ok(Some(text.into_bytes()));
+        }
+        // Debezium names the struct after the table's value schema with the routed-by value
+        // (`PREFIX.DB.TABLE.AGGREGATE_TYPE.Value`).
+        let name = settings.debezium_topic_prefix.as_ref().map(|prefix| {
+            format!(
+                "{prefix}.{}.{}.{aggregate_type}.Value",
+                change.table.database, change.table.table
+            )
+        });
+        let schema = Schema {
+            kind: Kind::Struct(fields),
+            optional: false,
+            name,
+            version: None,
+        };
+        connect_json::converter_bytes(format, &schema, &Data::Struct(values))
+            .map(Some)
+            .map_err(payload_error)
     }
 
     /// The record key under `key_format`: the raw key bytes, or the aggregate id as Kafka
@@ -780,6 +1016,21 @@ fn schema_mismatch(
             ConnectSchemaType::Int64 => "int64",
             ConnectSchemaType::Bytes => "bytes",
         },
+    }
+}
+
+/// The bytes of a payload value already checked to be JSON, text or binary: moved out of an
+/// owned value, copied from a borrowed one.
+fn payload_into_bytes(value: Cow<'_, Value>) -> Vec<u8> {
+    match value {
+        Cow::Owned(Value::Text(text)) => text.into_bytes(),
+        Cow::Owned(Value::Bytes(bytes)) => bytes,
+        Cow::Owned(Value::Json(document)) => document.into_string().into_bytes(),
+        Cow::Borrowed(Value::Text(text)) => text.as_bytes().to_vec(),
+        Cow::Borrowed(Value::Bytes(bytes)) => bytes.clone(),
+        Cow::Borrowed(Value::Json(document)) => document.as_str().as_bytes().to_vec(),
+        // Callers check the type first; any other value has no payload bytes.
+        _ => Vec::new(),
     }
 }
 

@@ -95,12 +95,14 @@ fn full_config_parses() {
             AdditionalHeader {
                 column: "tenant".into(),
                 header: None,
-                encoding: BinaryEncoding::Raw
+                encoding: BinaryEncoding::Raw,
+                column_type: None
             },
             AdditionalHeader {
                 column: "schema_version".into(),
                 header: Some("version".into()),
-                encoding: BinaryEncoding::Utf8
+                encoding: BinaryEncoding::Utf8,
+                column_type: None
             },
         ]
     );
@@ -170,7 +172,7 @@ fn bad_values_are_rejected_with_the_choices() {
         "{message}"
     );
     let message =
-        parse("[[outbox]]\ntable = \"a.b\"\n[route]\nkey_encoding = \"base64\"\n").unwrap_err();
+        parse("[[outbox]]\ntable = \"a.b\"\n[route]\nkey_encoding = \"base32\"\n").unwrap_err();
     assert!(message.contains("hex"), "{message}");
     let message = parse("[route]\n").unwrap_err();
     assert!(message.contains("outbox"), "{message}");
@@ -199,11 +201,13 @@ fn validate_reports_every_clash_with_a_fix() {
                 column: "id".into(),
                 header: None,
                 encoding: BinaryEncoding::Raw,
+                column_type: None,
             },
             AdditionalHeader {
                 column: String::new(),
                 header: Some(String::new()),
                 encoding: BinaryEncoding::Raw,
+                column_type: None,
             },
         ],
         tracing_span_context_column: Some("tracingspancontext".into()),
@@ -214,6 +218,7 @@ fn validate_reports_every_clash_with_a_fix() {
         column: "trace".into(),
         header: Some("traceparent".into()),
         encoding: BinaryEncoding::Raw,
+        column_type: None,
     });
     let tables = [bad_table, table("shop.outbox"), table("shop.outbox")];
     let error = validate_router_config(&tables, &route).unwrap_err();

@@ -348,6 +348,7 @@ fn router_strategy() -> impl Strategy<Value = Router> {
                             column: "tenant".into(),
                             header: None,
                             encoding: BinaryEncoding::Raw,
+                            column_type: None,
                         }]
                     } else {
                         Vec::new()

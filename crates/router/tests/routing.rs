@@ -610,26 +610,31 @@ fn headers_extra_columns_and_names() {
                 column: "tenant".into(),
                 header: None,
                 encoding: BinaryEncoding::Raw,
+                column_type: None,
             },
             AdditionalHeader {
                 column: "schema_version".into(),
                 header: Some("version".into()),
                 encoding: BinaryEncoding::Raw,
+                column_type: None,
             },
             AdditionalHeader {
                 column: "blob".into(),
                 header: None,
                 encoding: BinaryEncoding::Hex,
+                column_type: None,
             },
             AdditionalHeader {
                 column: "raw".into(),
                 header: None,
                 encoding: BinaryEncoding::Raw,
+                column_type: None,
             },
             AdditionalHeader {
                 column: "maybe".into(),
                 header: None,
                 encoding: BinaryEncoding::Raw,
+                column_type: None,
             },
         ],
         ..RouteConfig::default()
@@ -1173,6 +1178,7 @@ fn table_additional_headers_follow_the_route_ones() {
         column: "region".into(),
         header: Some("x-region".into()),
         encoding: BinaryEncoding::Raw,
+        column_type: None,
     }];
     let mut billing =
         OutboxTableConfig::new("billing.outbox".parse().unwrap(), ColumnPreset::Seeds);
@@ -1182,6 +1188,7 @@ fn table_additional_headers_follow_the_route_ones() {
             column: "tenant".into(),
             header: None,
             encoding: BinaryEncoding::Raw,
+            column_type: None,
         }],
         ..RouteConfig::default()
     };

@@ -1,0 +1,419 @@
+//! The SQL type of an additional column (`column_type = "datetime(6)"`), and how Debezium's
+//! MySQL connector turns a value of that type into Kafka Connect data: the Connect schema
+//! (`json_with_schema`), the JSON value, the header text Kafka Connect's
+//! `SimpleHeaderConverter` writes, and the text of Java's `Struct.toString()` (a
+//! StringConverter value).
+//!
+//! The binlog carries no column precision the router sees, and Debezium's form depends on
+//! it (a `DATETIME(3)` is epoch milliseconds, a `DATETIME(6)` epoch microseconds), so the
+//! type is configured. Debezium's defaults are reproduced: `time.precision.mode =
+//! adaptive_time_microseconds`, `binary.handling.mode = bytes`, `bigint.unsigned.handling.mode
+//! = long`; other modes are refused at config load (`time_precision_mode`).
+//!
+//! | SQL type | Connect schema (name) | JSON / header |
+//! |---|---|---|
+//! | `tinyint`, `smallint` (`tinyint unsigned`) | `int16` | number |
+//! | `mediumint`, `int`, `integer`, `smallint unsigned`, `mediumint unsigned` | `int32` | number |
+//! | `bigint`, `int unsigned`, `bigint unsigned` | `int64` | number |
+//! | `char`, `varchar`, `*text`, `enum`, `set` | `string` | text |
+//! | `json` (MySQL) | `string` (`io.debezium.data.Json`) | text |
+//! | `binary`, `varbinary`, `*blob` | `bytes` | Base64 |
+//! | `datetime(0..3)` | `int64` (`io.debezium.time.Timestamp`) | epoch milliseconds (as UTC) |
+//! | `datetime(4..6)` | `int64` (`io.debezium.time.MicroTimestamp`) | epoch microseconds |
+//! | `timestamp(p)` | `string` (`io.debezium.time.ZonedTimestamp`) | `2024-05-06T07:08:09.120Z`, `p` fraction digits |
+//! | `date` | `int32` (`io.debezium.time.Date`) | days since 1970-01-01 |
+//! | `time(p)` | `int64` (`io.debezium.time.MicroTime`) | microseconds |
+//! | `year` | `int32` (`io.debezium.time.Year`) | the year |
+
+use std::fmt;
+use std::fmt::Write as _;
+
+use outbox_binlog::{DateTime, Value};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::connect_json::{base64, Data, Kind, Schema};
+use crate::error::RoutingErrorKind;
+use crate::render::{datetime_micros, days_from_civil, format_unix_timestamp_width};
+
+/// The Debezium form of a column, derived from its SQL type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ColumnType {
+    /// `int16`.
+    Int16,
+    /// `int32`.
+    Int32,
+    /// `int64`.
+    Int64,
+    /// `string`.
+    String,
+    /// `string` named `io.debezium.data.Json` (a MySQL JSON column).
+    Json,
+    /// `bytes`.
+    Bytes,
+    /// `int64` epoch milliseconds, `io.debezium.time.Timestamp` (DATETIME(0..3)).
+    Timestamp,
+    /// `int64` epoch microseconds, `io.debezium.time.MicroTimestamp` (DATETIME(4..6)).
+    MicroTimestamp,
+    /// ISO-8601 UTC text with this many fraction digits, `io.debezium.time.ZonedTimestamp`.
+    ZonedTimestamp {
+        /// The column's fractional-second precision (0..6).
+        precision: u8,
+    },
+    /// `int32` days since the epoch, `io.debezium.time.Date`.
+    Date,
+    /// `int64` microseconds, `io.debezium.time.MicroTime`.
+    MicroTime,
+    /// `int32`, `io.debezium.time.Year`.
+    Year,
+}
+
+/// The text a [`ColumnType`] was parsed from (kept for messages and serialization).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SqlColumnType {
+    /// As the user wrote it, e.g. `datetime(6)`.
+    text: String,
+    /// What it means to Debezium.
+    kind: ColumnType,
+}
+
+impl SqlColumnType {
+    /// The Debezium form.
+    pub fn kind(&self) -> ColumnType {
+        self.kind
+    }
+
+    /// Parses a MySQL column type: a name, an optional `(precision)` or `(length)`, and
+    /// `unsigned`. Case-insensitive.
+    pub fn parse(text: &str) -> Result<SqlColumnType, String> {
+        let lower = text.trim().to_ascii_lowercase();
+        let unsigned = lower.split_whitespace().any(|word| word == "unsigned");
+        let head = lower
+            .split_whitespace()
+            .next()
+            .ok_or_else(|| "the column type is empty".to_string())?;
+        let (name, argument) = match head.split_once('(') {
+            Some((name, rest)) => {
+                let inner = rest
+                    .strip_suffix(')')
+                    .ok_or_else(|| format!("`{text}`: unbalanced parenthesis"))?;
+                (name, Some(inner))
+            }
+            None => (head, None),
+        };
+        let precision = || -> Result<u8, String> {
+            match argument {
+                None => Ok(0),
+                Some(digits) => match digits.trim().parse::<u8>() {
+                    Ok(precision) if precision <= 6 => Ok(precision),
+                    _ => Err(format!(
+                        "`{text}`: the fractional-second precision must be 0..6"
+                    )),
+                },
+            }
+        };
+        let kind = match (name, unsigned) {
+            ("tinyint", _) | ("smallint", false) | ("bool" | "boolean", _) => {
+                if matches!(name, "bool" | "boolean") || (name == "tinyint" && argument == Some("1"))
+                {
+                    return Err(format!(
+                        "`{text}`: Debezium writes TINYINT(1)/BOOLEAN as a boolean, which the relay does not reproduce; use another column type"
+                    ));
+                }
+                ColumnType::Int16
+            }
+            ("smallint", true) | ("mediumint", _) | ("int" | "integer", false) => {
+                ColumnType::Int32
+            }
+            ("int" | "integer", true) | ("bigint", _) => ColumnType::Int64,
+            (
+                "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" | "enum"
+                | "set",
+                _,
+            ) => ColumnType::String,
+            ("json", _) => ColumnType::Json,
+            ("binary" | "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob", _) => {
+                ColumnType::Bytes
+            }
+            ("datetime", _) => {
+                if precision()? <= 3 {
+                    ColumnType::Timestamp
+                } else {
+                    ColumnType::MicroTimestamp
+                }
+            }
+            ("timestamp", _) => ColumnType::ZonedTimestamp {
+                precision: precision()?,
+            },
+            ("date", _) => ColumnType::Date,
+            ("time", _) => {
+                precision()?;
+                ColumnType::MicroTime
+            }
+            ("year", _) => ColumnType::Year,
+            _ => {
+                return Err(format!(
+                    "`{text}` is not a column type the relay renders as Debezium does (integers, text, json, binary, datetime, timestamp, date, time, year)"
+                ))
+            }
+        };
+        Ok(SqlColumnType {
+            text: text.trim().to_string(),
+            kind,
+        })
+    }
+
+    /// The Connect schema Debezium gives the column (`optional` when it is nullable).
+    pub(crate) fn schema(&self, optional: bool) -> Schema {
+        let (kind, name) = match self.kind {
+            ColumnType::Int16 => (Kind::Int16, None),
+            ColumnType::Int32 => (Kind::Int32, None),
+            ColumnType::Int64 => (Kind::Int64, None),
+            ColumnType::String => (Kind::String, None),
+            ColumnType::Json => (Kind::String, Some("io.debezium.data.Json")),
+            ColumnType::Bytes => (Kind::Bytes, None),
+            ColumnType::Timestamp => (Kind::Int64, Some("io.debezium.time.Timestamp")),
+            ColumnType::MicroTimestamp => (Kind::Int64, Some("io.debezium.time.MicroTimestamp")),
+            ColumnType::ZonedTimestamp { .. } => {
+                (Kind::String, Some("io.debezium.time.ZonedTimestamp"))
+            }
+            ColumnType::Date => (Kind::Int32, Some("io.debezium.time.Date")),
+            ColumnType::MicroTime => (Kind::Int64, Some("io.debezium.time.MicroTime")),
+            ColumnType::Year => (Kind::Int32, Some("io.debezium.time.Year")),
+        };
+        Schema {
+            kind,
+            optional,
+            name: name.map(str::to_string),
+            version: name.map(|_| 1),
+        }
+    }
+
+    /// The Connect value Debezium produces for `value` (`Data::Null` for NULL).
+    pub(crate) fn data(&self, value: &Value) -> Result<Data, RoutingErrorKind> {
+        let mismatch = || RoutingErrorKind::UnsupportedType {
+            value_type: crate::render::value_type_name(value),
+            usage: "a value of the configured column_type (check the column's SQL type)",
+        };
+        let integer = |value: &Value| -> Result<i64, RoutingErrorKind> {
+            match value {
+                Value::Int(number) => Ok(*number),
+                Value::UInt(number) => i64::try_from(*number).map_err(|_| mismatch()),
+                _ => Err(mismatch()),
+            }
+        };
+        if let Value::Null = value {
+            return Ok(Data::Null);
+        }
+        Ok(match self.kind {
+            ColumnType::Int16 | ColumnType::Int32 | ColumnType::Int64 | ColumnType::Year => {
+                Data::Integer(integer(value)?)
+            }
+            ColumnType::String | ColumnType::Json => match value {
+                Value::Text(text) => Data::String(text.clone()),
+                Value::Json(document) => Data::String(document.as_str().to_string()),
+                Value::Decimal(text) => Data::String(text.clone()),
+                Value::UndecodableText { .. } => {
+                    return Err(crate::render::unusable_value_error(value, "text"))
+                }
+                _ => return Err(mismatch()),
+            },
+            ColumnType::Bytes => match value {
+                Value::Bytes(bytes) => Data::Bytes(bytes.clone()),
+                _ => return Err(mismatch()),
+            },
+            ColumnType::Timestamp => match value {
+                Value::DateTime(datetime) => {
+                    Data::Integer(checked_datetime_micros(datetime)? / 1000)
+                }
+                _ => return Err(mismatch()),
+            },
+            ColumnType::MicroTimestamp => match value {
+                Value::DateTime(datetime) => Data::Integer(checked_datetime_micros(datetime)?),
+                _ => return Err(mismatch()),
+            },
+            ColumnType::ZonedTimestamp { precision } => match value {
+                Value::Timestamp {
+                    unix_seconds,
+                    micros,
+                } => Data::String(format_unix_timestamp_width(
+                    *unix_seconds,
+                    *micros,
+                    precision,
+                )),
+                _ => return Err(mismatch()),
+            },
+            ColumnType::Date => match value {
+                Value::Date(date) | Value::DateTime(date) => Data::Integer(days_from_civil(
+                    i64::from(date.year),
+                    u32::from(date.month),
+                    u32::from(date.day),
+                )),
+                _ => return Err(mismatch()),
+            },
+            ColumnType::MicroTime => match value {
+                Value::Time {
+                    negative,
+                    hours,
+                    minutes,
+                    seconds,
+                    micros,
+                } => {
+                    let magnitude = ((i64::from(*hours) * 60 + i64::from(*minutes)) * 60
+                        + i64::from(*seconds))
+                        * 1_000_000
+                        + i64::from(*micros);
+                    Data::Integer(if *negative { -magnitude } else { magnitude })
+                }
+                _ => return Err(mismatch()),
+            },
+        })
+    }
+}
+
+/// Epoch microseconds of a DATETIME as UTC; a zero or invalid date is an error (Debezium
+/// would write null for a zero date, which the relay does not guess).
+fn checked_datetime_micros(datetime: &DateTime) -> Result<i64, RoutingErrorKind> {
+    datetime_micros(datetime)
+}
+
+/// Kafka Connect's `SimpleHeaderConverter.fromConnectHeader` of a Connect value
+/// (`Values.convertToString`): `None` for null, numbers in decimal, text as is, bytes as
+/// standard Base64.
+pub(crate) fn header_bytes(data: &Data) -> Option<Vec<u8>> {
+    match data {
+        Data::Null => None,
+        Data::Integer(number) => Some(number.to_string().into_bytes()),
+        Data::String(text) => Some(text.as_bytes().to_vec()),
+        Data::Bytes(bytes) => Some(base64(bytes).into_bytes()),
+        Data::Boolean(value) => Some(value.to_string().into_bytes()),
+        // Not produced by a column type (only by an expanded payload).
+        Data::Float64(_) | Data::Array(_) | Data::Struct(_) => None,
+    }
+}
+
+/// Appends a Connect value as Java's `StringBuilder.append(Object)` prints it inside
+/// `Struct.toString()`; `None` when Java's text is not reproducible (a `byte[]` prints its
+/// identity hash).
+pub(crate) fn push_java_text(out: &mut String, data: &Data) -> Option<()> {
+    match data {
+        Data::Null => out.push_str("null"),
+        Data::Integer(number) => {
+            let _ = write!(out, "{number}");
+        }
+        Data::String(text) => out.push_str(text),
+        Data::Boolean(value) => {
+            let _ = write!(out, "{value}");
+        }
+        Data::Bytes(_) | Data::Float64(_) | Data::Array(_) | Data::Struct(_) => return None,
+    }
+    Some(())
+}
+
+impl fmt::Display for SqlColumnType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl Serialize for SqlColumnType {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text)
+    }
+}
+
+impl<'de> Deserialize<'de> for SqlColumnType {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        SqlColumnType::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(sql: &str, value: Value) -> Data {
+        SqlColumnType::parse(sql).unwrap().data(&value).unwrap()
+    }
+
+    #[test]
+    fn sql_types_map_to_debezium_schemas() {
+        let kind = |sql: &str| SqlColumnType::parse(sql).map(|t| t.kind());
+        assert_eq!(kind("DATETIME"), Ok(ColumnType::Timestamp));
+        assert_eq!(kind("datetime(3)"), Ok(ColumnType::Timestamp));
+        assert_eq!(kind("datetime(6)"), Ok(ColumnType::MicroTimestamp));
+        assert_eq!(
+            kind("timestamp(3)"),
+            Ok(ColumnType::ZonedTimestamp { precision: 3 })
+        );
+        assert_eq!(kind("int"), Ok(ColumnType::Int32));
+        assert_eq!(kind("INT UNSIGNED"), Ok(ColumnType::Int64));
+        assert_eq!(kind("smallint"), Ok(ColumnType::Int16));
+        assert_eq!(kind("varbinary(16)"), Ok(ColumnType::Bytes));
+        assert_eq!(kind("varchar(32)"), Ok(ColumnType::String));
+        assert!(kind("datetime(7)").is_err());
+        assert!(kind("tinyint(1)").is_err());
+        assert!(kind("geometry").is_err());
+    }
+
+    #[test]
+    fn temporal_values_are_debezium_numbers() {
+        let datetime = Value::DateTime(DateTime {
+            year: 2024,
+            month: 5,
+            day: 6,
+            hour: 7,
+            minute: 8,
+            second: 9,
+            micros: 123_456,
+        });
+        assert_eq!(
+            data("datetime(3)", datetime.clone()),
+            Data::Integer(1_714_979_289_123)
+        );
+        assert_eq!(
+            data("datetime(6)", datetime),
+            Data::Integer(1_714_979_289_123_456)
+        );
+        let date = Value::Date(DateTime {
+            year: 1970,
+            month: 1,
+            day: 11,
+            hour: 0,
+            minute: 0,
+            second: 0,
+            micros: 0,
+        });
+        assert_eq!(data("date", date), Data::Integer(10));
+        let time = Value::Time {
+            negative: true,
+            hours: 1,
+            minutes: 0,
+            seconds: 1,
+            micros: 5,
+        };
+        assert_eq!(data("time(6)", time), Data::Integer(-3_601_000_005));
+        let timestamp = Value::Timestamp {
+            unix_seconds: 1_714_979_289,
+            micros: 120_000,
+        };
+        assert_eq!(
+            data("timestamp(3)", timestamp.clone()),
+            Data::String("2024-05-06T07:08:09.120Z".into())
+        );
+        assert_eq!(
+            data("timestamp", timestamp),
+            Data::String("2024-05-06T07:08:09Z".into())
+        );
+    }
+
+    #[test]
+    fn headers_as_simple_header_converter_writes_them() {
+        assert_eq!(header_bytes(&Data::Null), None);
+        assert_eq!(
+            header_bytes(&Data::Bytes(vec![0, 1, 0xfe, 0xff])),
+            Some(b"AAH+/w==".to_vec())
+        );
+        assert_eq!(header_bytes(&Data::Integer(-7)), Some(b"-7".to_vec()));
+    }
+}

@@ -1,0 +1,299 @@
+//! Debezium's `table.fields.additional.placement` (header with column types and NULLs,
+//! envelope, partition), binary ids, and routing a row by value without copying its payload.
+
+mod common;
+
+use common::*;
+use outbox_binlog::{RowOperation, Value};
+use outbox_router::{
+    BinaryEncoding, ColumnPreset, ConfigProblem, NullValues, OutboxTableConfig, RecordFormat,
+    RouteConfig, RouteOutcome, Router,
+};
+
+const COLUMNS: &[&str] = &[
+    "id",
+    "aggregatetype",
+    "aggregateid",
+    "type",
+    "payload",
+    "tenant",
+    "region",
+    "seq",
+    "created",
+    "blob_ref",
+];
+
+fn row(region: Option<&str>, payload: Option<&str>) -> outbox_binlog::RowChange {
+    let text = |t: &str| Value::Text(t.to_string());
+    change(
+        "shop.outbox",
+        RowOperation::Insert,
+        COLUMNS,
+        vec![
+            text("ev-1"),
+            text("order"),
+            text("o-1"),
+            text("Created"),
+            payload.map_or(Value::Null, text),
+            text("acme"),
+            region.map_or(Value::Null, text),
+            Value::Int(7),
+            Value::DateTime(datetime_from_parts((2024, 5, 6, 7, 8, 9, 123_456))),
+            Value::Bytes(vec![0, 1, 0xfe, 0xff]),
+        ],
+    )
+}
+
+fn router(route_toml: &str) -> Router {
+    let route: RouteConfig = toml::from_str(route_toml).expect("route parses");
+    let tables = [OutboxTableConfig::new(
+        "shop.outbox".parse().unwrap(),
+        ColumnPreset::Debezium,
+    )];
+    Router::new(&tables, &route).expect("router builds")
+}
+
+const DEBEZIUM_HEADERS: &str = r#"
+headers = { event_type = "", aggregate_type = "", aggregate_id = "" }
+null_values = "as_debezium"
+"#;
+
+fn routed(router: &Router, change: &outbox_binlog::RowChange) -> outbox_router::KafkaRecord {
+    match router.route(change) {
+        Ok(RouteOutcome::Record(record)) => record,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn typed_header_columns_are_rendered_as_simple_header_converter_writes_them() {
+    let router = router(&format!(
+        "{DEBEZIUM_HEADERS}additional_headers = [\
+         {{ column = \"region\", column_type = \"varchar(16)\" }}, \
+         {{ column = \"created\", header = \"createdAt\", column_type = \"datetime(6)\" }}, \
+         {{ column = \"created\", header = \"createdMs\", column_type = \"DATETIME(3)\" }}, \
+         {{ column = \"blob_ref\", column_type = \"varbinary(16)\" }}, \
+         {{ column = \"seq\", column_type = \"int\" }}]"
+    ));
+    let record = routed(&router, &row(None, Some("{}")));
+    assert_eq!(
+        record.all_headers(),
+        vec![
+            ("id", Some(&b"ev-1"[..])),
+            ("region", None),
+            ("createdAt", Some(&b"1714979289123456"[..])),
+            ("createdMs", Some(&b"1714979289123"[..])),
+            ("blob_ref", Some(&b"AAH+/w=="[..])),
+            ("seq", Some(&b"7"[..])),
+        ]
+    );
+    // The byte headers alone, for sinks that only send byte values.
+    assert_eq!(record.headers.len(), 5);
+    assert_eq!(record.null_headers.len(), 1);
+    let with_region = routed(&router, &row(Some("eu"), Some("{}")));
+    assert_eq!(with_region.header("region"), Some(&b"eu"[..]));
+    assert!(with_region.null_headers.is_empty());
+}
+
+#[test]
+fn a_null_header_column_sends_no_header_unless_as_debezium() {
+    let router = router(r#"additional_headers = [{ column = "region" }]"#);
+    let record = routed(&router, &row(None, Some("{}")));
+    assert!(record
+        .all_headers()
+        .iter()
+        .all(|(name, _)| *name != "region"));
+}
+
+const ENVELOPE: &str = r#"
+envelope_fields = [
+  { column = "tenant", column_type = "varchar(32)", nullable = false },
+  { column = "region", field = "area", column_type = "varchar(16)" },
+  { column = "created", column_type = "datetime(6)", nullable = false },
+]
+"#;
+
+#[test]
+fn envelope_fields_make_the_value_a_struct_for_every_converter() {
+    let change = row(None, Some("{\"a\": 1}"));
+    let value = |extra: &str| {
+        let record = routed(
+            &router(&format!("{DEBEZIUM_HEADERS}{ENVELOPE}{extra}")),
+            &change,
+        );
+        String::from_utf8(record.value.expect("a value")).unwrap()
+    };
+    // StringConverter: Java's Struct.toString(), null fields left out.
+    assert_eq!(
+        value(""),
+        "Struct{payload={\"a\": 1},tenant=acme,created=1714979289123456}"
+    );
+    assert_eq!(
+        value("value_format = \"json\"\n"),
+        r#"{"payload":"{\"a\": 1}","tenant":"acme","area":null,"created":1714979289123456}"#
+    );
+    assert_eq!(
+        value("value_format = \"json\"\nexpand_json_payload = true\n"),
+        r#"{"payload":{"a":1},"tenant":"acme","area":null,"created":1714979289123456}"#
+    );
+    assert_eq!(
+        value("value_format = \"json_with_schema\"\ndebezium_topic_prefix = \"dbserver1\"\nconnect_schema = { payload_type = \"string\" }\n"),
+        concat!(
+            r#"{"schema":{"type":"struct","fields":["#,
+            r#"{"type":"string","optional":true,"field":"payload"},"#,
+            r#"{"type":"string","optional":false,"field":"tenant"},"#,
+            r#"{"type":"string","optional":true,"field":"area"},"#,
+            r#"{"type":"int64","optional":false,"name":"io.debezium.time.MicroTimestamp","version":1,"field":"created"}],"#,
+            r#""optional":false,"name":"dbserver1.shop.outbox.order.Value"},"#,
+            r#""payload":{"payload":"{\"a\": 1}","tenant":"acme","area":null,"created":1714979289123456}}"#
+        )
+    );
+}
+
+#[test]
+fn an_envelope_keeps_a_null_payload_in_the_struct_and_tombstones_stay_null() {
+    let change = row(Some("eu"), None);
+    let record = routed(
+        &router(&format!(
+            "{DEBEZIUM_HEADERS}{ENVELOPE}value_format = \"json\"\n"
+        )),
+        &change,
+    );
+    assert_eq!(
+        record.value.as_deref(),
+        Some(&br#"{"payload":null,"tenant":"acme","area":"eu","created":1714979289123456}"#[..])
+    );
+    let record = routed(
+        &router(&format!(
+            "{DEBEZIUM_HEADERS}{ENVELOPE}tombstone_on_empty_payload = true\n"
+        )),
+        &row(None, Some("  ")),
+    );
+    assert_eq!(record.value, None);
+}
+
+#[test]
+fn envelope_configs_debezium_cannot_reproduce_are_refused() {
+    let parse = |text: &str| -> Vec<ConfigProblem> {
+        let route: RouteConfig = toml::from_str(text).unwrap();
+        let tables = [OutboxTableConfig::new(
+            "shop.outbox".parse().unwrap(),
+            ColumnPreset::Debezium,
+        )];
+        Router::new(&tables, &route)
+            .err()
+            .map(|error| error.problems)
+            .unwrap_or_default()
+    };
+    let binary_raw =
+        parse("envelope_fields = [{ column = \"blob_ref\", column_type = \"varbinary(16)\" }]");
+    assert!(
+        binary_raw
+            .iter()
+            .any(|p| p.to_string().contains("identity hash")),
+        "{binary_raw:?}"
+    );
+    let unnamed = parse(&format!("{ENVELOPE}value_format = \"json_with_schema\"\n"));
+    assert!(
+        unnamed
+            .iter()
+            .any(|p| p.to_string().contains("debezium_topic_prefix")),
+        "{unnamed:?}"
+    );
+    let clash = parse(
+        "envelope_fields = [{ column = \"tenant\", field = \"payload\", column_type = \"text\" }]",
+    );
+    assert_eq!(clash.len(), 1, "{clash:?}");
+    let mode = parse("time_precision_mode = \"connect\"");
+    assert!(
+        mode.iter()
+            .any(|p| p.to_string().contains("adaptive_time_microseconds")),
+        "{mode:?}"
+    );
+    assert!(toml::from_str::<RouteConfig>(
+        "envelope_fields = [{ column = \"x\", column_type = \"datetime(9)\" }]"
+    )
+    .is_err());
+}
+
+#[test]
+fn binary_ids_are_base64_as_debezium_writes_them() {
+    let route = RouteConfig {
+        event_id_encoding: BinaryEncoding::Base64,
+        key_encoding: BinaryEncoding::Raw,
+        null_values: NullValues::AsDebezium,
+        ..RouteConfig::default()
+    };
+    let tables = [OutboxTableConfig::new(
+        "shop.outbox".parse().unwrap(),
+        ColumnPreset::Debezium,
+    )];
+    let id = vec![0x01, 0x8f, 0xff, 0x00, 0x10];
+    let key = vec![0xde, 0xad, 0xbe, 0xef];
+    let change = change(
+        "shop.outbox",
+        RowOperation::Insert,
+        &["id", "aggregatetype", "aggregateid", "type", "payload"],
+        vec![
+            Value::Bytes(id),
+            Value::Text("order".into()),
+            Value::Bytes(key.clone()),
+            Value::Text("Created".into()),
+            Value::Text("{}".into()),
+        ],
+    );
+    // ByteArrayConverter key: the bytes; the `id` header: SimpleHeaderConverter's Base64.
+    let record = routed(&Router::new(&tables, &route).unwrap(), &change);
+    assert_eq!(record.header("id"), Some(&b"AY//ABA="[..]));
+    assert_eq!(record.event_id, "AY//ABA=");
+    assert_eq!(record.key.as_deref(), Some(&key[..]));
+    // JsonConverter with a bytes key schema: a Base64 JSON string.
+    let json = RouteConfig {
+        key_format: RecordFormat::Json,
+        connect_schema: outbox_router::ConnectSchemaConfig {
+            key_type: outbox_router::ConnectSchemaType::Bytes,
+            ..Default::default()
+        },
+        ..route
+    };
+    let record = routed(&Router::new(&tables, &json).unwrap(), &change);
+    assert_eq!(record.key.as_deref(), Some(&b"\"3q2+7w==\""[..]));
+}
+
+#[test]
+fn routing_by_value_moves_the_payload_bytes_and_matches_routing_by_reference() {
+    let router = router(DEBEZIUM_HEADERS);
+    let payload = "x".repeat(1 << 20);
+    let change = row(Some("eu"), Some(&payload));
+    let by_reference = routed(&router, &change);
+    let heap_address = match &change.after.as_ref().unwrap().values[4] {
+        Value::Text(text) => text.as_ptr(),
+        other => panic!("{other:?}"),
+    };
+    let by_value = match router.route_owned(change) {
+        Ok(RouteOutcome::Record(record)) => record,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(by_value, by_reference);
+    // The very allocation the decoder made now backs the record's value: no copy.
+    assert_eq!(
+        by_value.value.as_ref().map(|v| v.as_ptr()),
+        Some(heap_address)
+    );
+}
+
+#[test]
+fn routing_by_value_still_reads_a_payload_column_another_setting_uses() {
+    // The payload column also feeds a header: it must not be taken from the row first.
+    let router = router(&format!(
+        "{DEBEZIUM_HEADERS}additional_headers = [{{ column = \"payload\", header = \"copy\" }}]"
+    ));
+    let change = row(None, Some("{\"k\":1}"));
+    let by_reference = routed(&router, &change);
+    let by_value = match router.route_owned(change) {
+        Ok(RouteOutcome::Record(record)) => record,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(by_value, by_reference);
+    assert_eq!(by_value.header("copy"), Some(&b"{\"k\":1}"[..]));
+}
