@@ -39,9 +39,7 @@ const NOT_NEEDED: &[(&str, &str)] = &[
     ("errors.log.enable", "the relay logs every failure itself"),
     ("errors.log.include.messages", "the relay logs every failure itself"),
     ("decimal.handling.mode", "an outbox payload is passed through as written"),
-    ("time.precision.mode", "an outbox payload is passed through as written"),
     ("bigint.unsigned.handling.mode", "an outbox payload is passed through as written"),
-    ("binary.handling.mode", "see [route] key_encoding / event_id_encoding"),
     ("gtid.source.includes", "the relay keeps the whole GTID set"),
     ("gtid.source.excludes", "the relay keeps the whole GTID set"),
     ("provide.transaction.metadata", "the relay writes no transaction topic"),
@@ -387,6 +385,8 @@ pub fn convert(config: &ConnectorConfig) -> anyhow::Result<String> {
         .push("headers = { event_type = \"\", aggregate_type = \"\", aggregate_id = \"\" }".into());
     if let Some((full, value)) = router_take("table.fields.additional.placement") {
         let mut headers = Vec::new();
+        let mut envelope = Vec::new();
+        let mut partition = None;
         for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let parts: Vec<&str> = entry.split(':').collect();
             match parts.as_slice() {
@@ -396,18 +396,85 @@ pub fn convert(config: &ConnectorConfig) -> anyhow::Result<String> {
                     quoted(column),
                     quoted(alias)
                 )),
-                [column, placement @ ("envelope" | "partition"), ..] => out.not_mapped(
-                    &full,
-                    format!("`{entry}`: placement `{placement}` of column {column} is not supported yet (only `header`)"),
-                ),
+                [column, "envelope", rest @ ..] if rest.len() <= 1 => {
+                    let field = rest
+                        .first()
+                        .map(|alias| format!(", field = {}", quoted(alias)))
+                        .unwrap_or_default();
+                    envelope.push(format!(
+                        "{{ column = {}{field}, column_type = \"varchar\", nullable = true }}",
+                        quoted(column)
+                    ));
+                    out.not_mapped(
+                        &full,
+                        format!("`{entry}`: mapped to envelope_fields, but Debezium takes the column's type from the table's DDL, which this file does not hold: set column_type (and nullable) to the column's SQL type (\"varchar\" is a placeholder)"),
+                    );
+                }
+                [column, "partition"] => {
+                    if let Some(earlier) = partition.replace(column.to_string()) {
+                        out.not_mapped(&full, format!("`{earlier}:partition` is overridden by a later partition column, as in Debezium"));
+                    }
+                }
                 _ => out.not_mapped(&full, format!("`{entry}` is not column:placement[:alias]")),
             }
         }
         if !headers.is_empty() {
             out.route
+                .push("# additional_headers: give a DATETIME, TIMESTAMP, DATE, TIME or binary column its column_type (e.g. \"datetime(6)\") to get Debezium's header form".into());
+            out.route
                 .push(format!("additional_headers = [{}]", headers.join(", ")));
         }
+        if !envelope.is_empty() {
+            out.route
+                .push(format!("envelope_fields = [{}]", envelope.join(", ")));
+            if let Some(prefix) = get("topic.prefix") {
+                // It names the envelope's schema under json_with_schema.
+                out.route
+                    .push(format!("debezium_topic_prefix = {}", quoted(&prefix)));
+            }
+        }
+        if let Some(column) = partition {
+            // Debezium's `column:partition`: the column's INT value is the partition.
+            for table in &mut out.outbox {
+                let entry = format!("partition = {}", quoted(&column));
+                match table
+                    .iter_mut()
+                    .find(|line| line.starts_with("columns = { "))
+                {
+                    Some(line) => {
+                        *line = line.replacen("columns = { ", &format!("columns = {{ {entry}, "), 1)
+                    }
+                    None => table.push(format!("columns = {{ {entry} }}")),
+                }
+            }
+        }
         out.mapped.push(full);
+    }
+    // Debezium's default binary.handling.mode (`bytes`): a binary event id is Base64 in the
+    // `id` header (SimpleHeaderConverter); text ids are unaffected.
+    match take("binary.handling.mode").as_deref() {
+        None | Some("bytes") | Some("base64") => {
+            out.route.push("event_id_encoding = \"base64\"".into());
+            if options.contains_key("binary.handling.mode") {
+                out.mapped.push("binary.handling.mode".into());
+            }
+        }
+        Some(other) => out.not_mapped(
+            "binary.handling.mode",
+            format!("`{other}` is not reproduced for binary ids (bytes and base64 are: Base64)"),
+        ),
+    }
+    match take("time.precision.mode").as_deref() {
+        None => {}
+        Some("adaptive_time_microseconds") => {
+            out.route
+                .push("time_precision_mode = \"adaptive_time_microseconds\"".into());
+            out.mapped.push("time.precision.mode".into());
+        }
+        Some(other) => out.not_mapped(
+            "time.precision.mode",
+            format!("`{other}` is not supported: the relay renders temporal header and envelope columns as Debezium's default adaptive_time_microseconds does (DATETIME(0-3) epoch ms, DATETIME(4-6) epoch µs, TIME µs, DATE days, TIMESTAMP ISO text); switch Debezium to it before the cutover, or keep temporal columns out of the additional fields"),
+        ),
     }
     if let Some((full, value)) = router_take("table.fields.additional.error.on.missing") {
         out.not_mapped(&full, format!("= {value}: a missing additional column is always a routing error (dead letter) in the relay"));
@@ -474,6 +541,15 @@ pub fn convert(config: &ConnectorConfig) -> anyhow::Result<String> {
         match class {
             Some(class) => match record_format(&class, schemas.as_deref()) {
                 Ok(format) => {
+                    // A binary aggregate id: ByteArrayConverter writes its bytes, JsonConverter
+                    // Base64 (StringConverter Java's identity hash, which nothing reproduces).
+                    if role == "key" {
+                        if class.ends_with("ByteArrayConverter") {
+                            out.route.push("key_encoding = \"raw\"".into());
+                        } else if class.ends_with("JsonConverter") {
+                            out.route.push("key_encoding = \"base64\"".into());
+                        }
+                    }
                     out.route
                         .push(format!("{role}_format = {}", quoted(format)));
                     formats.push(format);
@@ -705,6 +781,67 @@ mod tests {
             assert!(toml.contains(named), "{named} not named:\n{toml}");
         }
         assert!(!toml.contains("dbz\""), "the password leaked:\n{toml}");
+        // `tenant:envelope`: an envelope field, its type flagged as the user's to state.
+        assert_eq!(config.route.envelope_fields.len(), 1);
+        assert_eq!(config.route.envelope_fields[0].field_name(), "tenant");
+        assert_eq!(
+            config.route.debezium_topic_prefix.as_deref(),
+            Some("dbserver1")
+        );
+        assert!(toml.contains("set column_type"), "{toml}");
+        assert_eq!(
+            config.route.event_id_encoding,
+            outbox_router::BinaryEncoding::Base64
+        );
+    }
+
+    #[test]
+    fn partition_placement_time_precision_and_binary_handling_map() {
+        let connector = |extra: &str| {
+            format!(
+                "connector.class=io.debezium.connector.mysql.MySqlConnector\n\
+                 table.include.list=shop.outbox\n\
+                 transforms=outbox\n\
+                 transforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n\
+                 transforms.outbox.table.field.event.key=agg\n\
+                 transforms.outbox.table.fields.additional.placement=a:partition,tenant:header,shard:partition\n\
+                 key.converter=org.apache.kafka.connect.converters.ByteArrayConverter\n\
+                 {extra}"
+            )
+        };
+        let toml = convert(
+            &parse_connector_config(&connector(
+                "time.precision.mode=adaptive_time_microseconds\n",
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        let config = crate::RelayConfig::parse(&toml).unwrap();
+        // The last partition column wins, as in Debezium; the earlier one is named.
+        assert_eq!(config.outbox[0].columns.partition.as_deref(), Some("shard"));
+        assert_eq!(
+            config.outbox[0].columns.aggregate_id.as_deref(),
+            Some("agg")
+        );
+        assert!(toml.contains("`a:partition` is overridden"), "{toml}");
+        assert_eq!(
+            config.route.key_encoding,
+            outbox_router::BinaryEncoding::Raw
+        );
+        assert_eq!(config.route.additional_headers.len(), 1);
+        let toml = convert(
+            &parse_connector_config(&connector(
+                "time.precision.mode=connect\nbinary.handling.mode=hex\n",
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        for named in [
+            "time.precision.mode: `connect` is not supported",
+            "binary.handling.mode: `hex` is not reproduced",
+        ] {
+            assert!(toml.contains(named), "{named} not named:\n{toml}");
+        }
     }
 
     #[test]
