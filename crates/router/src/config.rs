@@ -46,6 +46,10 @@ pub struct OutboxTableConfig {
     /// columns only some tables have.
     #[serde(default)]
     pub additional_headers: Vec<AdditionalHeader>,
+    /// This table's key and payload column schemas, replacing `[route] connect_schema`, for
+    /// a table whose DDL differs (e.g. a `BINARY(16)` aggregate id: `key_type = "bytes"`).
+    #[serde(default)]
+    pub connect_schema: Option<ConnectSchemaConfig>,
 }
 
 impl OutboxTableConfig {
@@ -58,6 +62,7 @@ impl OutboxTableConfig {
             topic: None,
             timestamp_source: default_timestamp_source(),
             additional_headers: Vec::new(),
+            connect_schema: None,
         }
     }
 
@@ -101,6 +106,9 @@ impl OutboxTableConfig {
             }
         }
         check_additional_headers(&self.section(), &self.additional_headers, problems);
+        if let Some(schema) = &self.connect_schema {
+            check_connect_schema(schema, problems);
+        }
         if let Some(topic) = &self.topic {
             if let Err(problem) = TopicTemplate::parse(topic) {
                 problems.push(ConfigProblem::TopicTemplate {
@@ -417,15 +425,7 @@ impl RouteConfig {
         if self.expand_json_payload && self.value_format == RecordFormat::Raw {
             problems.push(ConfigProblem::ExpandWithRawValue);
         }
-        let schema = &self.connect_schema;
-        if schema.payload_type == ConnectSchemaType::Int32
-            || schema.payload_type == ConnectSchemaType::Int64
-        {
-            problems.push(ConfigProblem::IntegerPayloadSchema);
-        }
-        if schema.key_type == ConnectSchemaType::Json {
-            problems.push(ConfigProblem::JsonKeySchema);
-        }
+        check_connect_schema(&self.connect_schema, problems);
         self.collect_envelope_problems(problems);
         match (&self.topic_regex, &self.topic_replacement) {
             (None, None) => {}
@@ -525,6 +525,18 @@ impl RouteConfig {
             }
         }
         claims
+    }
+}
+
+/// Appends the problems of a `connect_schema` (the route's or a table's).
+fn check_connect_schema(schema: &ConnectSchemaConfig, problems: &mut Vec<ConfigProblem>) {
+    if schema.payload_type == ConnectSchemaType::Int32
+        || schema.payload_type == ConnectSchemaType::Int64
+    {
+        problems.push(ConfigProblem::IntegerPayloadSchema);
+    }
+    if schema.key_type == ConnectSchemaType::Json {
+        problems.push(ConfigProblem::JsonKeySchema);
     }
 }
 

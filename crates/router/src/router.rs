@@ -85,8 +85,6 @@ struct RouteSettings {
     expand_json_payload: bool,
     /// Null fields of an expanded payload.
     json_payload_null_behavior: JsonNullBehavior,
-    /// Column schemas for `json_with_schema`.
-    connect_schema: ConnectSchemaConfig,
     /// NULL aggregate ids and payloads: errors, or null as Debezium writes them.
     null_values: NullValues,
     /// Debezium's regex router, replacing `topic` when configured.
@@ -110,6 +108,8 @@ struct TableRoute {
     timestamp_source: TimestampSource,
     /// Extra header columns: the route's, then the table's own.
     additional_headers: Vec<AdditionalHeader>,
+    /// Key and payload column schemas: the table's own, else the route's.
+    connect_schema: ConnectSchemaConfig,
     /// The event type column must be read (a header or a template needs it).
     event_type_needed: bool,
     /// Column positions of the last column list seen.
@@ -290,7 +290,6 @@ impl Router {
             value_format: route.value_format,
             expand_json_payload: route.expand_json_payload,
             json_payload_null_behavior: route.json_payload_null_behavior,
-            connect_schema: route.connect_schema,
             null_values: route.null_values,
             topic_regex: match (&route.topic_regex, &route.topic_replacement) {
                 (Some(regex), Some(replacement)) => {
@@ -328,6 +327,7 @@ impl Router {
                         .chain(&table.additional_headers)
                         .cloned()
                         .collect(),
+                    connect_schema: table.connect_schema.unwrap_or(route.connect_schema),
                     event_type_needed,
                     column_cache: Mutex::new(None),
                 },
@@ -528,7 +528,7 @@ impl Router {
         }
 
         let record_key = self
-            .formatted_key(aggregate_id_value, key.as_deref())
+            .formatted_key(table.connect_schema, aggregate_id_value, key.as_deref())
             .map_err(|kind| context.error(&mapping.aggregate_id, kind))?;
 
         let payload_value = match payload {
@@ -538,11 +538,12 @@ impl Router {
         let value = if settings.envelope_fields.is_empty() {
             match settings.value_format {
                 RecordFormat::Raw => self.payload_bytes(payload_value),
-                format => self.formatted_payload(format, &payload_value),
+                format => self.formatted_payload(table.connect_schema, format, &payload_value),
             }
             .map_err(|kind| context.error(&mapping.payload, kind))?
         } else {
             self.envelope_value(
+                table.connect_schema,
                 change,
                 row,
                 &indexes,
@@ -679,6 +680,7 @@ impl Router {
     #[allow(clippy::too_many_arguments)]
     fn envelope_value(
         &self,
+        config: ConnectSchemaConfig,
         change: &RowChange,
         row: &Row,
         indexes: &ColumnIndexes,
@@ -690,7 +692,6 @@ impl Router {
         let settings = &self.settings;
         let payload_error = |kind| context.error(payload_column, kind);
         let format = settings.value_format;
-        let config = settings.connect_schema;
         let mut payload_schema =
             connect_json::configured_schema(config.payload_type, config.payload_optional);
         let payload_text: Option<Cow<'_, str>> = match payload {
@@ -811,6 +812,7 @@ impl Router {
     /// `raw` is `None` for a NULL aggregate id: a null key, or JSON `null` under a JSON format.
     fn formatted_key(
         &self,
+        config: ConnectSchemaConfig,
         value: &Value,
         raw: Option<&[u8]>,
     ) -> Result<Option<Vec<u8>>, RoutingErrorKind> {
@@ -818,7 +820,6 @@ impl Router {
         if format == RecordFormat::Raw {
             return Ok(raw.map(<[u8]>::to_vec));
         }
-        let config = self.settings.connect_schema;
         let schema = connect_json::configured_schema(config.key_type, config.key_optional);
         let data = match (value, config.key_type) {
             (Value::Null, _) => Data::Null,
@@ -849,11 +850,11 @@ impl Router {
     /// router and Kafka Connect's `JsonConverter` write it.
     fn formatted_payload(
         &self,
+        config: ConnectSchemaConfig,
         format: RecordFormat,
         value: &Value,
     ) -> Result<Option<Vec<u8>>, RoutingErrorKind> {
         let settings = &self.settings;
-        let config = settings.connect_schema;
         let schema = connect_json::configured_schema(config.payload_type, config.payload_optional);
         let text: Cow<'_, str> = match (value, config.payload_type) {
             (Value::Null, _) if settings.tombstone_on_empty_payload => return Ok(None),

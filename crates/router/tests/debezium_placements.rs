@@ -297,3 +297,59 @@ fn routing_by_value_still_reads_a_payload_column_another_setting_uses() {
     assert_eq!(by_value, by_reference);
     assert_eq!(by_value.header("copy"), Some(&b"{\"k\":1}"[..]));
 }
+
+#[test]
+fn a_table_with_a_binary_aggregate_id_states_its_own_key_schema() {
+    let route: RouteConfig = toml::from_str(
+        "key_format = \"json_with_schema\"\nkey_encoding = \"base64\"\nevent_id_encoding = \"base64\"",
+    )
+    .unwrap();
+    let mut binary =
+        OutboxTableConfig::new("shop.outbox_bin".parse().unwrap(), ColumnPreset::Debezium);
+    binary.connect_schema = Some(outbox_router::ConnectSchemaConfig {
+        key_type: outbox_router::ConnectSchemaType::Bytes,
+        ..Default::default()
+    });
+    let text = OutboxTableConfig::new("shop.outbox".parse().unwrap(), ColumnPreset::Debezium);
+    let router = Router::new(&[text, binary], &route).unwrap();
+    let row = |table: &str, id: Value, key: Value| {
+        change(
+            table,
+            RowOperation::Insert,
+            &["id", "aggregatetype", "aggregateid", "type", "payload"],
+            vec![
+                id,
+                Value::Text("order".into()),
+                key,
+                Value::Text("Created".into()),
+                Value::Text("{}".into()),
+            ],
+        )
+    };
+    let binary_record = routed(
+        &router,
+        &row(
+            "shop.outbox_bin",
+            Value::Bytes(vec![1, 2, 3]),
+            Value::Bytes(vec![0xff, 0]),
+        ),
+    );
+    assert_eq!(
+        binary_record.key.as_deref(),
+        Some(&br#"{"schema":{"type":"bytes","optional":false},"payload":"/wA="}"#[..])
+    );
+    assert_eq!(binary_record.header("id"), Some(&b"AQID"[..]));
+    let text_record = routed(
+        &router,
+        &row(
+            "shop.outbox",
+            Value::Text("ev".into()),
+            Value::Text("o-1".into()),
+        ),
+    );
+    assert_eq!(
+        text_record.key.as_deref(),
+        Some(&br#"{"schema":{"type":"string","optional":false},"payload":"o-1"}"#[..])
+    );
+    assert_eq!(text_record.header("id"), Some(&b"ev"[..]));
+}
