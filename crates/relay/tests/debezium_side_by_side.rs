@@ -296,9 +296,42 @@ const DIFFERENTIAL_TABLE: &str = "CREATE TABLE shop.outbox_diff (\
      seq INT NOT NULL, due DATE NULL, part INT NULL, \
      timestamp DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB";
 
+/// The same outbox with a VARBINARY(16) event id and aggregate id (`binary.handling.mode =
+/// bytes`, Debezium's default: the `id` header is the id's Base64, the key the bytes under
+/// ByteArrayConverter, Base64 under JsonConverter).
+const BINARY_TABLE: &str = "CREATE TABLE shop.outbox_bin (\
+     id VARBINARY(16) NOT NULL PRIMARY KEY, aggregatetype VARCHAR(64) NOT NULL, \
+     aggregateid VARBINARY(16) NULL, type VARCHAR(64) NOT NULL, payload JSON NULL, \
+     tenant VARCHAR(32) NOT NULL DEFAULT 'acme', \
+     region VARCHAR(16) NULL, blob_ref VARBINARY(16) NULL, \
+     created DATETIME(6) NOT NULL, stamped TIMESTAMP(3) NULL, \
+     seq INT NOT NULL, due DATE NULL, part INT NULL, \
+     timestamp DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB";
+
+/// Rows of [`BINARY_TABLE`]: (id hex, id Base64, aggregate type, key hex, key Base64, payload).
+const BINARY_ROWS: &[(&str, &str, &str, &str, &str, &str)] = &[
+    (
+        "018f00000000700080000000000000a1",
+        "AY8AAAAAcACAAAAAAAAAoQ==",
+        "order",
+        "00ff10ee",
+        "AP8Q7g==",
+        "{\"binary\": true}",
+    ),
+    (
+        "018f00000000700080000000000000b2",
+        "AY8AAAAAcACAAAAAAAAAsg==",
+        "customer",
+        "00ff20dd",
+        "AP8g3Q==",
+        "{\"binary\": 2}",
+    ),
+];
+
 /// Debezium's `table.fields.additional.placement` in the differential test.
 const ADDITIONAL_PLACEMENT: &str = "tenant:header:tenantId,region:header,blob_ref:header,\
-     created:header,stamped:header,seq:envelope,due:envelope:dueOn,part:partition";
+     created:header,stamped:header,seq:envelope,due:envelope:dueOn,blob_ref:envelope:blob,\
+     part:partition";
 
 /// The relay's `[route]` lines for [`ADDITIONAL_PLACEMENT`] (the column types are the DDL's).
 const RELAY_ADDITIONAL_FIELDS: &[&str] = &[
@@ -308,7 +341,8 @@ const RELAY_ADDITIONAL_FIELDS: &[&str] = &[
      { column = \"created\", column_type = \"datetime(6)\" }, \
      { column = \"stamped\", column_type = \"timestamp(3)\" }]",
     "envelope_fields = [{ column = \"seq\", column_type = \"int\", nullable = false }, \
-     { column = \"due\", field = \"dueOn\", column_type = \"date\" }]",
+     { column = \"due\", field = \"dueOn\", column_type = \"date\" }, \
+     { column = \"blob_ref\", field = \"blob\", column_type = \"varbinary(16)\" }]",
 ];
 
 /// Whether the relay's sink sends [`outbox_router::KafkaRecord::null_headers`]. The router
@@ -463,7 +497,8 @@ async fn start_mode(
     index: usize,
 ) -> (DebeziumConnect, Relay) {
     let tag = format!("{}-{}", db.tag(), mode.name);
-    let mut options = DebeziumOptions::outbox(&format!("{tag}-dbz"), "shop.outbox_diff");
+    let mut options =
+        DebeziumOptions::outbox(&format!("{tag}-dbz"), "shop.outbox_diff,shop.outbox_bin");
     options.key_converter = mode.key;
     options.value_converter = mode.value;
     options.server_id = 54_400 + index as u32;
@@ -498,8 +533,14 @@ async fn start_mode(
     let mut setup = RelaySetup::new(db, &broker.bootstrap());
     setup.topic_tag = tag.clone();
     setup.topic_partitions = PARTITIONS;
-    setup.extra_outbox_tables = vec![("shop.outbox_diff".to_string(), "debezium".to_string())];
+    setup.extra_outbox_tables = vec![
+        ("shop.outbox_diff".to_string(), "debezium".to_string()),
+        ("shop.outbox_bin".to_string(), "debezium".to_string()),
+    ];
     setup.route_extra = [
+        // Binary ids (only binary values are affected): Base64 as Debezium writes them.
+        "key_encoding = \"base64\"",
+        "event_id_encoding = \"base64\"",
         "headers = { event_type = \"\", aggregate_type = \"\", aggregate_id = \"\" }",
         // MariaDB's JSON is LONGTEXT: Debezium gives it a plain string schema.
         "connect_schema = { key_optional = true, payload_type = \"string\" }",
@@ -527,10 +568,15 @@ async fn start_mode(
     let mut relay = Relay::prepare(&setup);
     relay.edit_config(&[
         ("server_id = 4242", &format!("server_id = {}", 4300 + index)),
-        // Debezium's `part:partition`.
+        // Debezium's `part:partition`; the binary table's key column is bytes to Debezium.
         (
-            "preset = \"debezium\"",
-            "preset = \"debezium\"\ncolumns = { partition = \"part\" }",
+            "table = \"shop.outbox_diff\"\npreset = \"debezium\"",
+            "table = \"shop.outbox_diff\"\npreset = \"debezium\"\ncolumns = { partition = \"part\" }",
+        ),
+        (
+            "table = \"shop.outbox_bin\"\npreset = \"debezium\"",
+            "table = \"shop.outbox_bin\"\npreset = \"debezium\"\ncolumns = { partition = \"part\" }\n\
+             connect_schema = { key_type = \"bytes\", key_optional = true, payload_type = \"string\" }",
         ),
     ]);
     relay.start();
@@ -566,6 +612,15 @@ async fn write_diff_rows(db: &ScratchMariadb) {
         .await
         .unwrap_or_else(|error| panic!("insert {id}: {error}"));
     }
+    for (id_hex, _, aggregate_type, key_hex, _, payload) in BINARY_ROWS {
+        conn.query_drop(format!(
+            "INSERT INTO shop.outbox_bin (id, aggregatetype, aggregateid, type, payload, region, \
+             created, stamped, seq) VALUES (X'{id_hex}', '{aggregate_type}', X'{key_hex}', \
+             'Happened', '{payload}', 'eu', '{CREATED}', '{STAMPED}', 100)"
+        ))
+        .await
+        .unwrap_or_else(|error| panic!("insert binary id {id_hex}: {error}"));
+    }
     conn.query_drop("UPDATE shop.outbox_diff SET type = 'Changed' WHERE id = 'diff-text'")
         .await
         .unwrap();
@@ -588,6 +643,7 @@ async fn write_diff_rows(db: &ScratchMariadb) {
 /// (`PREFIX.shop.outbox_diff.TYPE.Value`), the relay's naming `aggregate_type`.
 fn envelope_schema_name_difference(
     prefix: &str,
+    table: &str,
     aggregate_type: &str,
     mine: Option<&[u8]>,
     theirs: Option<&[u8]>,
@@ -596,16 +652,126 @@ fn envelope_schema_name_difference(
         std::str::from_utf8(mine?).ok()?,
         std::str::from_utf8(theirs?).ok()?,
     );
-    let name = |kind: &str| format!("\"name\":\"{prefix}.shop.outbox_diff.{kind}.Value\"");
-    let own = name(aggregate_type);
+    let name = |table: &str, kind: &str| format!("\"name\":\"{prefix}.shop.{table}.{kind}.Value\"");
+    let own = name(table, aggregate_type);
     if mine == theirs || !mine.contains(&own) {
         return None;
     }
-    ["order", "customer"]
+    // Debezium's cache is keyed by the payload schema alone: the name may even be another
+    // table's.
+    ["outbox_diff", "outbox_bin"]
         .into_iter()
-        .filter(|other| *other != aggregate_type)
-        .find(|other| mine.replacen(&own, &name(other), 1) == theirs)
-        .map(str::to_string)
+        .flat_map(|table| ["order", "customer"].map(|kind| (table, kind)))
+        .filter(|candidate| *candidate != (table, aggregate_type))
+        .find(|(table, kind)| mine.replacen(&own, &name(table, kind), 1) == theirs)
+        .map(|(table, kind)| format!("{table}.{kind}"))
+}
+
+/// Compares the binary-id table's records: the `id` header is the id's Base64 from both;
+/// key, value, partition and headers as in [`compare_mode`], except under a StringConverter
+/// key, where Debezium writes the text of the `ByteBuffer` holding the key bytes
+/// (`java.nio.HeapByteBuffer[pos=0 lim=4 cap=4]`, the same for every key of that length), a
+/// deliberate difference asserted as such.
+fn compare_binary_rows(
+    mode: &Mode,
+    tag: &str,
+    ours_by_id: &BTreeMap<String, &ConsumedRecord>,
+    theirs_by_id: &BTreeMap<String, &ConsumedRecord>,
+    failures: &mut Vec<String>,
+) {
+    for (id_base64, aggregate_type, key_base64) in
+        BINARY_ROWS.iter().map(|row| (row.1, row.2, row.4))
+    {
+        let (Some(mine), Some(reference)) =
+            (ours_by_id.get(id_base64), theirs_by_id.get(id_base64))
+        else {
+            failures.push(format!(
+                "[{}] binary id {id_base64}: relay {:?}, Debezium {:?}",
+                mode.name,
+                ours_by_id.get(id_base64).map(|r| describe(r)),
+                theirs_by_id.get(id_base64).map(|r| describe(r))
+            ));
+            continue;
+        };
+        println!(
+            "  binary id {id_base64}\n    relay:    key={} value={}\n    debezium: key={} value={}",
+            hex_or_text(mine.key.as_deref()),
+            hex_or_text(mine.value.as_deref()),
+            hex_or_text(reference.key.as_deref()),
+            hex_or_text(reference.value.as_deref()),
+        );
+        if matches!(mode.key, Converter::String) {
+            // Debezium hands the bytes over as a ByteBuffer, whose toString() names only its
+            // size: every 4-byte key is the same text (one key, one partition).
+            let theirs = reference.key_str().unwrap_or_default();
+            if theirs != "java.nio.HeapByteBuffer[pos=0 lim=4 cap=4]" {
+                failures.push(format!(
+                    "[{}] {id_base64}: Debezium's StringConverter key of a binary id is {theirs:?}, not the ByteBuffer's text any more; update the README",
+                    mode.name
+                ));
+            }
+            if mine.key.as_deref() != Some(key_base64.as_bytes()) {
+                failures.push(format!(
+                    "[{}] {id_base64}: relay key {:?} (key_encoding = base64)",
+                    mode.name,
+                    mine.key_str()
+                ));
+            }
+        } else {
+            if mine.key != reference.key {
+                failures.push(format!(
+                    "[{}] {id_base64}: keys differ: relay {} / Debezium {}",
+                    mode.name,
+                    hex_or_text(mine.key.as_deref()),
+                    hex_or_text(reference.key.as_deref())
+                ));
+            }
+            if mine.partition != reference.partition {
+                failures.push(format!(
+                    "[{}] {id_base64}: partition {} from the relay, {} from Debezium",
+                    mode.name, mine.partition, reference.partition
+                ));
+            }
+        }
+        let name_difference = envelope_schema_name_difference(
+            &format!("{tag}-dbz"),
+            "outbox_bin",
+            aggregate_type,
+            mine.value.as_deref(),
+            reference.value.as_deref(),
+        );
+        if let Some(debezium_name) = name_difference {
+            println!(
+                "    (deliberate) Debezium's envelope schema is named after `{debezium_name}`"
+            );
+            if !matches!(mode.value, Converter::Json { schemas: true }) {
+                failures.push(format!(
+                    "[{}] {id_base64}: a schema name differs without schemas",
+                    mode.name
+                ));
+            }
+        } else if mine.value != reference.value {
+            failures.push(format!(
+                "[{}] {id_base64}: values differ:\n      relay    {}\n      Debezium {}",
+                mode.name,
+                hex_or_text(mine.value.as_deref()),
+                hex_or_text(reference.value.as_deref())
+            ));
+        }
+        let theirs_headers: Vec<_> = reference
+            .headers
+            .iter()
+            .filter(|(name, _)| !name.starts_with(DEBEZIUM_CONTEXT_HEADER_PREFIX))
+            .filter(|(_, value)| RELAY_SENDS_NULL_HEADERS || value.is_some())
+            .cloned()
+            .collect();
+        if mine.headers != theirs_headers {
+            failures.push(format!(
+                "[{}] {id_base64}: headers differ: relay {:?} / Debezium {:?}",
+                mode.name, mine.headers, theirs_headers
+            ));
+        }
+    }
 }
 
 /// Compares one mode's records; returns (records compared, failures).
@@ -627,7 +793,7 @@ async fn compare_mode(
         read_all(
             &broker.bootstrap(),
             &names,
-            ReadStop::Count(DIFF_ROWS.len()),
+            ReadStop::Count(DIFF_ROWS.len() + BINARY_ROWS.len()),
             Duration::from_secs(90),
         )
         .await
@@ -672,6 +838,7 @@ async fn compare_mode(
         }
         let schema_name_difference = envelope_schema_name_difference(
             &format!("{tag}-dbz"),
+            "outbox_diff",
             aggregate_type,
             mine.value.as_deref(),
             reference.value.as_deref(),
@@ -773,13 +940,14 @@ async fn compare_mode(
             ));
         }
     }
+    compare_binary_rows(mode, &tag, &ours_by_id, &theirs_by_id, &mut failures);
     for (side, records) in [("relay", &ours), ("Debezium", &theirs)] {
-        if records.len() != DIFF_ROWS.len() {
+        if records.len() != DIFF_ROWS.len() + BINARY_ROWS.len() {
             failures.push(format!(
                 "[{}] {side} delivered {} records for {} rows (an UPDATE, a DELETE and a rolled-back row must give none)",
                 mode.name,
                 records.len(),
-                DIFF_ROWS.len()
+                DIFF_ROWS.len() + BINARY_ROWS.len()
             ));
         }
     }
@@ -795,7 +963,9 @@ async fn compare_mode(
 async fn debezium_and_outbox_relay_write_identical_bytes_for_every_converter_setup() {
     let (db, broker) = tokio::join!(start_database_for_debezium(), KafkaBroker::shared());
     let broker = broker.expect("the shared Kafka broker starts");
-    db.exec(&[DIFFERENTIAL_TABLE]).await.expect("outbox table");
+    db.exec(&[DIFFERENTIAL_TABLE, BINARY_TABLE])
+        .await
+        .expect("outbox tables");
     // One Debezium worker and one relay per mode, all on the same binlog, started two at a
     // time (more JVMs starting at once on a small machine miss the startup limit).
     let mut started = Vec::new();

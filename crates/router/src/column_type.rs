@@ -292,8 +292,10 @@ pub(crate) fn header_bytes(data: &Data) -> Option<Vec<u8>> {
 }
 
 /// Appends a Connect value as Java's `StringBuilder.append(Object)` prints it inside
-/// `Struct.toString()`; `None` when Java's text is not reproducible (a `byte[]` prints its
-/// identity hash).
+/// `Struct.toString()`; `None` when Java's text is not reproducible. Debezium hands binary
+/// columns over as a `ByteBuffer` wrapping the bytes, whose `toString()` names only its
+/// size (`java.nio.HeapByteBuffer[pos=0 lim=4 cap=4]`: the differential test sees it as a
+/// StringConverter key).
 pub(crate) fn push_java_text(out: &mut String, data: &Data) -> Option<()> {
     match data {
         Data::Null => out.push_str("null"),
@@ -304,7 +306,14 @@ pub(crate) fn push_java_text(out: &mut String, data: &Data) -> Option<()> {
         Data::Boolean(value) => {
             let _ = write!(out, "{value}");
         }
-        Data::Bytes(_) | Data::Float64(_) | Data::Array(_) | Data::Struct(_) => return None,
+        Data::Bytes(bytes) => {
+            let _ = write!(
+                out,
+                "java.nio.HeapByteBuffer[pos=0 lim={0} cap={0}]",
+                bytes.len()
+            );
+        }
+        Data::Float64(_) | Data::Array(_) | Data::Struct(_) => return None,
     }
     Some(())
 }

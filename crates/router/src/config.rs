@@ -467,13 +467,6 @@ impl RouteConfig {
                 });
             }
             names.push(name);
-            if self.value_format == RecordFormat::Raw
-                && field.column_type.kind() == crate::column_type::ColumnType::Bytes
-            {
-                problems.push(ConfigProblem::Envelope {
-                    reason: format!("envelope field `{name}` is binary: with value_format = \"raw\" Debezium's StringConverter writes Java's identity hash of the bytes (`[B@1b6d3586`), which cannot be reproduced; use a JSON value_format"),
-                });
-            }
         }
         if !self.envelope_fields.is_empty()
             && self.value_format == RecordFormat::JsonWithSchema

@@ -779,8 +779,8 @@ impl Router {
                     context.error(
                         name,
                         RoutingErrorKind::UnsupportedType {
-                            value_type: "binary",
-                            usage: "an envelope field under value_format = \"raw\" (Java prints a byte array's identity hash)",
+                            value_type: "binary payload",
+                            usage: "an envelope's payload under value_format = \"raw\"",
                         },
                     )
                 })?;

@@ -163,6 +163,16 @@ fn an_envelope_keeps_a_null_payload_in_the_struct_and_tombstones_stay_null() {
         record.value.as_deref(),
         Some(&br#"{"payload":null,"tenant":"acme","area":"eu","created":1714979289123456}"#[..])
     );
+    let binary = routed(
+        &router(&format!(
+            "{DEBEZIUM_HEADERS}envelope_fields = [{{ column = \"blob_ref\", column_type = \"blob\" }}]\n"
+        )),
+        &change,
+    );
+    assert_eq!(
+        binary.value.as_deref(),
+        Some(&b"Struct{blob_ref=java.nio.HeapByteBuffer[pos=0 lim=4 cap=4]}"[..])
+    );
     let record = routed(
         &router(&format!(
             "{DEBEZIUM_HEADERS}{ENVELOPE}tombstone_on_empty_payload = true\n"
@@ -185,14 +195,12 @@ fn envelope_configs_debezium_cannot_reproduce_are_refused() {
             .map(|error| error.problems)
             .unwrap_or_default()
     };
-    let binary_raw =
-        parse("envelope_fields = [{ column = \"blob_ref\", column_type = \"varbinary(16)\" }]");
-    assert!(
-        binary_raw
-            .iter()
-            .any(|p| p.to_string().contains("identity hash")),
-        "{binary_raw:?}"
-    );
+    // A binary field under a StringConverter is Java's ByteBuffer text, which names only
+    // its size: reproducible, so allowed.
+    assert!(parse(
+        "envelope_fields = [{ column = \"blob_ref\", column_type = \"varbinary(16)\" }]"
+    )
+    .is_empty());
     let unnamed = parse(&format!("{ENVELOPE}value_format = \"json_with_schema\"\n"));
     assert!(
         unnamed
