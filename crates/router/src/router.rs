@@ -374,15 +374,26 @@ impl Router {
                 },
             });
         };
-        self.route_insert(table, change, row, None)
+        self.route_insert(table, change, row, &mut None)
             .map(RouteOutcome::Record)
     }
 
     /// Routes one row change it takes by value, like [`Router::route`], moving the payload
     /// column's bytes into the record's value instead of copying them (for a `raw` value
-    /// format; a JSON format writes new bytes either way). The rest of the row is dropped
-    /// here. For big payloads this halves the memory a row needs on its way to Kafka.
+    /// format; a JSON format writes new bytes either way). For big payloads this halves the
+    /// memory a row needs on its way to Kafka.
     pub fn route_owned(&self, mut change: RowChange) -> Result<RouteOutcome, RoutingError> {
+        self.route_taking_payload(&mut change)
+    }
+
+    /// Like [`Router::route_owned`], for a caller that still needs the row afterwards (for
+    /// its position, or a dead letter): the payload value moves into the record only when a
+    /// record is produced, and is then `Value::Null` in `change`'s after image. A skip or a
+    /// routing error leaves `change` exactly as it was.
+    pub fn route_taking_payload(
+        &self,
+        change: &mut RowChange,
+    ) -> Result<RouteOutcome, RoutingError> {
         let Some(table) = self.tables.get(&*change.table) else {
             return Err(RoutingError {
                 event_id: None,
@@ -392,7 +403,7 @@ impl Router {
             });
         };
         if change.operation != RowOperation::Insert {
-            return self.route_invalid_operation(table, &change);
+            return self.route_invalid_operation(table, change);
         }
         let Some(mut row) = change.after.take() else {
             return Err(RoutingError {
@@ -406,7 +417,7 @@ impl Router {
         };
         let indexes = table.indexes(&row.columns, &self.settings);
         // Take the payload out of the row only when no other mapped column reads it.
-        let payload = indexes.payload.filter(|payload| {
+        let payload_index = indexes.payload.filter(|payload| {
             let others = [
                 indexes.event_id,
                 indexes.aggregate_type,
@@ -422,22 +433,32 @@ impl Router {
                 .chain(&indexes.envelope)
                 .any(|other| *other == Some(*payload))
         });
-        let payload = payload
+        let mut taken = payload_index
             .and_then(|index| row.values.get_mut(index))
             .map(|value| std::mem::replace(value, Value::Null));
-        self.route_insert(table, &change, &row, payload)
-            .map(RouteOutcome::Record)
+        let result = self.route_insert(table, change, &row, &mut taken);
+        // Not moved into a record (an error, or a value written anew): put it back.
+        if let (Some(value), Some(slot)) = (
+            taken,
+            payload_index.and_then(|index| row.values.get_mut(index)),
+        ) {
+            *slot = value;
+        }
+        change.after = Some(row);
+        result.map(RouteOutcome::Record)
     }
 
     /// Builds the record of an inserted row.
-    /// `payload` is the payload column's value when the caller took it out of `row`
-    /// ([`Router::route_owned`]); `None` reads it from `row`.
+    /// `taken` holds the payload column's value when the caller took it out of `row`
+    /// ([`Router::route_taking_payload`]); it is moved into the record only as the last
+    /// step, once nothing can fail any more (else it stays for the caller to put back).
+    /// `None` reads the payload from `row`.
     fn route_insert(
         &self,
         table: &TableRoute,
         change: &RowChange,
         row: &Row,
-        payload: Option<Value>,
+        taken: &mut Option<Value>,
     ) -> Result<KafkaRecord, RoutingError> {
         let settings = &self.settings;
         let mapping = &table.mapping;
@@ -531,29 +552,6 @@ impl Router {
             .formatted_key(table.connect_schema, aggregate_id_value, key.as_deref())
             .map_err(|kind| context.error(&mapping.aggregate_id, kind))?;
 
-        let payload_value = match payload {
-            Some(value) => Cow::Owned(value),
-            None => Cow::Borrowed(context.present(row, indexes.payload, &mapping.payload)?),
-        };
-        let value = if settings.envelope_fields.is_empty() {
-            match settings.value_format {
-                RecordFormat::Raw => self.payload_bytes(payload_value),
-                format => self.formatted_payload(table.connect_schema, format, &payload_value),
-            }
-            .map_err(|kind| context.error(&mapping.payload, kind))?
-        } else {
-            self.envelope_value(
-                table.connect_schema,
-                change,
-                row,
-                &indexes,
-                &payload_value,
-                &aggregate_type,
-                &context,
-                &mapping.payload,
-            )?
-        };
-
         let timestamp_millis = self.timestamp(table, change, row, &indexes, &context)?;
 
         let partition = match (&mapping.partition, indexes.partition) {
@@ -626,6 +624,44 @@ impl Router {
             }
         }
 
+        // Last, so that nothing fails after an owned payload moved into the value.
+        let payload_value = match taken.as_ref() {
+            Some(value) => value,
+            None => context.present(row, indexes.payload, &mapping.payload)?,
+        };
+        let value = if settings.envelope_fields.is_empty() {
+            match settings.value_format {
+                RecordFormat::Raw => match self
+                    .payload_has_bytes(payload_value)
+                    .map_err(|kind| context.error(&mapping.payload, kind))?
+                {
+                    false => None,
+                    true => Some(match taken.take() {
+                        Some(value) => payload_into_bytes(Cow::Owned(value)),
+                        None => payload_into_bytes(Cow::Borrowed(context.present(
+                            row,
+                            indexes.payload,
+                            &mapping.payload,
+                        )?)),
+                    }),
+                },
+                format => self
+                    .formatted_payload(table.connect_schema, format, payload_value)
+                    .map_err(|kind| context.error(&mapping.payload, kind))?,
+            }
+        } else {
+            self.envelope_value(
+                table.connect_schema,
+                change,
+                row,
+                &indexes,
+                payload_value,
+                &aggregate_type,
+                &context,
+                &mapping.payload,
+            )?
+        };
+
         Ok(KafkaRecord {
             topic,
             key: record_key,
@@ -638,20 +674,21 @@ impl Router {
         })
     }
 
-    /// The record value for a payload column value (`None`: tombstone).
-    /// Takes the value by `Cow` so an owned payload's bytes move into the record.
-    fn payload_bytes(&self, value: Cow<'_, Value>) -> Result<Option<Vec<u8>>, RoutingErrorKind> {
+    /// Whether a payload column value gives value bytes under the raw format (`false`: a
+    /// tombstone or null value), checked without taking the value, so the caller can move
+    /// them out afterwards ([`payload_into_bytes`]).
+    fn payload_has_bytes(&self, value: &Value) -> Result<bool, RoutingErrorKind> {
         let tombstone = self.settings.tombstone_on_empty_payload;
-        let bytes: &[u8] = match &*value {
-            Value::Null if tombstone => return Ok(None),
+        let bytes: &[u8] = match value {
+            Value::Null if tombstone => return Ok(false),
             // Debezium's StringConverter writes a NULL payload as a null value.
-            Value::Null if self.settings.null_values == NullValues::AsDebezium => return Ok(None),
+            Value::Null if self.settings.null_values == NullValues::AsDebezium => return Ok(false),
             Value::Null => return Err(RoutingErrorKind::NullPayload),
             // Already JSON text (Debezium's form): emitted as it is, never a quoted string.
-            Value::Json(_) => return Ok(Some(payload_into_bytes(value))),
+            Value::Json(_) => return Ok(true),
             // Debezium: `payload.toString().trim().isEmpty()` (Java's trim: every char <= ' ').
             Value::Text(text) if tombstone && text.trim_matches(|c: char| c <= ' ').is_empty() => {
-                return Ok(None)
+                return Ok(false)
             }
             Value::Text(text) => text.as_bytes(),
             Value::Bytes(bytes) => bytes,
@@ -663,7 +700,7 @@ impl Router {
             }
         };
         if bytes.is_empty() && tombstone {
-            return Ok(None);
+            return Ok(false);
         }
         if self.settings.payload == PayloadMode::RequireJson {
             serde_json::from_slice::<serde::de::IgnoredAny>(bytes).map_err(|error| {
@@ -672,7 +709,7 @@ impl Router {
                 }
             })?;
         }
-        Ok(Some(payload_into_bytes(value)))
+        Ok(true)
     }
 
     /// The record value with `envelope_fields`: the struct `{payload, field...}` Debezium's

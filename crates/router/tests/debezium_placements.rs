@@ -361,3 +361,31 @@ fn a_table_with_a_binary_aggregate_id_states_its_own_key_schema() {
     );
     assert_eq!(text_record.header("id"), Some(&b"ev"[..]));
 }
+
+#[test]
+fn routing_in_place_moves_the_payload_only_into_a_record() {
+    // Partition 7 of an `int` column is fine; -1 is a routing error, found after the payload.
+    let route: RouteConfig = toml::from_str(DEBEZIUM_HEADERS).unwrap();
+    let mut table = OutboxTableConfig::new("shop.outbox".parse().unwrap(), ColumnPreset::Debezium);
+    table.columns.partition = Some("seq".into());
+    let router = Router::new(&[table], &route).unwrap();
+
+    let mut good = row(None, Some("{\"ok\":1}"));
+    let record = match router.route_taking_payload(&mut good) {
+        Ok(RouteOutcome::Record(record)) => record,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(record.value.as_deref(), Some(&b"{\"ok\":1}"[..]));
+    assert_eq!(record.partition, Some(7));
+    // The row stays for the caller (position, table), its payload moved out.
+    assert_eq!(good.after.as_ref().unwrap().values[4], Value::Null);
+
+    let mut bad = row(None, Some("{\"ok\":2}"));
+    bad.after.as_mut().unwrap().values[7] = Value::Int(-1);
+    let original = bad.clone();
+    let error = router.route_taking_payload(&mut bad).unwrap_err();
+    assert_eq!(error.column.as_deref(), Some("seq"));
+    // A dead letter of it still has the payload: the row is untouched.
+    assert_eq!(bad, original);
+    assert_eq!(router.route(&original).unwrap_err(), error);
+}
