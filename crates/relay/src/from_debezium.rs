@@ -919,7 +919,7 @@ mod tests {
              transforms=outbox\n\
              transforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n\
              transforms.outbox.route.topic.replacement=tag.dbz.outbox.event.${{routedByValue}}\n\
-             transforms.outbox.table.fields.additional.placement=tenant:header:tenantId\n\
+             transforms.outbox.table.fields.additional.placement=tenant:header:tenantId,seq:envelope,part:partition\n\
              transforms.outbox.table.expand.json.payload={expand}\n\
              transforms.outbox.route.topic.regex=(?<routedByValue>order|customer)\n\
              snapshot.locking.mode=none\n\
@@ -934,12 +934,15 @@ mod tests {
             "topic_replacement = \"tag.dbz.outbox.event.${routedByValue}\"",
             "headers = { event_type = \"\", aggregate_type = \"\", aggregate_id = \"\" }",
             "additional_headers = [{ column = \"tenant\", header = \"tenantId\" }]",
+            "envelope_fields = [{ column = \"seq\", column_type = \"int\", nullable = false }]",
+            "debezium_topic_prefix = \"tag-json-dbz\"",
             "null_values = \"as_debezium\"",
         ];
         route.extend(extra);
         format!(
             "[source]\nurl = \"mysql://root@127.0.0.1:33061\"\nserver_id = 1\n\
              [[outbox]]\ntable = \"shop.outbox_diff\"\npreset = \"debezium\"\n\
+             columns = {{ partition = \"part\" }}\n\
              [route]\n{}\n[kafka]\nbrokers = \"127.0.0.1:9092\"\n\
              [checkpoint]\nstore = \"file\"\npath = \"/tmp/x.json\"\n",
             route.join("\n")
@@ -958,6 +961,8 @@ mod tests {
             "payload",
             "tenant",
             "timestamp",
+            "seq",
+            "part",
         ]
         .map(String::from)
         .into();
@@ -975,7 +980,8 @@ mod tests {
             ("diff-nullpayload", "order", Some("o-4"), None),
         ];
         rows.iter()
-            .map(|(id, kind, key, payload)| RowChange {
+            .enumerate()
+            .map(|(index, (id, kind, key, payload))| RowChange {
                 table: std::sync::Arc::new("shop.outbox_diff".parse().unwrap()),
                 operation: RowOperation::Insert,
                 before: None,
@@ -989,6 +995,12 @@ mod tests {
                         payload.map_or(Value::Null, text),
                         text("acme"),
                         Value::Null,
+                        Value::Int(index as i64),
+                        if *id == "diff-nullkey" {
+                            Value::Int(1)
+                        } else {
+                            Value::Null
+                        },
                     ],
                 }),
                 event_timestamp: 1_700_000_000,
@@ -1029,6 +1041,13 @@ mod tests {
         for (converters, expand, extra) in modes {
             let connector = side_by_side_connector(converters, expand);
             let toml = convert(&parse_connector_config(&connector).unwrap()).unwrap();
+            // The envelope column's type is not in the connector file: the user states it.
+            let placeholder = "{ column = \"seq\", column_type = \"varchar\", nullable = true }";
+            assert!(toml.contains(placeholder), "{toml}");
+            let toml = toml.replace(
+                placeholder,
+                "{ column = \"seq\", column_type = \"int\", nullable = false }",
+            );
             let converted = crate::RelayConfig::parse(&toml).unwrap();
             let proven = crate::RelayConfig::parse(&proven_route(extra)).unwrap();
             let ours = outbox_router::Router::new(&converted.outbox, &converted.route).unwrap();
