@@ -7,8 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::stream::{FuturesUnordered, Stream, StreamExt};
-use futures_util::FutureExt;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer;
 use tokio::sync::mpsc;
@@ -16,7 +15,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::classify::{classify_delivery_error, FailureKind};
 use super::dead_lettering::{on_permanent_failure, Pending, PermanentAction};
-use super::producer::{create_kafka_client, enqueue, DeliveryOutcome, RelayProducer};
+use super::producer::{create_kafka_client, enqueue, RelayProducer};
 use super::rebuild::{purge_producer, stall_deadline, Rebuild};
 use super::topics::{reach_cluster_at_startup, TopicManager};
 use super::{KafkaSinkSettings, ShutdownSignal, SinkError, SinkItem, SinkObserver, SinkSummary};
@@ -62,20 +61,10 @@ where
     let mut rebuild: Option<Rebuild> = None;
     let mut drain_deadline: Option<Instant> = None;
     let mut summary = SinkSummary::default();
-    // A delivery report taken from `deliveries` while draining acks that is not an ack:
-    // handled first in the next pass, as if it were still in `deliveries`.
-    let mut carried: Option<DeliveryOutcome> = None;
 
-    // One pass handles every delivery report already in, or every input item already
-    // queued (up to the limits), so the bookkeeping below (gauges, timers) is per pass,
-    // not per record.
-    'sink: loop {
+    loop {
         OldestUnackedChanged {
             since_ms: pending.values().next().map(|item| item.accepted_at_ms),
-        }
-        .emit(metrics);
-        InFlightChanged {
-            in_flight: pending.len(),
         }
         .emit(metrics);
         if (!input_open || drain_deadline.is_some()) && pending.is_empty() {
@@ -88,7 +77,7 @@ where
             }
         }
         let drained = rebuild.as_ref().is_some_and(|request| {
-            (deliveries.is_empty() && carried.is_none())
+            deliveries.is_empty()
                 || request
                     .drain_until
                     .is_some_and(|until| Instant::now() >= until)
@@ -151,26 +140,17 @@ where
         };
         tokio::select! {
             biased;
-            Some((sequence, sent_generation, outcome)) = next_delivery(&mut carried, &mut deliveries), if carried.is_some() || !deliveries.is_empty() => {
+            Some((sequence, sent_generation, outcome)) = deliveries.next(), if !deliveries.is_empty() => {
                 match outcome {
                     Ok(()) => {
-                        // Every ack already in, in report order; anything else is carried to
-                        // the next pass.
-                        let mut acked_sequence = Some(sequence);
-                        while let Some(sequence) = acked_sequence.take() {
-                            if let Some(done) = pending.remove(&sequence) {
-                                waiting_for_resend.remove(&sequence);
-                                let acked = RecordAcked { publish_latency: done.sent_at.map(|sent| sent.elapsed()), event_timestamp: done.origin.event_timestamp };
-                                on_delivered(done.ticket);
-                                summary.delivered += 1;
-                                acked.emit(metrics);
-                                backoff.reset();
-                            }
-                            match deliveries.next().now_or_never() {
-                                Some(Some((next, _, Ok(())))) => acked_sequence = Some(next),
-                                Some(Some(other)) => carried = Some(other),
-                                Some(None) | None => {}
-                            }
+                        if let Some(done) = pending.remove(&sequence) {
+                            waiting_for_resend.remove(&sequence);
+                            let acked = RecordAcked { publish_latency: done.sent_at.map(|sent| sent.elapsed()), event_timestamp: done.origin.event_timestamp };
+                            on_delivered(done.ticket);
+                            summary.delivered += 1;
+                            acked.emit(metrics);
+                            InFlightChanged { in_flight: pending.len() }.emit(metrics);
+                            backoff.reset();
                         }
                     }
                     Err(error) if sent_generation == generation && pending.contains_key(&sequence) => {
@@ -195,7 +175,7 @@ where
                                 {
                                     // Shutdown came first: the dead letter stays unsent and unreported.
                                     drain_deadline.get_or_insert_with(|| Instant::now() + settings.drain_timeout);
-                                    continue 'sink;
+                                    continue;
                                 }
                                 match (&fatal, rebuild.is_some()) {
                                     (_, true) => {
@@ -307,73 +287,59 @@ where
                 tracing::info!(in_flight = pending.len(), "sink draining records in flight");
             }
             received = input.recv(), if accepting => {
-                // Every item already queued, while the sink may take more (nothing waiting
-                // for a resend, below `max_in_flight`), in input order.
-                let mut received = received;
-                loop {
-                    let Some(item) = received.take() else {
-                        input_open = false;
-                        break;
-                    };
-                    // Unacked from now on, also while its topic is checked or created.
-                    let accepted_at_ms = crate::unix_millis_now();
-                    if pending.is_empty() {
-                        OldestUnackedChanged { since_ms: Some(accepted_at_ms) }.emit(metrics);
-                    }
-                    let known = topics.is_known(&item.record.topic);
-                    if !known {
-                        let mut shutdown_for_topic = shutdown.clone();
-                        tokio::select! {
-                            ensured = topics.ensure(&item.record.topic, &producer, metrics) => ensured?,
-                            _ = shutdown_for_topic.recv() => {
-                                // The record was never sent: not reported, so not checkpointed.
-                                drain_deadline = Some(Instant::now() + settings.drain_timeout);
-                                continue 'sink;
+                match received {
+                    None => input_open = false,
+                    Some(item) => {
+                        // Unacked from now on, also while its topic is checked or created.
+                        let accepted_at_ms = crate::unix_millis_now();
+                        if pending.is_empty() {
+                            OldestUnackedChanged { since_ms: Some(accepted_at_ms) }.emit(metrics);
+                        }
+                        let known = topics.is_known(&item.record.topic);
+                        if !known {
+                            let mut shutdown_for_topic = shutdown.clone();
+                            tokio::select! {
+                                ensured = topics.ensure(&item.record.topic, &producer, metrics) => ensured?,
+                                _ = shutdown_for_topic.recv() => {
+                                    // The record was never sent: not reported, so not checkpointed.
+                                    drain_deadline = Some(Instant::now() + settings.drain_timeout);
+                                    continue;
+                                }
                             }
                         }
-                    }
-                    let sequence = next_sequence;
-                    next_sequence += 1;
-                    let mut permanent_at_enqueue: Option<KafkaError> = None;
-                    let mut sent_at = None;
-                    match enqueue(&producer, &item.record, sequence, generation) {
-                        Ok(delivery) => {
-                            sent_at = Some(Instant::now());
-                            deliveries.push(delivery);
-                        }
-                        Err(error) if classify_delivery_error(&error) == FailureKind::Permanent => {
-                            // E.g. larger than message.max.bytes: the producer refuses at once.
-                            permanent_at_enqueue = Some(error);
-                        }
-                        Err(error) => {
-                            waiting_for_resend.insert(sequence);
-                            if resend_timer.is_none() {
-                                let delay = backoff.next_delay();
-                                DeliveryFailedTransient { topic: &item.record.topic, error: &error, retry_in: delay, waiting: waiting_for_resend.len() }.emit(metrics);
-                                resend_timer = Some(Box::pin(tokio::time::sleep(delay)));
+                        let sequence = next_sequence;
+                        next_sequence += 1;
+                        let mut permanent_at_enqueue: Option<KafkaError> = None;
+                        let mut sent_at = None;
+                        match enqueue(&producer, &item.record, sequence, generation) {
+                            Ok(delivery) => {
+                                sent_at = Some(Instant::now());
+                                deliveries.push(delivery);
+                            }
+                            Err(error) if classify_delivery_error(&error) == FailureKind::Permanent => {
+                                // E.g. larger than message.max.bytes: the producer refuses at once.
+                                permanent_at_enqueue = Some(error);
+                            }
+                            Err(error) => {
+                                waiting_for_resend.insert(sequence);
+                                if resend_timer.is_none() {
+                                    let delay = backoff.next_delay();
+                                    DeliveryFailedTransient { topic: &item.record.topic, error: &error, retry_in: delay, waiting: waiting_for_resend.len() }.emit(metrics);
+                                    resend_timer = Some(Box::pin(tokio::time::sleep(delay)));
+                                }
                             }
                         }
-                    }
-                    pending.insert(sequence, Pending { record: item.record, ticket: item.ticket, origin: item.origin, permanent_failures: 0, first_failure_ms: 0, sent_at, accepted_at_ms });
-                    if let Some(error) = permanent_at_enqueue {
-                        let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, metrics)?;
-                        if matches!(action, PermanentAction::DeadLettered)
-                            && !ensure_dead_letter_topic(&mut topics, &settings, &producer, metrics, &shutdown).await?
-                        {
-                            drain_deadline.get_or_insert_with(|| Instant::now() + settings.drain_timeout);
-                            continue 'sink;
-                        }
-                        queue_resend(&mut waiting_for_resend, &mut resend_timer, &mut backoff, sequence);
-                    }
-                    if !waiting_for_resend.is_empty() || pending.len() >= settings.max_in_flight {
-                        break;
-                    }
-                    match input.try_recv() {
-                        Ok(item) => received = Some(item),
-                        Err(mpsc::error::TryRecvError::Empty) => break,
-                        Err(mpsc::error::TryRecvError::Disconnected) => {
-                            input_open = false;
-                            break;
+                        pending.insert(sequence, Pending { record: item.record, ticket: item.ticket, origin: item.origin, permanent_failures: 0, first_failure_ms: 0, sent_at, accepted_at_ms });
+                        InFlightChanged { in_flight: pending.len() }.emit(metrics);
+                        if let Some(error) = permanent_at_enqueue {
+                            let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, metrics)?;
+                            if matches!(action, PermanentAction::DeadLettered)
+                                && !ensure_dead_letter_topic(&mut topics, &settings, &producer, metrics, &shutdown).await?
+                            {
+                                drain_deadline.get_or_insert_with(|| Instant::now() + settings.drain_timeout);
+                                continue;
+                            }
+                            queue_resend(&mut waiting_for_resend, &mut resend_timer, &mut backoff, sequence);
                         }
                     }
                 }
@@ -418,18 +384,6 @@ async fn ensure_dead_letter_topic<S: ShutdownSignal>(
     tokio::select! {
         ensured = topics.ensure(&settings.dead_letter.topic, producer, metrics) => ensured.map(|()| true),
         _ = shutdown.recv() => Ok(false),
-    }
-}
-
-/// The next delivery report: the one carried over from the last pass, else the next from
-/// `deliveries`.
-async fn next_delivery<S>(carried: &mut Option<S::Item>, deliveries: &mut S) -> Option<S::Item>
-where
-    S: Stream + Unpin,
-{
-    match carried.take() {
-        Some(outcome) => Some(outcome),
-        None => deliveries.next().await,
     }
 }
 
