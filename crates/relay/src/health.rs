@@ -16,14 +16,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-/// Milliseconds since the Unix epoch (0 if the clock is before it).
-pub fn unix_millis_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| {
-            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
-        })
-}
+/// Milliseconds since the Unix epoch (0 if the clock is before it); `outbox-kafka`'s, whose
+/// sink stamps records with it.
+pub use outbox_kafka::unix_millis_now;
 
 /// One check's state: whether it passes and the reason when it does not.
 #[derive(Debug, Default)]

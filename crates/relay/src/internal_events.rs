@@ -1,10 +1,16 @@
 //! Internal events: each notable thing that happens in the relay is a struct whose
 //! [`InternalEvent::emit`] writes the log line and updates the metrics in one place, so
-//! logs and counters cannot drift apart.
+//! logs and counters cannot drift apart. The Kafka sink's events (acks, resends, rebuilds,
+//! dead letters, Kafka transactions) are `outbox-kafka`'s own, counting in the relay's
+//! [`Metrics::sink`] and reaching its readiness through `impl SinkObserver for Metrics`.
 
 use std::time::Duration;
 
 use crate::metrics::Metrics;
+
+/// The Kafka sink's events are `outbox-kafka`'s ([`outbox_kafka::internal_events`]); the
+/// pipeline emits this one too, for a row the router cannot route.
+pub use outbox_kafka::internal_events::DeadLettered;
 
 /// Something that happened, to be logged and counted.
 pub trait InternalEvent {
@@ -110,31 +116,9 @@ impl InternalEvent for RecordRouted {
     }
 }
 
-/// An event failed permanently and its dead letter is being written (counted by class;
-/// the event is acked only once the dead letter is).
-#[derive(Debug)]
-pub struct DeadLettered<'a> {
-    /// The error class (`routing`, `message_too_large`, ...).
-    pub class: &'a str,
-    /// The event id, when known, so the operator can find it with `dlq list`.
-    pub id: Option<&'a str>,
-    /// The topic the event was meant for (empty when unknown).
-    pub original_topic: &'a str,
-    /// The dead-letter topic.
-    pub dead_letter_topic: &'a str,
-    /// Sends tried.
-    pub attempts: u32,
-    /// The error text.
-    pub error: &'a str,
-}
-
 impl InternalEvent for DeadLettered<'_> {
     fn emit(self, metrics: &Metrics) {
-        metrics.dead_lettered.with_label_values(&[self.class]).inc();
-        metrics
-            .dead_letter_last_timestamp_seconds
-            .set(crate::health::unix_millis_now() as f64 / 1000.0);
-        tracing::error!(class = self.class, id = self.id.unwrap_or("<unknown>"), original_topic = self.original_topic, dead_letter_topic = self.dead_letter_topic, attempts = self.attempts, error = self.error, "event failed permanently; writing it to the dead-letter topic (see `outbox-relay dlq list`)");
+        outbox_kafka::internal_events::InternalEvent::emit(self, metrics);
     }
 }
 
@@ -156,46 +140,6 @@ impl InternalEvent for RowSkipped<'_> {
             tracing::warn!(table = %self.table, reason = self.reason, "outbox row skipped (not an insert)");
         } else {
             tracing::debug!(table = %self.table, reason = self.reason, "outbox row skipped (not an insert)");
-        }
-    }
-}
-
-/// Kafka acknowledged `count` records.
-#[derive(Debug)]
-pub struct RecordsDelivered {
-    /// How many.
-    pub count: u64,
-}
-
-impl InternalEvent for RecordsDelivered {
-    fn emit(self, metrics: &Metrics) {
-        metrics.records_delivered.inc_by(self.count);
-        metrics.health.sink_delivered();
-    }
-}
-
-/// Kafka acknowledged one record: counts it and observes its latencies.
-#[derive(Debug)]
-pub struct RecordAcked {
-    /// Time from handing it to the producer (its last send) to the ack; `None` if unknown.
-    pub publish_latency: Option<Duration>,
-    /// Server timestamp (epoch seconds) of its binlog event; `None` if unknown.
-    pub event_timestamp: Option<u32>,
-}
-
-impl InternalEvent for RecordAcked {
-    fn emit(self, metrics: &Metrics) {
-        RecordsDelivered { count: 1 }.emit(metrics);
-        if let Some(latency) = self.publish_latency {
-            metrics
-                .publish_latency_seconds
-                .observe(latency.as_secs_f64());
-        }
-        if let Some(timestamp) = self.event_timestamp.filter(|t| *t != 0) {
-            let now = crate::health::unix_millis_now() as f64 / 1000.0;
-            metrics
-                .end_to_end_latency_seconds
-                .observe((now - f64::from(timestamp)).max(0.0));
         }
     }
 }
@@ -231,33 +175,6 @@ impl InternalEvent for ReplayFinished<'_> {
         } else {
             tracing::info!(sent_through = %self.sent_through, "passed the previous run's sent-through position without replaying a record");
         }
-    }
-}
-
-/// A record was handed to a producer again (after a failure or a rebuild).
-#[derive(Debug)]
-pub struct RecordResent;
-
-impl InternalEvent for RecordResent {
-    fn emit(self, metrics: &Metrics) {
-        metrics.records_resent.inc();
-    }
-}
-
-/// The oldest unacked record changed (or none is left): sets what
-/// `oldest_unacked_age_seconds` is computed from.
-#[derive(Debug)]
-pub struct OldestUnackedChanged {
-    /// When (Unix ms) the sink took the oldest unacked record; `None` when none is unacked.
-    pub since_ms: Option<u64>,
-}
-
-impl InternalEvent for OldestUnackedChanged {
-    fn emit(self, metrics: &Metrics) {
-        metrics.oldest_unacked_since_ms.store(
-            self.since_ms.unwrap_or(0),
-            std::sync::atomic::Ordering::Relaxed,
-        );
     }
 }
 
@@ -300,190 +217,6 @@ impl InternalEvent for CheckpointCommitFailed<'_> {
             .health
             .checkpoint_committed(Some(&self.error.to_string()));
         tracing::error!(error = %self.error, "checkpoint commit failed; retrying at the next commit (nothing is lost, the replay after a crash grows)");
-    }
-}
-
-/// The exactly-once sink committed a Kafka transaction (its records and the checkpoint).
-#[derive(Debug)]
-pub struct KafkaTransactionCommitted {
-    /// Records in it (the checkpoint record not counted).
-    pub records: usize,
-    /// How long `commit_transaction` took.
-    pub duration: std::time::Duration,
-}
-
-impl InternalEvent for KafkaTransactionCommitted {
-    fn emit(self, metrics: &Metrics) {
-        metrics
-            .kafka_transactions
-            .with_label_values(&["committed"])
-            .inc();
-        metrics
-            .kafka_transaction_commit_seconds
-            .observe(self.duration.as_secs_f64());
-        tracing::debug!(
-            records = self.records,
-            commit_ms = self.duration.as_millis() as u64,
-            "Kafka transaction committed"
-        );
-    }
-}
-
-/// The exactly-once sink aborted a Kafka transaction; the pipeline restarts from the
-/// stored checkpoint.
-#[derive(Debug)]
-pub struct KafkaTransactionAborted<'a> {
-    /// Why.
-    pub reason: &'a str,
-    /// Records sent in it (none of them becomes visible to `read_committed` consumers).
-    pub records: usize,
-    /// Why the abort itself failed, if it did (the broker then aborts it on timeout).
-    pub abort_error: Option<&'a str>,
-}
-
-impl InternalEvent for KafkaTransactionAborted<'_> {
-    fn emit(self, metrics: &Metrics) {
-        metrics
-            .kafka_transactions
-            .with_label_values(&["aborted"])
-            .inc();
-        match self.abort_error {
-            None => tracing::warn!(reason = self.reason, records = self.records, "Kafka transaction aborted; restarting from the stored checkpoint (read_committed consumers see none of it)"),
-            Some(error) => tracing::warn!(reason = self.reason, records = self.records, abort_error = error, "Kafka transaction could not be aborted cleanly; the broker aborts it when the next producer with this transactional.id starts or at transaction.timeout.ms"),
-        }
-    }
-}
-
-/// A delivery failed transiently; the record will be resent.
-#[derive(Debug)]
-pub struct DeliveryFailedTransient<'a> {
-    /// Topic of the record.
-    pub topic: &'a str,
-    /// What librdkafka said.
-    pub error: &'a rdkafka::error::KafkaError,
-    /// Delay before the resend.
-    pub retry_in: Duration,
-    /// Records waiting for that resend.
-    pub waiting: usize,
-}
-
-impl InternalEvent for DeliveryFailedTransient<'_> {
-    fn emit(self, metrics: &Metrics) {
-        metrics
-            .delivery_errors
-            .with_label_values(&["transient"])
-            .inc();
-        metrics.retries.with_label_values(&["kafka_delivery"]).inc();
-        metrics.health.sink_retrying();
-        tracing::warn!(topic = self.topic, error = %self.error, retry_in_ms = self.retry_in.as_millis() as u64, waiting = self.waiting, "Kafka delivery failed; resending (checkpoint held back)");
-    }
-}
-
-/// Kafka rejected a record for good (too large, authorization, ...): counted as a
-/// permanent delivery error, and, when the dead-letter policy resends it before
-/// dead-lettering, as a retry of the Kafka delivery.
-#[derive(Debug)]
-pub struct DeliveryRejected<'a> {
-    /// Topic of the record.
-    pub topic: &'a str,
-    /// The dead-letter error class of the rejection.
-    pub class: &'static str,
-    /// What librdkafka or the broker said.
-    pub error: &'a rdkafka::error::KafkaError,
-    /// `Some((attempt, max_attempts))` when the record is resent; `None` when it is
-    /// dead-lettered now or stops the relay (logged there).
-    pub resending: Option<(u32, u32)>,
-}
-
-impl InternalEvent for DeliveryRejected<'_> {
-    fn emit(self, metrics: &Metrics) {
-        metrics
-            .delivery_errors
-            .with_label_values(&["permanent"])
-            .inc();
-        if let Some((attempt, max_attempts)) = self.resending {
-            metrics.retries.with_label_values(&["kafka_delivery"]).inc();
-            tracing::warn!(topic = self.topic, class = self.class, error = %self.error, attempt, max_attempts, "Kafka rejected a record permanently; resending before dead-lettering it");
-        }
-    }
-}
-
-/// The producer is rebuilt (after a fatal error, a delivery failure librdkafka gave up on,
-/// or a stall) and every unacked record resent in input order.
-#[derive(Debug)]
-pub struct ProducerRecreated<'a> {
-    /// Why, for the log.
-    pub reason: &'a str,
-    /// `fatal`, `failure` or `stall`: the `delivery_errors` label counted for it.
-    pub kind: &'static str,
-    /// Records that will be resent.
-    pub resending: usize,
-}
-
-impl InternalEvent for ProducerRecreated<'_> {
-    fn emit(self, metrics: &Metrics) {
-        metrics
-            .delivery_errors
-            .with_label_values(&[self.kind])
-            .inc();
-        metrics.producer_recreations.inc();
-        metrics
-            .producer_rebuilds
-            .with_label_values(&[self.kind])
-            .inc();
-        metrics.health.sink_retrying();
-        tracing::error!(reason = self.reason, kind = self.kind, resending = self.resending, "Kafka producer replaced (old one purged and drained); resending every unacked record in input order");
-    }
-}
-
-/// The stall watchdog fired: the oldest unacked record had no ack for `stall_timeout`.
-#[derive(Debug)]
-pub struct ProducerStalled<'a> {
-    /// Topic of the oldest unacked record.
-    pub topic: &'a str,
-    /// `kafka.stall_timeout_ms`.
-    pub stall_timeout: Duration,
-    /// Records unacked (all are resent).
-    pub unacked: usize,
-}
-
-impl InternalEvent for ProducerStalled<'_> {
-    fn emit(self, metrics: &Metrics) {
-        metrics.producer_stalls.inc();
-        tracing::warn!(topic = self.topic, stall_timeout_ms = self.stall_timeout.as_millis() as u64, unacked = self.unacked, "no Kafka ack for the oldest record within kafka.stall_timeout_ms; purging and rebuilding the producer (checkpoint held back)");
-    }
-}
-
-/// A topic was created through the admin API.
-#[derive(Debug)]
-pub struct TopicCreated<'a> {
-    /// The topic.
-    pub topic: &'a str,
-    /// Its partition count.
-    pub partitions: i32,
-}
-
-impl InternalEvent for TopicCreated<'_> {
-    fn emit(self, metrics: &Metrics) {
-        metrics.topics_created.inc();
-        tracing::info!(
-            topic = self.topic,
-            partitions = self.partitions,
-            "created Kafka topic"
-        );
-    }
-}
-
-/// The in-flight record count changed.
-#[derive(Debug)]
-pub struct InFlightChanged {
-    /// Records sent and not acked now.
-    pub in_flight: usize,
-}
-
-impl InternalEvent for InFlightChanged {
-    fn emit(self, metrics: &Metrics) {
-        metrics.in_flight.set(self.in_flight as i64);
     }
 }
 

@@ -6,8 +6,10 @@
 //! relay in-process:
 //! * [`config`]: the TOML configuration and its validation;
 //! * [`pipeline`]: [`run_relay`], the source -> router -> sink -> tracker -> store tasks;
-//! * [`sink`]: the Kafka producer side (idempotent, retrying, topic creation);
-//! * [`dead_letter`]: dead letters (what a permanent per-event failure becomes) and replay;
+//! * [`sink`]: the Kafka producer side (idempotent, retrying, topic creation; the library
+//!   is `outbox-kafka`'s, this module adds how the relay hosts it);
+//! * [`dead_letter`]: dead letters (what a permanent per-event failure becomes) and replay
+//!   (`outbox-kafka`'s, re-exported);
 //! * [`commands`]: the CLI subcommands (`run`, `check`, `checkpoint`, `inspect`, `demo`);
 //! * [`from_debezium`]: `config from-debezium`, a Debezium connector config as relay TOML;
 //! * [`import_debezium`]: `checkpoint import-debezium`, a Debezium offset as checkpoint;
@@ -38,7 +40,11 @@ pub mod commands;
 mod commands_tests;
 pub mod config;
 pub use outbox_kafka::crash_points;
-pub mod dead_letter;
+/// Dead letters: what a per-event permanent failure becomes, and `dlq list` / `dlq replay`
+/// (defined in `outbox-kafka`, with the sink that writes them).
+pub mod dead_letter {
+    pub use outbox_kafka::dead_letter::*;
+}
 pub mod demo;
 pub mod from_debezium;
 pub mod ha;

@@ -7,21 +7,23 @@
 //!   while nothing happens.
 //! * Labels are low-cardinality only: `kind`/`class` (a fixed set of error classes), the
 //!   build's `version`/`git_sha`; never ids, keys or positions.
+//! * The Kafka sink's collectors ([`SinkMetrics`]: deliveries, delivery errors, retries,
+//!   dead letters, in flight, producer rebuilds, latencies, Kafka transactions) are
+//!   `outbox-kafka`'s, registered into this relay's registry under the same names; a
+//!   [`Metrics`] reads through to them (`metrics.records_delivered` is
+//!   `metrics.sink.records_delivered`), and is the sink's [`SinkObserver`].
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use outbox_kafka::sink::{BatchBoundary, SinkMetrics, SinkObserver};
 use prometheus::{
-    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
-    Opts, Registry,
+    Encoder, Gauge, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
 use crate::health::Health;
+use crate::internal_events::{CheckpointCommitted, InternalEvent};
 
-/// Latency buckets (seconds) from 1 ms to 60 s, about three per decade.
-pub const LATENCY_BUCKETS: [f64; 16] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0,
-];
+pub use outbox_kafka::sink::LATENCY_BUCKETS;
 
 /// The git commit the binary was built from (`build.rs`: `OUTBOX_RELAY_GIT_SHA`, else
 /// `git rev-parse`, else `unknown`).
@@ -32,6 +34,9 @@ pub const GIT_SHA: &str = env!("OUTBOX_RELAY_GIT_SHA");
 pub struct Metrics {
     /// The registry the text endpoint encodes; one per relay so in-process tests don't mix.
     pub registry: Registry,
+    /// The Kafka sink's collectors, registered in `registry` (the sink is `outbox-kafka`'s,
+    /// and counts only through its own events); also what `Metrics` dereferences to.
+    pub sink: SinkMetrics,
     /// Row changes of watched tables read from the binlog.
     pub events_read: IntCounter,
     /// Committed transactions read (watched rows or not).
@@ -40,14 +45,6 @@ pub struct Metrics {
     pub events_routed: IntCounter,
     /// Rows the router skipped by design (updates, deletes of outbox rows).
     pub events_skipped: IntCounter,
-    /// Records Kafka acknowledged.
-    pub records_delivered: IntCounter,
-    /// Failed deliveries, by `kind` (`transient`, `fatal`, `permanent`).
-    pub delivery_errors: IntCounterVec,
-    /// Events written to the dead-letter topic (and acked there), by error `class`.
-    pub dead_lettered: IntCounterVec,
-    /// Records sent and not yet acknowledged.
-    pub in_flight: IntGauge,
     /// Bytes of row data reserved between the reader and Kafka's ack
     /// (`pipeline.max_in_flight_bytes`).
     pub in_flight_bytes: IntGauge,
@@ -62,13 +59,6 @@ pub struct Metrics {
     pub checkpoint_lag_seconds: Gauge,
     /// Reconnects of the binlog source after transient errors.
     pub source_reconnects: IntCounter,
-    /// Times the Kafka producer was rebuilt (fatal error, failed delivery, stall).
-    pub producer_recreations: IntCounter,
-    /// Times the stall watchdog fired: the oldest unacked record had no ack for
-    /// `kafka.stall_timeout_ms` (an alert rule can page on its rate).
-    pub producer_stalls: IntCounter,
-    /// Topics the relay created through the admin API.
-    pub topics_created: IntCounter,
     /// Seconds since the `XA PREPARE` (server clock) of the oldest prepared XA transaction
     /// whose outbox rows the relay holds until its outcome; 0 when none. A prepared XA
     /// transaction also holds the checkpoint back, so a growing value needs an operator
@@ -76,37 +66,14 @@ pub struct Metrics {
     pub xa_oldest_prepared_age_seconds: IntGauge,
     /// Prepared XA transactions whose outbox rows the relay holds.
     pub xa_prepared_held: IntGauge,
-    /// Seconds from handing a record to the producer to its ack (resends start anew).
-    pub publish_latency_seconds: Histogram,
-    /// Seconds from the binlog event's server timestamp (commit time, 1 s resolution) to
-    /// the ack: what a consumer waits for an event.
-    pub end_to_end_latency_seconds: Histogram,
-    /// Seconds since the sink took the oldest record still unacked; 0 when none. Rendered
-    /// from `oldest_unacked_since_ms`, so it grows while a record is stuck.
-    pub oldest_unacked_age_seconds: Gauge,
-    /// When (Unix ms) the sink took the oldest unacked record; 0 when none is unacked.
-    pub oldest_unacked_since_ms: AtomicU64,
     /// Seconds between now and the server timestamp of the newest transaction read; 0
     /// after a heartbeat (the server had nothing newer to send).
     pub source_seconds_behind: Gauge,
-    /// Retries by `class` (`source_reconnect`, `kafka_delivery`, `checkpoint_commit`).
-    pub retries: IntCounterVec,
-    /// Records handed to a producer again (after a failure or a rebuild): each may reach
-    /// the topic twice, so this counts possible duplicates.
-    pub records_resent: IntCounter,
     /// Records of this run that the previous run had already handed on for sending before
     /// it crashed (read again between the stored checkpoint and the sent-through position
     /// stored with it; see [`crate::replay`]): possible duplicates, a lower bound of the
     /// replay.
     pub replayed_records: IntCounter,
-    /// Producer rebuilds by `class` (`fatal`, `failure`, `stall`).
-    pub producer_rebuilds: IntCounterVec,
-    /// Unix time (seconds) of the newest dead letter; 0 when none this run.
-    pub dead_letter_last_timestamp_seconds: Gauge,
-    /// Kafka transactions of the exactly-once sink by `outcome` (`committed`, `aborted`).
-    pub kafka_transactions: IntCounterVec,
-    /// Seconds `commit_transaction` took (exactly-once sink): the checkpoint's cost.
-    pub kafka_transaction_commit_seconds: Histogram,
     /// 1 when `/readyz` says ready, else 0 (rendered from `health`).
     pub ready: IntGauge,
     /// Always 1, labelled with the build's `version` and `git_sha`.
@@ -153,39 +120,15 @@ impl Metrics {
             let _ = registry.register(Box::new(g.clone()));
             g
         };
-        let delivery_errors = IntCounterVec::new(
-            Opts::new(
-                "outbox_relay_delivery_errors_total",
-                "Failed Kafka deliveries by kind (transient, fatal, permanent)",
-            ),
-            &["kind"],
-        )
-        .unwrap_or_else(|e| panic!("metric delivery_errors: {e}"));
-        let _ = registry.register(Box::new(delivery_errors.clone()));
-        let dead_lettered = IntCounterVec::new(
-            Opts::new(
-                "outbox_relay_dead_lettered_total",
-                "Events sent to the dead-letter topic, by error class",
-            ),
-            &["class"],
-        )
-        .unwrap_or_else(|e| panic!("metric dead_lettered: {e}"));
-        let _ = registry.register(Box::new(dead_lettered.clone()));
+        // Constant, distinct names in a fresh registry: creating them cannot fail.
+        let sink =
+            SinkMetrics::new(&registry).unwrap_or_else(|e| panic!("the sink's metrics: {e}"));
         let checkpoint_lag_seconds = Gauge::new(
             "outbox_relay_checkpoint_lag_seconds",
             "Now minus the server timestamp of the last committed transaction; 0 when caught up",
         )
         .unwrap_or_else(|e| panic!("metric checkpoint_lag_seconds: {e}"));
         let _ = registry.register(Box::new(checkpoint_lag_seconds.clone()));
-        let histogram = |name: &str, help: &str| {
-            let h = Histogram::with_opts(
-                HistogramOpts::new(format!("outbox_relay_{name}"), help)
-                    .buckets(LATENCY_BUCKETS.to_vec()),
-            )
-            .unwrap_or_else(|e| panic!("metric {name}: {e}"));
-            let _ = registry.register(Box::new(h.clone()));
-            h
-        };
         let gauge = |name: &str, help: &str| {
             let g = Gauge::new(format!("outbox_relay_{name}"), help)
                 .unwrap_or_else(|e| panic!("metric {name}: {e}"));
@@ -254,10 +197,6 @@ impl Metrics {
                 "events_skipped_total",
                 "Rows the router skipped by design (updates, deletes)",
             ),
-            records_delivered: counter("records_delivered_total", "Records acknowledged by Kafka"),
-            delivery_errors,
-            dead_lettered,
-            in_flight: int_gauge("in_flight", "Records sent and not yet acknowledged"),
             in_flight_bytes: int_gauge(
                 "in_flight_bytes",
                 "Bytes of row data between the binlog reader and Kafka's acknowledgement",
@@ -276,15 +215,6 @@ impl Metrics {
                 "source_reconnects_total",
                 "Binlog source reconnects after transient errors",
             ),
-            producer_recreations: counter(
-                "producer_recreations_total",
-                "Kafka producer rebuilds (fatal error, failed delivery, stall)",
-            ),
-            producer_stalls: counter(
-                "producer_stalls_total",
-                "Times the oldest unacked record had no ack for kafka.stall_timeout_ms",
-            ),
-            topics_created: counter("topics_created_total", "Topics created by the relay"),
             xa_oldest_prepared_age_seconds: int_gauge(
                 "xa_oldest_prepared_age_seconds",
                 "Seconds since the XA PREPARE of the oldest prepared XA transaction held; 0 when none",
@@ -293,53 +223,13 @@ impl Metrics {
                 "xa_prepared_held",
                 "Prepared XA transactions whose outbox rows are held until their outcome",
             ),
-            publish_latency_seconds: histogram(
-                "publish_latency_seconds",
-                "Seconds from handing a record to the Kafka producer to its ack",
-            ),
-            end_to_end_latency_seconds: histogram(
-                "end_to_end_latency_seconds",
-                "Seconds from the binlog event's server timestamp to the Kafka ack",
-            ),
-            oldest_unacked_age_seconds: gauge(
-                "oldest_unacked_age_seconds",
-                "Seconds since the sink took the oldest record still unacked; 0 when none",
-            ),
-            oldest_unacked_since_ms: AtomicU64::new(0),
             source_seconds_behind: gauge(
                 "source_seconds_behind",
                 "Now minus the server timestamp of the newest transaction read; 0 after a heartbeat",
             ),
-            retries: counter_vec(
-                "retries_total",
-                "Retries by class (source_reconnect, kafka_delivery, checkpoint_commit)",
-                "class",
-            ),
-            records_resent: counter(
-                "records_resent_total",
-                "Records sent again after a failure or producer rebuild (possible duplicates)",
-            ),
             replayed_records: counter(
                 "replayed_records_total",
                 "Records sent again after a restart that the previous run had already sent (between the checkpoint and its stored sent-through position; a lower bound)",
-            ),
-            producer_rebuilds: counter_vec(
-                "producer_rebuilds_total",
-                "Kafka producer rebuilds by class (fatal, failure, stall)",
-                "class",
-            ),
-            dead_letter_last_timestamp_seconds: gauge(
-                "dead_letter_last_timestamp_seconds",
-                "Unix time of the newest dead letter written; 0 when none",
-            ),
-            kafka_transactions: counter_vec(
-                "kafka_transactions_total",
-                "Kafka transactions of the exactly-once sink by outcome (committed, aborted)",
-                "outcome",
-            ),
-            kafka_transaction_commit_seconds: histogram(
-                "kafka_transaction_commit_seconds",
-                "Seconds commit_transaction took (exactly-once sink)",
             ),
             ready: int_gauge("ready", "1 when /readyz reports ready, else 0"),
             binlog_purge_horizon_seconds: gauge(
@@ -355,23 +245,16 @@ impl Metrics {
                 "Binlog bytes between the committed checkpoint and the server's newest position",
             ),
             committed_checkpoint: std::sync::Mutex::new(None),
+            sink,
             build_info,
             health: Health::default(),
             registry,
         });
         // Every label value known in advance starts at 0, so the series exist from the first
         // scrape (`increase()` sees the first event, dashboards and rules find the names).
-        for kind in ["transient", "fatal", "failure", "stall", "permanent"] {
-            metrics.delivery_errors.with_label_values(&[kind]);
-        }
-        for class in ["source_reconnect", "kafka_delivery", "checkpoint_commit"] {
+        // (The sink's own labels start at 0 in `SinkMetrics::new`.)
+        for class in ["source_reconnect", "checkpoint_commit"] {
             metrics.retries.with_label_values(&[class]);
-        }
-        for class in ["fatal", "failure", "stall"] {
-            metrics.producer_rebuilds.with_label_values(&[class]);
-        }
-        for class in crate::dead_letter::DEAD_LETTER_CLASSES {
-            metrics.dead_lettered.with_label_values(&[class]);
         }
         // Unknown until measured: 0 would read as "purged any moment" and page.
         metrics.binlog_purge_horizon_seconds.set(f64::NAN);
@@ -409,12 +292,7 @@ impl Metrics {
 
     /// Sets the gauges derived from timestamps and the health checks.
     pub fn refresh_computed_gauges(&self) {
-        let since = self.oldest_unacked_since_ms.load(Ordering::Relaxed);
-        let age = match since {
-            0 => 0.0,
-            since => crate::health::unix_millis_now().saturating_sub(since) as f64 / 1000.0,
-        };
-        self.oldest_unacked_age_seconds.set(age);
+        self.sink.refresh_computed_gauges();
         self.ready.set(i64::from(self.health.report().ready));
     }
 
@@ -429,8 +307,47 @@ impl Metrics {
     }
 }
 
+/// The sink's collectors read as the relay's own (`metrics.records_delivered`), so code
+/// and tests that count deliveries need not know which crate sends them.
+impl std::ops::Deref for Metrics {
+    type Target = SinkMetrics;
+
+    fn deref(&self) -> &SinkMetrics {
+        &self.sink
+    }
+}
+
+/// The relay hosts the Kafka sink: its collectors, readiness, and the checkpoint the
+/// exactly-once sink commits.
+impl SinkObserver for Metrics {
+    fn sink_metrics(&self) -> &SinkMetrics {
+        &self.sink
+    }
+
+    fn delivered(&self) {
+        self.health.sink_delivered();
+    }
+
+    fn retrying(&self) {
+        self.health.sink_retrying();
+    }
+
+    fn checkpoint_committed(&self, boundary: &BatchBoundary) {
+        let position = &boundary.checkpoint.position;
+        CheckpointCommitted {
+            position: &position.binlog,
+            gtid_set: Some(position.gtid_set.to_string()),
+            transaction_timestamp: position.timestamp,
+            caught_up: boundary.caught_up,
+        }
+        .emit(self);
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
+
     use super::*;
 
     #[test]

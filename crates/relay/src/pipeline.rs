@@ -1441,19 +1441,6 @@ async fn send_to_sink(
     }
 }
 
-impl From<outbox_router::KafkaRecord> for OutboundRecord {
-    fn from(record: outbox_router::KafkaRecord) -> Self {
-        OutboundRecord {
-            topic: record.topic,
-            key: record.key,
-            payload: record.value,
-            headers: record.headers,
-            timestamp_ms: record.timestamp_millis,
-            partition: record.partition,
-        }
-    }
-}
-
 /// Committer settings.
 struct CommitterSettings {
     /// Written into every checkpoint.

@@ -49,7 +49,10 @@
 //! * `rebuild`: replacing the producer without reordering (purge, drain, rebuild) and the
 //!   stall watchdog's deadline;
 //! * `topics`: reaching the cluster at startup, checking and creating topics;
-//! * `task`: [`run_kafka_sink`], the loop that ties them together.
+//! * `task`: [`run_kafka_sink`], the loop that ties them together;
+//! * `transactional`: [`run_transactional_sink`], the exactly-once sink;
+//! * `host`: what the sink needs from the program that runs it ([`SinkObserver`],
+//!   [`ShutdownSignal`], [`SinkConfigSource`]); `metrics`: its collectors ([`SinkMetrics`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -61,6 +64,8 @@ use crate::dead_letter::RecordOrigin;
 
 mod classify;
 mod dead_lettering;
+mod host;
+mod metrics;
 mod producer;
 mod rebuild;
 mod task;
@@ -72,6 +77,8 @@ mod transactional;
 mod transactional_tests;
 
 pub use classify::{classify_delivery_error, FailureKind};
+pub use host::{ShutdownSignal, SinkConfigSource, SinkObserver};
+pub use metrics::{SinkMetrics, LATENCY_BUCKETS};
 pub use producer::{
     check_client_properties, create_kafka_client, kafka_client_properties, producer_properties,
     KafkaClientError,
@@ -97,6 +104,20 @@ pub struct OutboundRecord {
     pub timestamp_ms: Option<i64>,
     /// Explicit partition; `None` lets the partitioner hash the key.
     pub partition: Option<i32>,
+}
+
+/// The router's record as the sink sends it.
+impl From<outbox_router::KafkaRecord> for OutboundRecord {
+    fn from(record: outbox_router::KafkaRecord) -> Self {
+        OutboundRecord {
+            topic: record.topic,
+            key: record.key,
+            payload: record.value,
+            headers: record.headers,
+            timestamp_ms: record.timestamp_millis,
+            partition: record.partition,
+        }
+    }
 }
 
 /// One record plus the caller's ticket, returned through `on_delivered` once acked.
@@ -145,8 +166,9 @@ pub struct KafkaSinkSettings {
 }
 
 impl KafkaSinkSettings {
-    /// Settings from the config sections.
-    pub fn from_config(kafka: &KafkaConfig, pipeline: &crate::config::PipelineConfig) -> Self {
+    /// Settings from `[kafka]` with the relay's in-flight limit and drain timeout; dead
+    /// letters at their defaults.
+    pub fn from_config(kafka: &KafkaConfig, max_in_flight: usize, drain_timeout: Duration) -> Self {
         Self {
             client_properties: producer_properties(kafka),
             create_topics: kafka.create_topics,
@@ -156,8 +178,8 @@ impl KafkaSinkSettings {
             admin_timeout: Duration::from_millis(kafka.admin_timeout_ms),
             retry_initial_backoff: Duration::from_millis(kafka.retry_initial_backoff_ms),
             retry_max_backoff: Duration::from_millis(kafka.retry_max_backoff_ms),
-            max_in_flight: pipeline.max_in_flight,
-            drain_timeout: pipeline.shutdown_timeout(),
+            max_in_flight,
+            drain_timeout,
             dead_letter: DeadLetterConfig::default(),
             startup_attempts: kafka.startup_attempts,
             stall_timeout: Duration::from_millis(kafka.stall_timeout_ms),
@@ -165,10 +187,14 @@ impl KafkaSinkSettings {
     }
 
     /// Settings from the whole config, `[dead_letter]` included.
-    pub fn from_relay_config(config: &crate::config::RelayConfig) -> Self {
+    pub fn from_relay_config(config: &impl SinkConfigSource) -> Self {
         Self {
-            dead_letter: config.dead_letter.clone(),
-            ..Self::from_config(&config.kafka, &config.pipeline)
+            dead_letter: config.dead_letter().clone(),
+            ..Self::from_config(
+                config.kafka(),
+                config.max_in_flight(),
+                config.drain_timeout(),
+            )
         }
     }
 }

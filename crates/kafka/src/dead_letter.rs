@@ -5,7 +5,7 @@
 //! * A dead letter is an ordinary Kafka record on `dead_letter.topic`, sent by the same sink
 //!   with the failed event's ack ticket: the event counts as acked for the checkpoint only
 //!   once the **dead-letter write** is acked. A dead letter that cannot be written stops the
-//!   relay ([`crate::SinkError::Permanent`] naming the dead-letter topic): never a drop.
+//!   relay ([`crate::sink::SinkError::Permanent`] naming the dead-letter topic): never a drop.
 //! * It keeps the original key, payload and headers (so `id` survives), except when the
 //!   payload is what Kafka rejected (`message_too_large`, `corrupt_record`): then only
 //!   `dead_letter.payload_prefix_bytes` of it, plus its size and FNV-1a 64 hash.
@@ -468,9 +468,9 @@ pub struct DeadLetter {
     pub original_headers: Vec<(String, Vec<u8>)>,
 }
 
-/// A consumer reading a topic from its start without a group commit (also used by
-/// `checkpoint import-debezium` for the Kafka Connect offsets topic).
-pub(crate) fn consumer_config(kafka: &KafkaConfig) -> ClientConfig {
+/// A consumer reading a topic from its start without a group commit (also used by the
+/// relay's `checkpoint import-debezium` for the Kafka Connect offsets topic).
+pub fn consumer_config(kafka: &KafkaConfig) -> ClientConfig {
     let mut config = ClientConfig::new();
     for (key, value) in &kafka.properties {
         config.set(key, value);

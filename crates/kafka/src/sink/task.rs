@@ -18,29 +18,30 @@ use super::dead_lettering::{on_permanent_failure, Pending, PermanentAction};
 use super::producer::{create_kafka_client, enqueue, RelayProducer};
 use super::rebuild::{purge_producer, stall_deadline, Rebuild};
 use super::topics::{reach_cluster_at_startup, TopicManager};
-use super::{KafkaSinkSettings, SinkError, SinkItem, SinkSummary};
+use super::{KafkaSinkSettings, ShutdownSignal, SinkError, SinkItem, SinkObserver, SinkSummary};
 use crate::backoff::Backoff;
 use crate::internal_events::{
     DeliveryFailedTransient, InFlightChanged, InternalEvent, OldestUnackedChanged,
     ProducerRecreated, ProducerStalled, RecordAcked, RecordResent,
 };
 use crate::kafka_context::RelayClientContext;
-use crate::metrics::Metrics;
-use crate::shutdown::Shutdown;
 
 /// Sends records from `input` until it closes (and everything is acked) or shutdown fires
 /// (and the drain deadline passes); calls `on_delivered` with each acked record's ticket.
-pub async fn run_kafka_sink<T, F>(
+/// Counts in `observer`'s collectors and tells it about deliveries and retries.
+pub async fn run_kafka_sink<T, F, S>(
     settings: KafkaSinkSettings,
     mut input: mpsc::Receiver<SinkItem<T>>,
     mut on_delivered: F,
-    metrics: Arc<Metrics>,
-    mut shutdown: Shutdown,
+    observer: Arc<dyn SinkObserver>,
+    mut shutdown: S,
 ) -> Result<SinkSummary, SinkError>
 where
     T: Send + 'static,
     F: FnMut(T) + Send,
+    S: ShutdownSignal,
 {
+    let metrics: &dyn SinkObserver = &*observer;
     let mut producer: RelayProducer =
         create_kafka_client(&settings.client_properties, RelayClientContext::default())
             .map_err(SinkError::Client)?;
@@ -65,7 +66,7 @@ where
         OldestUnackedChanged {
             since_ms: pending.values().next().map(|item| item.accepted_at_ms),
         }
-        .emit(&metrics);
+        .emit(metrics);
         if (!input_open || drain_deadline.is_some()) && pending.is_empty() {
             break;
         }
@@ -88,7 +89,7 @@ where
                     kind: request.kind,
                     resending: pending.len(),
                 }
-                .emit(&metrics);
+                .emit(metrics);
                 let fresh =
                     create_kafka_client(&settings.client_properties, RelayClientContext::default())
                         .map_err(SinkError::Client)?;
@@ -147,8 +148,8 @@ where
                             let acked = RecordAcked { publish_latency: done.sent_at.map(|sent| sent.elapsed()), event_timestamp: done.origin.event_timestamp };
                             on_delivered(done.ticket);
                             summary.delivered += 1;
-                            acked.emit(&metrics);
-                            InFlightChanged { in_flight: pending.len() }.emit(&metrics);
+                            acked.emit(metrics);
+                            InFlightChanged { in_flight: pending.len() }.emit(metrics);
                             backoff.reset();
                         }
                     }
@@ -168,9 +169,9 @@ where
                         };
                         match kind {
                             FailureKind::Permanent => {
-                                let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
+                                let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, metrics)?;
                                 if matches!(action, PermanentAction::DeadLettered)
-                                    && !ensure_dead_letter_topic(&mut topics, &settings, &producer, &metrics, &shutdown).await?
+                                    && !ensure_dead_letter_topic(&mut topics, &settings, &producer, metrics, &shutdown).await?
                                 {
                                     // Shutdown came first: the dead letter stays unsent and unreported.
                                     drain_deadline.get_or_insert_with(|| Instant::now() + settings.drain_timeout);
@@ -204,7 +205,7 @@ where
                                 // alone could put it behind them. Replace the whole producer.
                                 let delay = backoff.next_delay();
                                 let topic = pending.get(&sequence).map(|p| p.record.topic.as_str()).unwrap_or("");
-                                DeliveryFailedTransient { topic, error: &error, retry_in: delay, waiting: pending.len() }.emit(&metrics);
+                                DeliveryFailedTransient { topic, error: &error, retry_in: delay, waiting: pending.len() }.emit(metrics);
                                 rebuild = Some(Rebuild::new(format!("delivery failed: {error}"), "failure", delay));
                             }
                         }
@@ -221,7 +222,7 @@ where
             _ = stall_sleep => {
                 let oldest = pending.values().find(|item| item.sent_at.is_some());
                 let topic = oldest.map(|item| item.record.topic.clone()).unwrap_or_default();
-                ProducerStalled { topic: &topic, stall_timeout: settings.stall_timeout, unacked: pending.len() }.emit(&metrics);
+                ProducerStalled { topic: &topic, stall_timeout: settings.stall_timeout, unacked: pending.len() }.emit(metrics);
                 rebuild = Some(Rebuild::new(
                     format!("no ack for {:?} (oldest unacked record for topic `{topic}`)", settings.stall_timeout),
                     "stall",
@@ -248,16 +249,16 @@ where
                         Ok(delivery) => {
                             item.sent_at = Some(Instant::now());
                             deliveries.push(delivery);
-                            RecordResent.emit(&metrics);
+                            RecordResent.emit(metrics);
                             if rejected_before {
                                 waiting_for_resend.extend(due[index + 1..].iter().copied());
                                 break;
                             }
                         }
                         Err(error) if classify_delivery_error(&error) == FailureKind::Permanent => {
-                            let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
+                            let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, metrics)?;
                             if matches!(action, PermanentAction::DeadLettered)
-                                && !ensure_dead_letter_topic(&mut topics, &settings, &producer, &metrics, &shutdown).await?
+                                && !ensure_dead_letter_topic(&mut topics, &settings, &producer, metrics, &shutdown).await?
                             {
                                 drain_deadline.get_or_insert_with(|| Instant::now() + settings.drain_timeout);
                                 continue;
@@ -269,7 +270,7 @@ where
                             // next delay, so none overtakes it.
                             waiting_for_resend.extend(due[index..].iter().copied());
                             let delay = backoff.next_delay();
-                            DeliveryFailedTransient { topic: &item.record.topic, error: &error, retry_in: delay, waiting: waiting_for_resend.len() }.emit(&metrics);
+                            DeliveryFailedTransient { topic: &item.record.topic, error: &error, retry_in: delay, waiting: waiting_for_resend.len() }.emit(metrics);
                             resend_timer = Some(Box::pin(tokio::time::sleep(delay)));
                             break;
                         }
@@ -290,15 +291,15 @@ where
                     None => input_open = false,
                     Some(item) => {
                         // Unacked from now on, also while its topic is checked or created.
-                        let accepted_at_ms = crate::health::unix_millis_now();
+                        let accepted_at_ms = crate::unix_millis_now();
                         if pending.is_empty() {
-                            OldestUnackedChanged { since_ms: Some(accepted_at_ms) }.emit(&metrics);
+                            OldestUnackedChanged { since_ms: Some(accepted_at_ms) }.emit(metrics);
                         }
                         let known = topics.is_known(&item.record.topic);
                         if !known {
                             let mut shutdown_for_topic = shutdown.clone();
                             tokio::select! {
-                                ensured = topics.ensure(&item.record.topic, &producer, &metrics) => ensured?,
+                                ensured = topics.ensure(&item.record.topic, &producer, metrics) => ensured?,
                                 _ = shutdown_for_topic.recv() => {
                                     // The record was never sent: not reported, so not checkpointed.
                                     drain_deadline = Some(Instant::now() + settings.drain_timeout);
@@ -323,17 +324,17 @@ where
                                 waiting_for_resend.insert(sequence);
                                 if resend_timer.is_none() {
                                     let delay = backoff.next_delay();
-                                    DeliveryFailedTransient { topic: &item.record.topic, error: &error, retry_in: delay, waiting: waiting_for_resend.len() }.emit(&metrics);
+                                    DeliveryFailedTransient { topic: &item.record.topic, error: &error, retry_in: delay, waiting: waiting_for_resend.len() }.emit(metrics);
                                     resend_timer = Some(Box::pin(tokio::time::sleep(delay)));
                                 }
                             }
                         }
                         pending.insert(sequence, Pending { record: item.record, ticket: item.ticket, origin: item.origin, permanent_failures: 0, first_failure_ms: 0, sent_at, accepted_at_ms });
-                        InFlightChanged { in_flight: pending.len() }.emit(&metrics);
+                        InFlightChanged { in_flight: pending.len() }.emit(metrics);
                         if let Some(error) = permanent_at_enqueue {
-                            let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, &metrics)?;
+                            let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, metrics)?;
                             if matches!(action, PermanentAction::DeadLettered)
-                                && !ensure_dead_letter_topic(&mut topics, &settings, &producer, &metrics, &shutdown).await?
+                                && !ensure_dead_letter_topic(&mut topics, &settings, &producer, metrics, &shutdown).await?
                             {
                                 drain_deadline.get_or_insert_with(|| Instant::now() + settings.drain_timeout);
                                 continue;
@@ -348,7 +349,7 @@ where
     InFlightChanged {
         in_flight: pending.len(),
     }
-    .emit(&metrics);
+    .emit(metrics);
     tokio::task::spawn_blocking(move || drop(producer));
     Ok(summary)
 }
@@ -372,12 +373,12 @@ fn queue_resend(
 /// Each metadata or admin request is bounded by `kafka.admin_timeout_ms`, and while the
 /// cluster is unreachable the retries wait for shutdown too: a half-open connection or a
 /// long outage cannot hold the sink past the drain deadline.
-async fn ensure_dead_letter_topic(
+async fn ensure_dead_letter_topic<S: ShutdownSignal>(
     topics: &mut TopicManager,
     settings: &KafkaSinkSettings,
     producer: &RelayProducer,
-    metrics: &Metrics,
-    shutdown: &Shutdown,
+    metrics: &dyn SinkObserver,
+    shutdown: &S,
 ) -> Result<bool, SinkError> {
     let mut shutdown = shutdown.clone();
     tokio::select! {

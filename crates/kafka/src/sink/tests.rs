@@ -1,14 +1,24 @@
 //! Sink tests against librdkafka's mock cluster.
 
 use super::*;
-use crate::metrics::Metrics;
-use crate::shutdown::ShutdownController;
+use outbox_testkit::consume::{read_all, ReadStop};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::mocking::MockCluster;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use std::sync::Arc;
 use std::sync::Mutex;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
+
+/// A fresh set of sink collectors (in a registry of its own) as the sink's observer.
+fn new_metrics() -> Arc<SinkMetrics> {
+    Arc::new(SinkMetrics::new(&prometheus::Registry::new()).unwrap())
+}
+
+/// A test's shutdown signal: `subscribe()` hands the sink its receiver, `send_replace(true)`
+/// requests shutdown.
+fn shutdown_controller() -> watch::Sender<bool> {
+    watch::channel(false).0
+}
 
 /// The `[kafka]` keys every sink test adds to `brokers`: short backoffs and timeouts so
 /// faults resolve in seconds.
@@ -22,15 +32,13 @@ fn settings_with(brokers: &str, extra_kafka: &str) -> KafkaSinkSettings {
         "brokers = \"{brokers}\"\n{TEST_KAFKA_KEYS}\n{extra_kafka}"
     ))
     .unwrap();
-    let pipeline: crate::config::PipelineConfig =
-        toml::from_str("max_in_flight = 16\nshutdown_timeout_ms = 5000").unwrap();
     KafkaSinkSettings {
         startup_attempts: 0,
         dead_letter: DeadLetterConfig {
             enabled: false,
             ..DeadLetterConfig::default()
         },
-        ..KafkaSinkSettings::from_config(&kafka, &pipeline)
+        ..KafkaSinkSettings::from_config(&kafka, 16, Duration::from_millis(5000))
     }
 }
 
@@ -69,11 +77,11 @@ async fn run_with(
     topic: &str,
     count: u32,
     during: impl std::future::Future<Output = ()>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<SinkMetrics>,
 ) -> (Result<SinkSummary, SinkError>, Vec<u32>) {
     let delivered = Arc::new(Mutex::new(Vec::new()));
     let (tx, rx) = mpsc::channel(4);
-    let controller = ShutdownController::new();
+    let controller = shutdown_controller();
     let sink_delivered = delivered.clone();
     let sink = tokio::spawn(run_kafka_sink(
         settings,
@@ -112,7 +120,7 @@ async fn run_with(
 async fn delivers_every_record_and_reports_each_ticket_once() {
     let cluster = MockCluster::new(1).unwrap();
     cluster.create_topic("sink.ok", 3, 1).unwrap();
-    let metrics = Metrics::new();
+    let metrics = new_metrics();
     let (result, mut tickets) = run_with(
         settings(&cluster.bootstrap_servers()),
         "sink.ok",
@@ -139,7 +147,7 @@ async fn keeps_many_records_in_flight_up_to_the_limit() {
     cluster
         .broker_round_trip_time(1, Duration::from_millis(100))
         .unwrap();
-    let metrics = Metrics::new();
+    let metrics = new_metrics();
     let mut limited = settings(&cluster.bootstrap_servers());
     limited.max_in_flight = 8;
     let sampled_max = Arc::new(std::sync::atomic::AtomicI64::new(0));
@@ -176,7 +184,7 @@ async fn missing_topic_without_creation_is_an_error_naming_it() {
         "sink.absent",
         1,
         async {},
-        Metrics::new(),
+        new_metrics(),
     )
     .await;
     let error = result.unwrap_err();
@@ -229,7 +237,7 @@ async fn a_fatal_producer_error_rebuilds_the_producer_and_resends() {
         RDKafkaApiKey::Produce,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER; 3],
     );
-    let metrics = Metrics::new();
+    let metrics = new_metrics();
     let (result, mut tickets) = run_with(
         settings(&cluster.bootstrap_servers()),
         "sink.fatal",
@@ -270,10 +278,50 @@ fn dead_letter_settings(brokers: &str) -> KafkaSinkSettings {
     }
 }
 
-async fn read_topic(brokers: &str, topic: &str, count: usize) -> Vec<crate::demo::ConsumedRecord> {
-    crate::demo::consume_records(brokers, topic, count, Duration::from_secs(10))
-        .await
-        .unwrap_or_default()
+/// A record read back from a topic, as lossy UTF-8 text.
+#[derive(Debug)]
+struct TextRecord {
+    /// The key.
+    key: Option<String>,
+    /// The value.
+    value: Option<String>,
+    /// The headers in order (a null value as empty text).
+    headers: Vec<(String, String)>,
+}
+
+impl TextRecord {
+    /// The value of the first header called `name`.
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+/// Reads `topic` from its start with a consumer that shares no code with the sink, until
+/// `count` records arrived or 10 s passed; what arrived by then.
+async fn read_topic(brokers: &str, topic: &str, count: usize) -> Vec<TextRecord> {
+    let text = |bytes: Option<Vec<u8>>| bytes.map(|b| String::from_utf8_lossy(&b).into_owned());
+    read_all(
+        brokers,
+        &[topic],
+        ReadStop::Count(count),
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap_or_default()
+    .into_iter()
+    .map(|record| TextRecord {
+        key: text(record.key),
+        value: text(record.value),
+        headers: record
+            .headers
+            .into_iter()
+            .map(|(name, value)| (name, text(value).unwrap_or_default()))
+            .collect(),
+    })
+    .collect()
 }
 
 /// A sink run of one record to `topic` with dead letters on, against a mock cluster
@@ -289,7 +337,7 @@ struct RejectionRun {
     /// Tickets reported, in order.
     tickets: Vec<u32>,
     /// The run's counters.
-    metrics: Arc<Metrics>,
+    metrics: Arc<SinkMetrics>,
     /// Records delivered while the errors lasted (with an outage that clears).
     delivered_during_outage: Option<u64>,
 }
@@ -340,7 +388,7 @@ async fn run_with_error_setup(
     cluster.create_topic(topic, 1, 1).unwrap();
     cluster.create_topic("outbox.dlq", 1, 1).unwrap();
     cluster.request_errors(RDKafkaApiKey::Produce, &vec![error; count]);
-    let metrics = Metrics::new();
+    let metrics = new_metrics();
     let brokers = cluster.bootstrap_servers();
     let settings = if dead_letters {
         dead_letter_settings(&brokers)
@@ -522,9 +570,9 @@ async fn a_record_above_message_max_bytes_is_dead_lettered_with_a_prefix() {
         .client_properties
         .push(("message.max.bytes".into(), "10000".into()));
     settings.dead_letter.payload_prefix_bytes = 100;
-    let metrics = Metrics::new();
+    let metrics = new_metrics();
     let (tx, rx) = mpsc::channel(4);
-    let controller = ShutdownController::new();
+    let controller = shutdown_controller();
     let delivered = Arc::new(Mutex::new(Vec::new()));
     let sink_delivered = delivered.clone();
     let sink = tokio::spawn(run_kafka_sink(
@@ -663,12 +711,12 @@ fn a_refused_kafka_client_names_librdkafkas_reason() {
 async fn run_records(
     settings: KafkaSinkSettings,
     records: Vec<OutboundRecord>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<SinkMetrics>,
     limit: Duration,
 ) -> (Result<SinkSummary, SinkError>, Vec<u32>) {
     let delivered = Arc::new(Mutex::new(Vec::new()));
     let (tx, rx) = mpsc::channel(records.len().max(1));
-    let controller = ShutdownController::new();
+    let controller = shutdown_controller();
     let sink_delivered = delivered.clone();
     let sink = tokio::spawn(run_kafka_sink(
         settings,
@@ -704,7 +752,7 @@ async fn a_partition_beyond_the_topic_is_dead_lettered_and_later_records_flow() 
     cluster.create_topic("sink.parts", 2, 1).unwrap();
     cluster.create_topic("outbox.dlq", 1, 1).unwrap();
     let brokers = cluster.bootstrap_servers();
-    let metrics = Metrics::new();
+    let metrics = new_metrics();
     let mut beyond = record("sink.parts", 0);
     beyond.partition = Some(7);
     let records = vec![beyond, record("sink.parts", 1), record("sink.parts", 2)];
@@ -741,10 +789,10 @@ async fn first_record_rejected(error: RDKafkaRespErr, count: usize) -> Rejection
     cluster.create_topic("outbox.dlq", 1, 1).unwrap();
     cluster.request_errors(RDKafkaApiKey::Produce, &vec![error; count]);
     let brokers = cluster.bootstrap_servers();
-    let metrics = Metrics::new();
+    let metrics = new_metrics();
     let delivered = Arc::new(Mutex::new(Vec::new()));
     let (tx, rx) = mpsc::channel(4);
-    let controller = ShutdownController::new();
+    let controller = shutdown_controller();
     let sink_delivered = delivered.clone();
     let sink = tokio::spawn(run_kafka_sink(
         dead_letter_settings(&brokers),
@@ -853,10 +901,10 @@ async fn a_stalled_record_lands_before_a_younger_record_of_its_key() {
         RDKafkaApiKey::Produce,
         &vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 100_000],
     );
-    let metrics = Metrics::new();
+    let metrics = new_metrics();
     let delivered = Arc::new(Mutex::new(Vec::new()));
     let (tx, rx) = mpsc::channel(4);
-    let controller = ShutdownController::new();
+    let controller = shutdown_controller();
     let sink_delivered = delivered.clone();
     let sink = tokio::spawn(run_kafka_sink(
         settings,
@@ -922,10 +970,10 @@ async fn waiting_to_create_the_dead_letter_topic_honours_shutdown() {
     settings
         .client_properties
         .push(("message.max.bytes".into(), "10000".into()));
-    let metrics = Metrics::new();
+    let metrics = new_metrics();
     let delivered = Arc::new(Mutex::new(Vec::new()));
     let (tx, rx) = mpsc::channel(4);
-    let controller = ShutdownController::new();
+    let controller = shutdown_controller();
     let sink_delivered = delivered.clone();
     let sink = tokio::spawn(run_kafka_sink(
         settings,
@@ -955,7 +1003,7 @@ async fn waiting_to_create_the_dead_letter_topic_honours_shutdown() {
     tx.send(item(big, 1)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let asked = std::time::Instant::now();
-    controller.trigger();
+    controller.send_replace(true);
     let summary = match tokio::time::timeout(Duration::from_secs(10), sink).await {
         Ok(joined) => joined.unwrap().unwrap(),
         Err(_) => panic!("the sink ignored shutdown while creating the dead-letter topic"),

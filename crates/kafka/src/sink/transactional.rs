@@ -46,15 +46,16 @@ use super::dead_lettering::{dead_letter_replacing, permanent_error};
 use super::producer::{create_kafka_client, enqueue, DeliveryOutcome, RelayProducer};
 use super::task::sleep_until_or_forever;
 use super::topics::{reach_cluster_at_startup, TopicManager};
-use super::{KafkaSinkSettings, OutboundRecord, SinkError, SinkItem, SinkSummary};
+use super::{
+    KafkaSinkSettings, OutboundRecord, ShutdownSignal, SinkError, SinkItem, SinkObserver,
+    SinkSummary,
+};
 use crate::dead_letter::{fnv1a64, kafka_error_class, now_millis, FailureReport, RecordOrigin};
 use crate::internal_events::{
-    CheckpointCommitted, InFlightChanged, InternalEvent, KafkaTransactionAborted,
-    KafkaTransactionCommitted, OldestUnackedChanged, RecordAcked,
+    InFlightChanged, InternalEvent, KafkaTransactionAborted, KafkaTransactionCommitted,
+    OldestUnackedChanged, RecordAcked,
 };
 use crate::kafka_context::RelayClientContext;
-use crate::metrics::Metrics;
-use crate::shutdown::Shutdown;
 
 /// Settings of the exactly-once sink.
 #[derive(Debug, Clone)]
@@ -260,9 +261,10 @@ struct OpenBatch {
 /// Runs the exactly-once sink until the input closes or shutdown fires (see the module
 /// docs). `boundary` asks the ack tracker for the checkpoint a transaction may be committed
 /// with, given the sequence of the newest record sent: `None` while that record's binlog
-/// transaction has not ended or a record before it is undelivered.
+/// transaction has not ended or a record before it is undelivered. Counts in `observer`'s
+/// collectors and tells it about each committed checkpoint.
 #[allow(clippy::too_many_arguments)]
-pub async fn run_transactional_sink<T, F, B>(
+pub async fn run_transactional_sink<T, F, B, S>(
     settings: TransactionalSinkSettings,
     mut input: mpsc::Receiver<SinkItem<T>>,
     mut on_delivered: F,
@@ -270,14 +272,16 @@ pub async fn run_transactional_sink<T, F, B>(
     progress: Arc<Notify>,
     rejected: RejectedRecords,
     resumed_from: Option<Checkpoint>,
-    metrics: Arc<Metrics>,
-    mut shutdown: Shutdown,
+    observer: Arc<dyn SinkObserver>,
+    mut shutdown: S,
 ) -> Result<TransactionalSummary, SinkError>
 where
     T: SequencedTicket + Send + 'static,
     F: FnMut(T) + Send,
     B: FnMut(Option<u64>) -> Option<BatchBoundary> + Send,
+    S: ShutdownSignal,
 {
+    let metrics: &dyn SinkObserver = &*observer;
     let properties = transactional_properties(
         &settings.sink.client_properties,
         &settings.transactional_id,
@@ -307,7 +311,7 @@ where
     }
     tracing::info!(transactional_id = %settings.transactional_id, checkpoint_topic = %settings.checkpoint_topic, "exactly-once producer ready (transactions initialised; older producers with this id are fenced)");
     // The checkpoint topic is the Kafka checkpoint store's: compacted, one partition.
-    outbox_kafka::ensure_checkpoint_topic(
+    crate::ensure_checkpoint_topic(
         &settings.sink.client_properties,
         &settings.checkpoint_topic,
         settings.sink.create_topics,
@@ -359,7 +363,7 @@ where
                     .exhausted(key, settings.sink.dead_letter.max_attempts)
                 {
                     Some(rejection) => (
-                        dead_letter_in_place_of(&record, &origin, &rejection, &settings, &metrics),
+                        dead_letter_in_place_of(&record, &origin, &rejection, &settings, metrics),
                         true,
                     ),
                     None => (record, false),
@@ -367,12 +371,12 @@ where
                 if !topics.is_known(&record.topic) {
                     let mut shutdown_for_topic = shutdown.clone();
                     tokio::select! {
-                        ensured = topics.ensure(&record.topic, &producer, &metrics) => ensured?,
+                        ensured = topics.ensure(&record.topic, &producer, metrics) => ensured?,
                         _ = shutdown_for_topic.recv() => {
                             drain_deadline.get_or_insert_with(|| Instant::now() + settings.sink.drain_timeout);
                             // Never sent: its batch cannot be committed past it.
                             if batch.open {
-                                abort_batch(&producer, &settings, &mut batch, "shutdown while a topic was checked", &metrics).await;
+                                abort_batch(&producer, &settings, &mut batch, "shutdown while a topic was checked", metrics).await;
                             }
                             break;
                         }
@@ -398,11 +402,11 @@ where
                                 key: record.key.clone(),
                                 sent_at: Instant::now(),
                                 event_timestamp: origin.event_timestamp,
-                                accepted_at_ms: crate::health::unix_millis_now(),
+                                accepted_at_ms: crate::unix_millis_now(),
                             };
                             let reason =
                                 on_delivery_failure(&settings, Some(&failed), &error, &rejected)?;
-                            abort_batch(&producer, &settings, &mut batch, &reason, &metrics).await;
+                            abort_batch(&producer, &settings, &mut batch, &reason, metrics).await;
                             return Err(SinkError::TransactionAborted {
                                 transactional_id: settings.transactional_id.clone(),
                                 reason,
@@ -432,13 +436,13 @@ where
                         key: record.key,
                         sent_at: Instant::now(),
                         event_timestamp: origin.event_timestamp,
-                        accepted_at_ms: crate::health::unix_millis_now(),
+                        accepted_at_ms: crate::unix_millis_now(),
                     },
                 );
                 InFlightChanged {
                     in_flight: in_transaction.len(),
                 }
-                .emit(&metrics);
+                .emit(metrics);
                 continue;
             }
             // Parked until everything in flight reported (the select below waits for it).
@@ -455,10 +459,8 @@ where
         if in_transaction.is_empty() && (due || (!batch.open && !stopping)) {
             match boundary(batch.last_sent_sequence) {
                 Some(found) if batch.open && due => {
-                    commit_batch(
-                        &producer, &settings, &mut batch, &found, &rejected, &metrics,
-                    )
-                    .await?;
+                    commit_batch(&producer, &settings, &mut batch, &found, &rejected, metrics)
+                        .await?;
                     summary.sink.delivered += std::mem::take(&mut batch.delivered);
                     summary.checkpoint = Some(found.checkpoint);
                     continue;
@@ -473,10 +475,8 @@ where
                         last_idle_commit.is_none_or(|at| at.elapsed() >= settings.idle_interval);
                     if moved && idle_due {
                         begin(&producer, &settings, &mut batch)?;
-                        commit_batch(
-                            &producer, &settings, &mut batch, &found, &rejected, &metrics,
-                        )
-                        .await?;
+                        commit_batch(&producer, &settings, &mut batch, &found, &rejected, metrics)
+                            .await?;
                         summary.checkpoint = Some(found.checkpoint);
                         last_idle_commit = Some(Instant::now());
                         continue;
@@ -497,7 +497,7 @@ where
                     &settings,
                     &mut batch,
                     "the input ended inside a binlog transaction",
-                    &metrics,
+                    metrics,
                 )
                 .await;
                 break;
@@ -516,7 +516,7 @@ where
                 .next()
                 .map(|item| item.accepted_at_ms),
         }
-        .emit(&metrics);
+        .emit(metrics);
         let batch_due_at = batch
             .started
             .filter(|_| batch.open && !due)
@@ -541,15 +541,15 @@ where
                             let acked = RecordAcked { publish_latency: Some(done.sent_at.elapsed()), event_timestamp: done.event_timestamp };
                             on_delivered(done.ticket);
                             batch.delivered += 1;
-                            acked.emit(&metrics);
-                            InFlightChanged { in_flight: in_transaction.len() }.emit(&metrics);
+                            acked.emit(metrics);
+                            InFlightChanged { in_flight: in_transaction.len() }.emit(metrics);
                         }
                     }
                     Err(error) => {
                         fenced_by_fatal_error(&producer, &settings)?;
                         let failed = in_transaction.remove(&local);
                         let reason = on_delivery_failure(&settings, failed.as_ref(), &error, &rejected)?;
-                        abort_batch(&producer, &settings, &mut batch, &reason, &metrics).await;
+                        abort_batch(&producer, &settings, &mut batch, &reason, metrics).await;
                         return Err(SinkError::TransactionAborted { transactional_id: settings.transactional_id.clone(), reason });
                     }
                 }
@@ -558,7 +558,7 @@ where
                 let reason = format!("shutdown: the transaction did not reach a binlog transaction boundary within {:?}", settings.sink.drain_timeout);
                 summary.sink.abandoned = in_transaction.len();
                 if batch.open {
-                    abort_batch(&producer, &settings, &mut batch, &reason, &metrics).await;
+                    abort_batch(&producer, &settings, &mut batch, &reason, metrics).await;
                 }
                 break;
             }
@@ -577,7 +577,7 @@ where
             }
         }
     }
-    InFlightChanged { in_flight: 0 }.emit(&metrics);
+    InFlightChanged { in_flight: 0 }.emit(metrics);
     tokio::task::spawn_blocking(move || drop(producer));
     Ok(summary)
 }
@@ -655,7 +655,7 @@ fn dead_letter_in_place_of(
     origin: &RecordOrigin,
     rejection: &Rejection,
     settings: &TransactionalSinkSettings,
-    metrics: &Metrics,
+    metrics: &dyn SinkObserver,
 ) -> OutboundRecord {
     let failure = FailureReport {
         class: rejection.class,
@@ -699,15 +699,15 @@ async fn commit_batch(
     batch: &mut OpenBatch,
     found: &BatchBoundary,
     rejected: &RejectedRecords,
-    metrics: &Metrics,
+    metrics: &dyn SinkObserver,
 ) -> Result<(), SinkError> {
     let checkpoint_record = OutboundRecord {
         topic: settings.checkpoint_topic.clone(),
         key: Some(settings.checkpoint_key.clone()),
-        payload: Some(outbox_kafka::checkpoint_record_value(&found.checkpoint)),
+        payload: Some(crate::checkpoint_record_value(&found.checkpoint)),
         headers: Vec::new(),
         timestamp_ms: None,
-        partition: Some(outbox_kafka::CHECKPOINT_PARTITION),
+        partition: Some(crate::CHECKPOINT_PARTITION),
     };
     let checkpoint_delivery = match send_with_room(producer, &checkpoint_record, u64::MAX).await {
         Ok(delivery) => delivery,
@@ -752,14 +752,7 @@ async fn commit_batch(
         duration: started.elapsed(),
     }
     .emit(metrics);
-    let position = &found.checkpoint.position;
-    CheckpointCommitted {
-        position: &position.binlog,
-        gtid_set: Some(position.gtid_set.to_string()),
-        transaction_timestamp: position.timestamp,
-        caught_up: found.caught_up,
-    }
-    .emit(metrics);
+    metrics.checkpoint_committed(found);
     batch.started = None;
     batch.records = 0;
     batch.bytes = 0;
@@ -774,7 +767,7 @@ async fn abort_batch(
     settings: &TransactionalSinkSettings,
     batch: &mut OpenBatch,
     reason: &str,
-    metrics: &Metrics,
+    metrics: &dyn SinkObserver,
 ) {
     batch.open = false;
     let outcome = {

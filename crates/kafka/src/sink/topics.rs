@@ -10,12 +10,10 @@ use rdkafka::producer::Producer;
 
 use super::producer::create_kafka_client;
 use super::producer::RelayProducer;
-use super::{KafkaSinkSettings, SinkError};
+use super::{KafkaSinkSettings, ShutdownSignal, SinkError, SinkObserver};
 use crate::backoff::Backoff;
 use crate::internal_events::{InternalEvent, TopicCreated};
 use crate::kafka_context::RelayClientContext;
-use crate::metrics::Metrics;
-use crate::shutdown::Shutdown;
 
 /// Knows which topics exist; checks and creates them before the first send.
 pub(super) struct TopicManager {
@@ -72,7 +70,7 @@ impl TopicManager {
         &mut self,
         topic: &str,
         producer: &RelayProducer,
-        metrics: &Metrics,
+        metrics: &dyn SinkObserver,
     ) -> Result<(), SinkError> {
         let mut backoff = Backoff::new(self.retry_initial, self.retry_max);
         loop {
@@ -181,10 +179,10 @@ enum CreateFailure {
 /// Asks the cluster for its metadata until a broker answers, with backoff, logging each
 /// failure; gives up with [`SinkError::Unreachable`] after `settings.startup_attempts`.
 /// `false` when shutdown was requested meanwhile.
-pub(super) async fn reach_cluster_at_startup(
+pub(super) async fn reach_cluster_at_startup<S: ShutdownSignal>(
     producer: &RelayProducer,
     settings: &KafkaSinkSettings,
-    shutdown: &mut Shutdown,
+    shutdown: &mut S,
 ) -> Result<bool, SinkError> {
     let brokers = settings
         .client_properties

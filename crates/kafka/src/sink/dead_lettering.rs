@@ -5,13 +5,12 @@ use std::collections::BTreeMap;
 
 use rdkafka::error::KafkaError;
 
-use super::{OutboundRecord, SinkError};
+use super::{OutboundRecord, SinkError, SinkObserver};
 use crate::config::DeadLetterConfig;
 use crate::dead_letter::{
     dead_letter_for_record, kafka_error_class, now_millis, FailureReport, RecordOrigin,
 };
 use crate::internal_events::{DeadLettered, DeliveryRejected, InternalEvent};
-use crate::metrics::Metrics;
 
 /// A record taken from the input and not yet acked.
 pub(super) struct Pending<T> {
@@ -46,7 +45,7 @@ pub(super) fn on_permanent_failure<T>(
     sequence: u64,
     error: KafkaError,
     dead_letter: &DeadLetterConfig,
-    metrics: &Metrics,
+    metrics: &dyn SinkObserver,
 ) -> Result<PermanentAction, SinkError> {
     let Some(item) = pending.get_mut(&sequence) else {
         return Ok(PermanentAction::Resend);
@@ -101,7 +100,7 @@ pub(super) fn dead_letter_replacing(
     origin: &RecordOrigin,
     failure: &FailureReport,
     dead_letter: &DeadLetterConfig,
-    metrics: &Metrics,
+    metrics: &dyn SinkObserver,
 ) -> OutboundRecord {
     let letter = dead_letter_for_record(record, origin, failure, dead_letter);
     let id = record

@@ -9,13 +9,11 @@ use outbox_checkpoint::{AckToken, AckTracker, Checkpoint, CheckpointPosition, So
 use outbox_testkit::consume::{console_consume_isolated, read_all, ReadStop};
 use outbox_testkit::kafka::KafkaBroker;
 use rdkafka::producer::Producer;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 
 use super::*;
 use crate::config::{DeadLetterConfig, KafkaConfig};
 use crate::dead_letter::RecordOrigin;
-use crate::metrics::Metrics;
-use crate::shutdown::ShutdownController;
 
 struct TestTicket(AckToken);
 
@@ -54,8 +52,6 @@ fn settings(
         "brokers = \"{brokers}\"\ncreate_topics = true\ntopic_replication_factor = 1\nlinger_ms = 1\nretry_initial_backoff_ms = 50\nretry_max_backoff_ms = 200\nadmin_timeout_ms = 10000"
     ))
     .unwrap();
-    let pipeline: crate::config::PipelineConfig =
-        toml::from_str("max_in_flight = 64\nshutdown_timeout_ms = 5000").unwrap();
     TransactionalSinkSettings {
         sink: KafkaSinkSettings {
             startup_attempts: 0,
@@ -63,7 +59,7 @@ fn settings(
                 enabled: false,
                 ..DeadLetterConfig::default()
             },
-            ..KafkaSinkSettings::from_config(&kafka, &pipeline)
+            ..KafkaSinkSettings::from_config(&kafka, 64, Duration::from_millis(5000))
         },
         transactional_id: transactional_id.to_owned(),
         checkpoint_topic: checkpoint_topic.to_owned(),
@@ -153,12 +149,12 @@ fn start_sink(
     mpsc::Sender<SinkItem<TestTicket>>,
     Arc<Notify>,
     tokio::task::JoinHandle<Result<TransactionalSummary, SinkError>>,
-    ShutdownController,
+    watch::Sender<bool>,
 ) {
     let progress = Arc::new(Notify::new());
     let (input, input_rx) = mpsc::channel(16);
     let acker = tracker.clone();
-    let controller = ShutdownController::new();
+    let controller = watch::channel(false).0;
     let sink = tokio::spawn(run_transactional_sink(
         settings,
         input_rx,
@@ -167,7 +163,7 @@ fn start_sink(
         progress.clone(),
         RejectedRecords::default(),
         None,
-        Metrics::new(),
+        Arc::new(SinkMetrics::new(&prometheus::Registry::new()).unwrap()),
         controller.subscribe(),
     ));
     (input, progress, sink, controller)
