@@ -273,6 +273,8 @@ pub fn dead_letter_for_record(
         key,
         payload,
         headers,
+        // The original's null headers keep their places: the `dlq.*` headers come after.
+        null_headers: original.null_headers.clone(),
         timestamp_ms: original.timestamp_ms,
         // The dead-letter topic has its own partitions.
         partition: None,
@@ -368,6 +370,7 @@ pub fn dead_letter_for_routing_error(
         key,
         payload: Some(payload),
         headers,
+        null_headers: Vec::new(),
         timestamp_ms: None,
         partition: None,
     }
@@ -789,6 +792,7 @@ mod tests {
             key: Some(b"42".to_vec()),
             payload: Some(vec![b'x'; 5000]),
             headers: vec![("id".into(), b"event-1".to_vec())],
+            null_headers: Vec::new(),
             timestamp_ms: Some(7),
             partition: Some(2),
         }

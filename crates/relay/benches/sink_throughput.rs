@@ -76,6 +76,7 @@ fn main() {
                     key: Some(format!("aggregate-{}", n % 1000).into_bytes()),
                     payload: Some(payload.clone()),
                     headers: vec![("id".into(), format!("event-{n}").into_bytes())],
+                    null_headers: Vec::new(),
                     timestamp_ms: None,
                     partition: None,
                 };

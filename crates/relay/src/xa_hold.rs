@@ -235,6 +235,7 @@ mod tests {
                 key: None,
                 payload: None,
                 headers: Vec::new(),
+                null_headers: Vec::new(),
                 timestamp_ms: None,
                 partition: None,
             },

@@ -63,7 +63,7 @@ pub use config::{
     DEFAULT_TOPIC_TEMPLATE, TRACEPARENT_HEADER,
 };
 pub use error::{RoutingError, RoutingErrorKind};
-pub use record::{KafkaRecord, NullHeader, RouteOutcome, SkipReason};
+pub use record::{headers_in_sending_order, KafkaRecord, NullHeader, RouteOutcome, SkipReason};
 pub use render::{render_value_bytes, render_value_text};
 pub use router::Router;
 pub use topic::{

@@ -40,20 +40,30 @@ pub struct NullHeader {
     pub name: String,
 }
 
+/// Every header in sending order, `None` for a null value: `headers` with each of
+/// `null_headers` placed before `headers[position]` (after all of them when `position` is
+/// past the end). The one merge both the router's record and the sink's record use.
+pub fn headers_in_sending_order<'a>(
+    headers: &'a [(String, Vec<u8>)],
+    null_headers: &'a [NullHeader],
+) -> Vec<(&'a str, Option<&'a [u8]>)> {
+    let mut all = Vec::with_capacity(headers.len() + null_headers.len());
+    let mut nulls = null_headers.iter().peekable();
+    for (index, (name, value)) in headers.iter().enumerate() {
+        while let Some(null) = nulls.next_if(|null| null.position <= index) {
+            all.push((null.name.as_str(), None));
+        }
+        all.push((name.as_str(), Some(value.as_slice())));
+    }
+    all.extend(nulls.map(|null| (null.name.as_str(), None)));
+    all
+}
+
 impl KafkaRecord {
     /// Every header in sending order, `None` for a null value: `headers` with
     /// `null_headers` placed where the router put them.
     pub fn all_headers(&self) -> Vec<(&str, Option<&[u8]>)> {
-        let mut all = Vec::with_capacity(self.headers.len() + self.null_headers.len());
-        let mut nulls = self.null_headers.iter().peekable();
-        for (index, (name, value)) in self.headers.iter().enumerate() {
-            while let Some(null) = nulls.next_if(|null| null.position <= index) {
-                all.push((null.name.as_str(), None));
-            }
-            all.push((name.as_str(), Some(value.as_slice())));
-        }
-        all.extend(nulls.map(|null| (null.name.as_str(), None)));
-        all
+        headers_in_sending_order(&self.headers, &self.null_headers)
     }
 
     /// The value of the first header called `name`, if any.
@@ -127,5 +137,54 @@ impl std::fmt::Display for SkipReason {
                 Ok(())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn null(position: usize, name: &str) -> NullHeader {
+        NullHeader {
+            position,
+            name: name.to_owned(),
+        }
+    }
+
+    #[test]
+    fn null_headers_go_before_the_header_at_their_position_and_keep_their_order() {
+        let headers = vec![
+            ("id".to_owned(), b"e-1".to_vec()),
+            ("tenant".to_owned(), b"t".to_vec()),
+        ];
+        let nulls = vec![
+            null(0, "first"),
+            null(1, "a"),
+            null(1, "b"),
+            null(2, "last"),
+            null(9, "beyond"),
+        ];
+        let names_and_values: Vec<(&str, Option<&[u8]>)> =
+            headers_in_sending_order(&headers, &nulls);
+        assert_eq!(
+            names_and_values,
+            vec![
+                ("first", None),
+                ("id", Some(&b"e-1"[..])),
+                ("a", None),
+                ("b", None),
+                ("tenant", Some(&b"t"[..])),
+                ("last", None),
+                ("beyond", None),
+            ]
+        );
+        assert_eq!(
+            headers_in_sending_order(&headers, &[]),
+            vec![("id", Some(&b"e-1"[..])), ("tenant", Some(&b"t"[..]))]
+        );
+        assert_eq!(
+            headers_in_sending_order(&[], &[null(0, "only")]),
+            vec![("only", None)]
+        );
     }
 }

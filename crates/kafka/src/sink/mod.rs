@@ -100,6 +100,11 @@ pub struct OutboundRecord {
     pub payload: Option<Vec<u8>>,
     /// Record headers in order (e.g. `id` = event id).
     pub headers: Vec<(String, Vec<u8>)>,
+    /// Headers sent with a null value, each with its place among `headers` (a NULL
+    /// additional column as Debezium sends it). Kept apart so `headers` stays a list of
+    /// byte values for dead letters, hashes and sizes; [`OutboundRecord::headers_to_send`]
+    /// merges them.
+    pub null_headers: Vec<outbox_router::NullHeader>,
     /// Record timestamp (ms since the epoch); `None` lets the producer stamp it.
     pub timestamp_ms: Option<i64>,
     /// Explicit partition; `None` lets the partitioner hash the key.
@@ -114,9 +119,17 @@ impl From<outbox_router::KafkaRecord> for OutboundRecord {
             key: record.key,
             payload: record.value,
             headers: record.headers,
+            null_headers: record.null_headers,
             timestamp_ms: record.timestamp_millis,
             partition: record.partition,
         }
+    }
+}
+
+impl OutboundRecord {
+    /// Every header in sending order, `None` for a null value.
+    pub fn headers_to_send(&self) -> Vec<(&str, Option<&[u8]>)> {
+        outbox_router::headers_in_sending_order(&self.headers, &self.null_headers)
     }
 }
 

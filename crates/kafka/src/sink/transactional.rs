@@ -189,6 +189,10 @@ fn rejection_key(record: &OutboundRecord, origin: &RecordOrigin) -> u64 {
         bytes.extend_from_slice(name.as_bytes());
         bytes.extend_from_slice(value);
     }
+    for null in &record.null_headers {
+        bytes.extend_from_slice(&null.position.to_le_bytes());
+        bytes.extend_from_slice(null.name.as_bytes());
+    }
     bytes.extend_from_slice(&fnv1a64(record.payload.as_deref().unwrap_or_default()).to_le_bytes());
     fnv1a64(&bytes)
 }
@@ -706,6 +710,7 @@ async fn commit_batch(
         key: Some(settings.checkpoint_key.clone()),
         payload: Some(crate::checkpoint_record_value(&found.checkpoint)),
         headers: Vec::new(),
+        null_headers: Vec::new(),
         timestamp_ms: None,
         partition: Some(crate::CHECKPOINT_PARTITION),
     };

@@ -78,6 +78,7 @@ fn record(topic: &str, n: u64) -> OutboundRecord {
         key: Some(format!("key-{}", n % 2).into_bytes()),
         payload: Some(format!("payload-{n}").into_bytes()),
         headers: vec![("id".into(), format!("event-{n}").into_bytes())],
+        null_headers: Vec::new(),
         timestamp_ms: None,
         partition: None,
     }
