@@ -110,6 +110,114 @@ pub struct RelayConfig {
     /// Standby failover (`[ha]`): several relays, one publishing (see [`crate::ha`]).
     #[serde(default)]
     pub ha: crate::ha_config::HaConfig,
+    /// Debezium-format heartbeat records (`[heartbeat]`, off by default), for consumers and
+    /// monitors that watch Debezium's `__debezium-heartbeat.<prefix>` topic.
+    #[serde(default)]
+    pub heartbeat: HeartbeatConfig,
+}
+
+/// Debezium's default `topic.heartbeat.prefix`: the heartbeat topic is this, a dot, and
+/// the `topic.prefix`.
+pub const DEFAULT_HEARTBEAT_TOPIC_PREFIX: &str = "__debezium-heartbeat";
+
+/// Shortest `heartbeat.interval_ms`: more than ten heartbeats a second are load on the
+/// topic, not a better liveness signal.
+pub const MIN_HEARTBEAT_INTERVAL_MS: u64 = 100;
+
+/// `[heartbeat]`: one Debezium-format heartbeat record per interval (see
+/// [`crate::heartbeat`]); only the leader sends them under `[ha]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatConfig {
+    /// Time between two heartbeat records (Debezium's `heartbeat.interval.ms`); 0 or absent
+    /// turns heartbeats off, as in Debezium, so nothing new appears on an upgrade.
+    #[serde(default)]
+    pub interval_ms: u64,
+    /// Debezium's `topic.prefix`: the key's `serverName` and the default topic's suffix, so
+    /// monitors keyed on the old connector's name keep working. Defaults to
+    /// `route.debezium_topic_prefix` (the same Debezium setting), one of them is required
+    /// when heartbeats are on.
+    #[serde(default)]
+    pub topic_prefix: Option<String>,
+    /// The topic (Debezium's `topic.heartbeat.name`); default
+    /// `__debezium-heartbeat.<topic_prefix>`, Debezium's default, so existing consumers
+    /// find it without a change.
+    #[serde(default)]
+    pub topic: Option<String>,
+}
+
+impl HeartbeatConfig {
+    /// Whether heartbeat records are sent.
+    pub fn enabled(&self) -> bool {
+        self.interval_ms > 0
+    }
+
+    /// The `topic.prefix` in effect: `topic_prefix`, else `route.debezium_topic_prefix`.
+    pub fn effective_topic_prefix<'a>(
+        &'a self,
+        route: &'a outbox_router::RouteConfig,
+    ) -> Option<&'a str> {
+        self.topic_prefix
+            .as_deref()
+            .or(route.debezium_topic_prefix.as_deref())
+    }
+
+    /// The topic in effect: `topic`, else `__debezium-heartbeat.<topic_prefix>` (`None`
+    /// without a prefix).
+    pub fn effective_topic(&self, route: &outbox_router::RouteConfig) -> Option<String> {
+        match &self.topic {
+            Some(topic) => Some(topic.clone()),
+            None => self
+                .effective_topic_prefix(route)
+                .map(|prefix| format!("{DEFAULT_HEARTBEAT_TOPIC_PREFIX}.{prefix}")),
+        }
+    }
+
+    /// Checks `[heartbeat]` against `[route]` (where the prefix may come from).
+    pub fn validate(&self, route: &outbox_router::RouteConfig) -> Result<(), ConfigError> {
+        if let (Some(ours), Some(routes)) = (&self.topic_prefix, &route.debezium_topic_prefix) {
+            if ours != routes {
+                return Err(invalid(
+                    "heartbeat.topic_prefix",
+                    format!("`{ours}` differs from route.debezium_topic_prefix `{routes}`; both are Debezium's one topic.prefix: set the same value, or only route.debezium_topic_prefix"),
+                ));
+            }
+        }
+        if !self.enabled() {
+            return Ok(());
+        }
+        if self.interval_ms < MIN_HEARTBEAT_INTERVAL_MS {
+            return Err(invalid(
+                "heartbeat.interval_ms",
+                format!(
+                    "{} is below the minimum {MIN_HEARTBEAT_INTERVAL_MS} ms; use e.g. 10000, or 0 to turn heartbeats off",
+                    self.interval_ms
+                ),
+            ));
+        }
+        let Some(prefix) = self.effective_topic_prefix(route) else {
+            return Err(invalid(
+                "heartbeat.topic_prefix",
+                "is required when heartbeat.interval_ms > 0: set it to the Debezium connector's topic.prefix (the heartbeat key's serverName), or set route.debezium_topic_prefix",
+            ));
+        };
+        outbox_router::check_topic_name(prefix).map_err(|problem| {
+            invalid(
+                "heartbeat.topic_prefix",
+                format!("`{prefix}`: {problem} (Debezium's topic.prefix allows the same characters as a topic name)"),
+            )
+        })?;
+        let key = if self.topic.is_some() {
+            "heartbeat.topic"
+        } else {
+            "heartbeat.topic_prefix"
+        };
+        if let Some(topic) = self.effective_topic(route) {
+            outbox_router::check_topic_name(&topic)
+                .map_err(|problem| invalid(key, format!("topic `{topic}`: {problem}")))?;
+        }
+        Ok(())
+    }
 }
 
 /// `[source]`: the MySQL/MariaDB server to replicate from.
@@ -702,6 +810,7 @@ impl RelayConfig {
         }
 
         self.validate_checkpoint()?;
+        self.heartbeat.validate(&self.route)?;
 
         if let Some(listen) = &self.metrics.listen {
             listen.parse::<SocketAddr>().map_err(|_| {

@@ -19,6 +19,7 @@
 //!   with them; [`http`] serves them with [`health`]'s readiness checks
 //!   ([`broker_probe`] feeds the broker one);
 //! * [`shutdown`]: the shutdown signal every task listens to;
+//! * [`heartbeat`]: `[heartbeat]`, Debezium-format heartbeat records;
 //! * [`ha`] and [`ha_config`]: `[ha]`, standby failover (the `run` command as a standby
 //!   loop on a Kafka lease, leader epochs stamped into checkpoints);
 //! * [`kafka_context`]: librdkafka's logs through `tracing`, repeats rate-limited;
@@ -50,6 +51,7 @@ pub mod from_debezium;
 pub mod ha;
 pub mod ha_config;
 pub mod health;
+pub mod heartbeat;
 pub mod http;
 pub mod import_debezium;
 pub mod internal_events;

@@ -269,6 +269,7 @@ pub async fn run_relay(
     if handles.leader_epoch.is_none() {
         start_observability(&config, &metrics, &controller).await?;
     }
+    let _heartbeats = crate::heartbeat::spawn_heartbeats(&config, &controller, &metrics);
     // An aborted Kafka transaction (exactly-once) restarts the pipeline from the stored
     // checkpoint: nothing of it became visible, so nothing is lost or seen twice. Records
     // Kafka rejected are remembered across those restarts, for their dead letters.
