@@ -1,0 +1,342 @@
+//! `[heartbeat]` against the reference: Debezium 3.6.1's MySQL connector (in a Kafka Connect
+//! worker) and outbox-relay on the same MariaDB and Kafka broker, both with heartbeats on,
+//! once per converter setup (StringConverter, JsonConverter without and with schemas). The
+//! relay's heartbeat key bytes must be Debezium's exactly, its value the same bytes but for
+//! the `ts_ms` number (a recent epoch-ms integer on both sides), both on partition 0 and
+//! without headers. Debezium's side is read by Kafka's own console consumer.
+//!
+//! What Debezium does, seen here (and printed): one heartbeat when it starts streaming, then
+//! at most one per `heartbeat.interval.ms` as binlog events arrive (while idle, the server's
+//! replication heartbeat every ~48 s); no `__debezium.context.*` headers on heartbeats; its
+//! default topic is `__debezium-heartbeat.<topic.prefix>`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::*;
+use mysql_async::prelude::Queryable;
+use outbox_testkit::connect::{
+    Converter, DebeziumConnect, DebeziumOptions, DEBEZIUM_SERVER_VERSION_ARG,
+};
+use outbox_testkit::consume::{console_consume, read_all, ConsumedRecord, ReadStop};
+use outbox_testkit::kafka::KafkaBroker;
+use outbox_testkit::{ScratchMariadb, ScratchOptions};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Debezium's documented outbox table (its default column names).
+const DEBEZIUM_OUTBOX_TABLE: &str = "CREATE TABLE shop.outbox_debezium (\
+     id VARCHAR(64) NOT NULL PRIMARY KEY, aggregatetype VARCHAR(64) NOT NULL, \
+     aggregateid VARCHAR(64) NOT NULL, type VARCHAR(64) NOT NULL, payload JSON, \
+     timestamp DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB";
+
+/// Partitions of both sides' heartbeat topics: more than one, so "partition 0" is a choice
+/// both make, not the only place a record can go.
+const PARTITIONS: i32 = 3;
+
+/// The heartbeat interval of both sides.
+const INTERVAL_MS: u64 = 500;
+
+/// One converter setup: Debezium's worker converters and the relay's formats for them.
+struct Setup {
+    /// For the log and the topic names.
+    label: &'static str,
+    /// Debezium's `key.converter` and `value.converter`.
+    converter: Converter,
+    /// The relay's `key_format` and `value_format`.
+    format: &'static str,
+}
+
+const SETUPS: [Setup; 3] = [
+    Setup {
+        label: "string",
+        converter: Converter::String,
+        format: "raw",
+    },
+    Setup {
+        label: "json",
+        converter: Converter::Json { schemas: false },
+        format: "json",
+    },
+    Setup {
+        label: "json-schema",
+        converter: Converter::Json { schemas: true },
+        format: "json_with_schema",
+    },
+];
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The value with its one run of digits after `ts_ms` replaced by `N`, and that number.
+fn value_shape(value: &[u8]) -> Option<(String, i64)> {
+    let text = std::str::from_utf8(value).ok()?;
+    let field = text.rfind("ts_ms")? + "ts_ms".len();
+    let start = field + text[field..].find(|c: char| c.is_ascii_digit())?;
+    let end = start
+        + text[start..]
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len() - start);
+    let number = text[start..end].parse().ok()?;
+    Some((format!("{}N{}", &text[..start], &text[end..]), number))
+}
+
+fn describe(record: &ConsumedRecord) -> String {
+    format!(
+        "p{}@{} key={} value={} headers={:?}",
+        record.partition,
+        record.offset,
+        String::from_utf8_lossy(record.key.as_deref().unwrap_or(b"<null>")),
+        String::from_utf8_lossy(record.value.as_deref().unwrap_or(b"<null>")),
+        record
+            .headers
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .collect::<Vec<_>>()
+    )
+}
+
+/// `GET /metrics` of the relay: sample (with labels) -> value.
+async fn scrape(address: &str) -> Result<BTreeMap<String, f64>, String> {
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .map_err(|e| format!("connect {address}: {e}"))?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut response))
+        .await
+        .map_err(|_| "GET /metrics timed out".to_string())?
+        .map_err(|e| e.to_string())?;
+    let (_, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("not an HTTP response: {response:?}"))?;
+    Ok(body
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
+        .filter_map(|line| {
+            let (name, value) = line.rsplit_once(' ')?;
+            Some((name.to_string(), value.parse().ok()?))
+        })
+        .collect())
+}
+
+fn free_loopback_address() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind a free port")
+        .local_addr()
+        .expect("its address")
+        .port();
+    format!("127.0.0.1:{port}")
+}
+
+/// Checks one side's heartbeats; returns the problems found.
+fn check_side(
+    side: &str,
+    records: &[ConsumedRecord],
+    expected_key: &[u8],
+    started_ms: i64,
+) -> (Vec<String>, Option<String>) {
+    let mut problems = Vec::new();
+    let mut shape = None;
+    for record in records {
+        if record.key.as_deref() != Some(expected_key) {
+            problems.push(format!("{side}: key {}", describe(record)));
+        }
+        if record.partition != 0 {
+            problems.push(format!("{side}: not on partition 0: {}", describe(record)));
+        }
+        if !record.headers.is_empty() {
+            problems.push(format!("{side}: headers: {}", describe(record)));
+        }
+        match record.value.as_deref().and_then(value_shape) {
+            Some((this_shape, ts_ms)) => {
+                // Recent: after the test started (less a clock-granularity minute), not
+                // in the future.
+                if ts_ms < started_ms - 60_000 || ts_ms > now_ms() + 60_000 {
+                    problems.push(format!("{side}: ts_ms {ts_ms} is not recent"));
+                }
+                match &shape {
+                    None => shape = Some(this_shape),
+                    Some(seen) if *seen != this_shape => {
+                        problems.push(format!("{side}: two value shapes {seen} / {this_shape}"))
+                    }
+                    Some(_) => {}
+                }
+            }
+            None => problems.push(format!("{side}: no ts_ms number: {}", describe(record))),
+        }
+    }
+    (problems, shape)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_heartbeats_match_debeziums_for_each_converter() {
+    let started_ms = now_ms();
+    let (db, broker) = tokio::join!(
+        ScratchMariadb::start_with(ScratchOptions {
+            extra_args: vec![DEBEZIUM_SERVER_VERSION_ARG.to_string()],
+            ..ScratchOptions::default()
+        }),
+        KafkaBroker::shared()
+    );
+    let db = db.expect("scratch MariaDB starts");
+    let broker = broker.expect("the shared Kafka broker starts");
+    db.exec(SHOP_SCHEMA).await.expect("shop schema");
+    db.exec(&[DEBEZIUM_OUTBOX_TABLE])
+        .await
+        .expect("outbox table");
+    let tag = db.tag().to_string();
+    let mut failures = Vec::new();
+
+    for (index, setup) in SETUPS.iter().enumerate() {
+        // Debezium's topic.prefix (its connector name), which the relay is given too.
+        let prefix = format!("{tag}-hb-{}", setup.label);
+        let mut options = DebeziumOptions::outbox(&prefix, "shop.outbox_debezium");
+        options.key_converter = setup.converter;
+        options.value_converter = setup.converter;
+        options.server_id = 54_321 + index as u32;
+        options
+            .extra
+            .push(("heartbeat.interval.ms".into(), INTERVAL_MS.to_string()));
+        options.extra.push((
+            "topic.creation.default.partitions".into(),
+            PARTITIONS.to_string(),
+        ));
+        let mut debezium = DebeziumConnect::start(&db, broker, options)
+            .await
+            .expect("Debezium streams");
+
+        // The relay writes to its own topic (so both sides can be told apart), with the
+        // same topic prefix; its default topic is checked against Debezium's below.
+        let relay_topic = format!("{tag}.relay-heartbeat.{}", setup.label);
+        let address = free_loopback_address();
+        let mut relay_setup = RelaySetup::new(&db, &broker.bootstrap());
+        relay_setup.topic_partitions = PARTITIONS;
+        relay_setup.start = "latest".into();
+        relay_setup.metrics_listen = Some(address.clone());
+        relay_setup.route_extra = vec![
+            format!("key_format = \"{}\"", setup.format),
+            format!("value_format = \"{}\"", setup.format),
+        ];
+        let mut relay = Relay::prepare(&relay_setup);
+        let heartbeat_section = format!(
+            "\n[heartbeat]\ninterval_ms = {INTERVAL_MS}\ntopic_prefix = \"{prefix}\"\ntopic = \"{relay_topic}\"\n"
+        );
+        let mut config = std::fs::read_to_string(&relay.config_path).expect("read config");
+        config.push_str(&heartbeat_section);
+        std::fs::write(&relay.config_path, &config).expect("write config");
+        relay.start();
+
+        // Binlog events make Debezium beat (at most once per interval).
+        let mut conn = db.conn().await.expect("connect");
+        for row in 0..3 {
+            conn.exec_drop(
+                "INSERT INTO shop.outbox_debezium (id, aggregatetype, aggregateid, type, payload) \
+                 VALUES (?, 'order', 'order-1', 'OrderCreated', '{}')",
+                (format!("{}-{row}", setup.label),),
+            )
+            .await
+            .expect("insert");
+            tokio::time::sleep(Duration::from_millis(INTERVAL_MS * 2)).await;
+        }
+        conn.disconnect().await.expect("disconnect");
+
+        let debezium_topic = format!("__debezium-heartbeat.{prefix}");
+        let theirs = console_consume(
+            &broker.bootstrap(),
+            &debezium_topic,
+            2,
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("read Debezium's heartbeats");
+        let ours = read_all(
+            &broker.bootstrap(),
+            &[relay_topic.as_str()],
+            ReadStop::Count(3),
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("read the relay's heartbeats");
+        let samples = scrape(&address).await;
+        relay.stop_gracefully("heartbeat test").await;
+        debezium.stop();
+
+        println!("== {}: Debezium ({debezium_topic})", setup.label);
+        for record in &theirs {
+            println!("  {}", describe(record));
+        }
+        println!("== {}: outbox-relay ({relay_topic})", setup.label);
+        for record in &ours {
+            println!("  {}", describe(record));
+        }
+        if theirs.len() < 2 || ours.len() < 3 {
+            failures.push(format!(
+                "{}: {} Debezium heartbeats, {} relay heartbeats (want 2 and 3); relay log:\n{}",
+                setup.label,
+                theirs.len(),
+                ours.len(),
+                relay.log_tail(30)
+            ));
+            continue;
+        }
+        // The key bytes are Debezium's, record for record.
+        let Some(reference_key) = theirs[0].key.clone() else {
+            failures.push(format!("{}: Debezium wrote a null key", setup.label));
+            continue;
+        };
+        let (mut problems, their_shape) =
+            check_side("debezium", &theirs, &reference_key, started_ms);
+        let (our_problems, our_shape) = check_side("relay", &ours, &reference_key, started_ms);
+        problems.extend(our_problems);
+        if their_shape != our_shape {
+            problems.push(format!(
+                "value shapes differ: debezium {their_shape:?}, relay {our_shape:?}"
+            ));
+        }
+        // The relay's default topic is Debezium's.
+        let relay_config = outbox_relay::RelayConfig::parse(
+            &config.replace(&format!("topic = \"{relay_topic}\"\n"), ""),
+        )
+        .expect("the config without heartbeat.topic loads");
+        if relay_config
+            .heartbeat
+            .effective_topic(&relay_config.route)
+            .as_deref()
+            != Some(debezium_topic.as_str())
+        {
+            problems.push(format!(
+                "the relay's default topic {:?} is not Debezium's {debezium_topic}",
+                relay_config.heartbeat.effective_topic(&relay_config.route)
+            ));
+        }
+        // Every heartbeat read was counted as sent.
+        match samples {
+            Ok(samples) => {
+                let sent = samples
+                    .get("outbox_relay_heartbeats_total{outcome=\"sent\"}")
+                    .copied()
+                    .unwrap_or(0.0);
+                if sent < ours.len() as f64 {
+                    problems.push(format!(
+                        "outbox_relay_heartbeats_total{{outcome=\"sent\"}} = {sent}, but {} were read",
+                        ours.len()
+                    ));
+                }
+            }
+            Err(error) => problems.push(format!("scraping /metrics: {error}")),
+        }
+        for problem in problems {
+            failures.push(format!("{}: {problem}", setup.label));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
