@@ -151,6 +151,8 @@ struct Conversion {
     route: Vec<String>,
     /// `[kafka]` lines.
     kafka: Vec<String>,
+    /// `[heartbeat]` lines (none: no section, heartbeats off).
+    heartbeat: Vec<String>,
     /// Options mapped, for the header comment.
     mapped: Vec<String>,
     /// Options with no equivalent: `(option, why)`.
@@ -177,6 +179,92 @@ fn record_format(class: &str, schemas_enable: Option<&str>) -> Result<&'static s
             "converter {class} is not one the relay reproduces (String, ByteArray, Json)"
         )),
     }
+}
+
+/// Debezium's heartbeat options as `[heartbeat]`: `heartbeat.interval.ms`, the topic
+/// (`topic.heartbeat.name`, else `topic.heartbeat.prefix` + `.` + `topic.prefix`) and
+/// `topic.prefix` (the key's `serverName`). The key and value follow the converters, as the
+/// outbox records' formats do.
+fn convert_heartbeat(
+    take: &dyn Fn(&str) -> Option<String>,
+    out: &mut Conversion,
+) -> anyhow::Result<()> {
+    let interval = take("heartbeat.interval.ms");
+    let topic_name = take("topic.heartbeat.name");
+    let topics_prefix = take("topic.heartbeat.prefix");
+    if let Some(query) = take("heartbeat.action.query") {
+        out.not_mapped(
+            "heartbeat.action.query",
+            format!("the relay runs no query on the source (`{query}`); its heartbeat records need none"),
+        );
+    }
+    let interval_ms = match &interval {
+        Some(text) => text.parse::<u64>().with_context(|| {
+            format!("heartbeat.interval.ms = {text:?} is not a number of milliseconds")
+        })?,
+        None => 0,
+    };
+    if interval_ms == 0 {
+        if interval.is_some() {
+            out.mapped.push("heartbeat.interval.ms".into());
+        }
+        for (key, value) in [
+            ("topic.heartbeat.name", &topic_name),
+            ("topic.heartbeat.prefix", &topics_prefix),
+        ] {
+            if value.is_some() {
+                out.not_mapped(
+                    key,
+                    "heartbeats are off (heartbeat.interval.ms is 0 or absent), as in Debezium",
+                );
+            }
+        }
+        return Ok(());
+    }
+    let Some(prefix) = take("topic.prefix") else {
+        out.not_mapped(
+            "heartbeat.interval.ms",
+            "heartbeats need topic.prefix (the key's serverName), which this file lacks: add [heartbeat] interval_ms and topic_prefix by hand",
+        );
+        return Ok(());
+    };
+    out.mapped.extend([
+        "heartbeat.interval.ms".to_owned(),
+        "topic.prefix".to_owned(),
+    ]);
+    if interval_ms < crate::config::MIN_HEARTBEAT_INTERVAL_MS {
+        out.heartbeat.push(format!(
+            "# Debezium's heartbeat.interval.ms was {interval_ms}; the relay's minimum is {} ms",
+            crate::config::MIN_HEARTBEAT_INTERVAL_MS
+        ));
+    }
+    out.heartbeat.push(format!(
+        "interval_ms = {}",
+        interval_ms.max(crate::config::MIN_HEARTBEAT_INTERVAL_MS)
+    ));
+    out.heartbeat
+        .push(format!("topic_prefix = {}", quoted(&prefix)));
+    match (topic_name, topics_prefix) {
+        (Some(name), other) => {
+            out.heartbeat.push(format!("topic = {}", quoted(&name)));
+            out.mapped.push("topic.heartbeat.name".into());
+            if other.is_some() {
+                out.not_mapped(
+                    "topic.heartbeat.prefix",
+                    "topic.heartbeat.name names the topic, as in Debezium",
+                );
+            }
+        }
+        (None, Some(topics_prefix)) => {
+            out.heartbeat.push(format!(
+                "topic = {}",
+                quoted(&format!("{topics_prefix}.{prefix}"))
+            ));
+            out.mapped.push("topic.heartbeat.prefix".into());
+        }
+        (None, None) => {}
+    }
+    Ok(())
 }
 
 /// Converts a connector config into relay TOML (validated by loading it).
@@ -266,12 +354,7 @@ pub fn convert(config: &ConnectorConfig) -> anyhow::Result<String> {
             out.not_mapped(key, "Java key stores are not read: give PEM files in [source.tls] ca_file / cert_file / key_file");
         }
     }
-    if let Some(interval) = take("heartbeat.interval.ms") {
-        out.not_mapped(
-            "heartbeat.interval.ms",
-            format!("Debezium's heartbeat records ({interval} ms) are not written; the relay's own [source] heartbeat_interval_ms keeps its lag and checkpoint fresh"),
-        );
-    }
+    convert_heartbeat(&take, &mut out)?;
 
     // [[outbox]]: the captured tables.
     let tables = take("table.include.list").unwrap_or_default();
@@ -696,6 +779,12 @@ fn render(out: &Conversion, name: Option<&str>) -> String {
     for line in &out.kafka {
         let _ = writeln!(text, "{line}");
     }
+    if !out.heartbeat.is_empty() {
+        let _ = writeln!(text, "\n[heartbeat]");
+        for line in &out.heartbeat {
+            let _ = writeln!(text, "{line}");
+        }
+    }
     let _ = writeln!(
         text,
         "\n[checkpoint]\nstore = \"file\"\npath = \"/var/lib/outbox-relay/checkpoint.json\""
@@ -792,6 +881,90 @@ mod tests {
         assert_eq!(
             config.route.event_id_encoding,
             outbox_router::BinaryEncoding::Base64
+        );
+    }
+
+    #[test]
+    fn heartbeat_options_map_to_the_heartbeat_section() {
+        let connector = |extra: &str| {
+            format!(
+                "connector.class=io.debezium.connector.mysql.MySqlConnector\n\
+                 topic.prefix=dbserver1\n\
+                 table.include.list=shop.outbox\n\
+                 transforms=outbox\n\
+                 transforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n\
+                 key.converter=org.apache.kafka.connect.json.JsonConverter\n\
+                 key.converter.schemas.enable=false\n\
+                 {extra}"
+            )
+        };
+        let load = |extra: &str| {
+            let toml = convert(&parse_connector_config(&connector(extra)).unwrap()).unwrap();
+            (crate::RelayConfig::parse(&toml).unwrap(), toml)
+        };
+
+        // Debezium's default topic: the relay's default too.
+        let (config, toml) = load("heartbeat.interval.ms=5000\n");
+        assert_eq!(config.heartbeat.interval_ms, 5000, "{toml}");
+        assert_eq!(config.heartbeat.topic_prefix.as_deref(), Some("dbserver1"));
+        assert_eq!(
+            config.heartbeat.effective_topic(&config.route).as_deref(),
+            Some("__debezium-heartbeat.dbserver1")
+        );
+        assert_eq!(config.route.key_format, outbox_router::RecordFormat::Json);
+        assert!(
+            !toml.contains("#   topic.prefix:"),
+            "topic.prefix is mapped:\n{toml}"
+        );
+        assert!(!toml.contains("#   heartbeat.interval.ms:"), "{toml}");
+
+        // topic.heartbeat.prefix, and a query the relay does not run.
+        let (config, toml) = load(
+            "heartbeat.interval.ms=1000\ntopic.heartbeat.prefix=beats\nheartbeat.action.query=UPDATE hb SET ts=NOW()\n",
+        );
+        assert_eq!(
+            config.heartbeat.effective_topic(&config.route).as_deref(),
+            Some("beats.dbserver1")
+        );
+        assert!(
+            toml.contains("#   heartbeat.action.query: the relay runs no query"),
+            "{toml}"
+        );
+
+        // topic.heartbeat.name wins over the prefix, as in Debezium.
+        let (config, toml) = load(
+            "heartbeat.interval.ms=1000\ntopic.heartbeat.name=hb-topic\ntopic.heartbeat.prefix=beats\n",
+        );
+        assert_eq!(config.heartbeat.topic.as_deref(), Some("hb-topic"));
+        assert!(
+            toml.contains("#   topic.heartbeat.prefix: topic.heartbeat.name names"),
+            "{toml}"
+        );
+
+        // Below the relay's minimum: raised, and said so.
+        let (config, toml) = load("heartbeat.interval.ms=10\n");
+        assert_eq!(
+            config.heartbeat.interval_ms,
+            crate::config::MIN_HEARTBEAT_INTERVAL_MS
+        );
+        assert!(toml.contains("heartbeat.interval.ms was 10"), "{toml}");
+
+        // Off (0): no section; the topic options are named as unused.
+        let (config, toml) = load("heartbeat.interval.ms=0\ntopic.heartbeat.prefix=beats\n");
+        assert!(!config.heartbeat.enabled());
+        assert!(!toml.contains("[heartbeat]"), "{toml}");
+        assert!(
+            toml.contains("#   topic.heartbeat.prefix: heartbeats are off"),
+            "{toml}"
+        );
+
+        // Not a number: refused with the option's name.
+        let error =
+            convert(&parse_connector_config(&connector("heartbeat.interval.ms=soon\n")).unwrap())
+                .unwrap_err();
+        assert!(
+            format!("{error:#}").contains("heartbeat.interval.ms"),
+            "{error:#}"
         );
     }
 
