@@ -9,6 +9,10 @@
 //! at most one per `heartbeat.interval.ms` as binlog events arrive (while idle, the server's
 //! replication heartbeat every ~48 s); no `__debezium.context.*` headers on heartbeats; its
 //! default topic is `__debezium-heartbeat.<topic.prefix>`.
+//!
+//! [`a_heartbeat_topic_that_cannot_be_written_is_counted_and_never_stops_the_relay`]: a
+//! heartbeat failure is logged and counted, the outbox records and the checkpoint go on,
+//! and heartbeats resume once the topic exists.
 
 mod common;
 
@@ -137,6 +141,44 @@ fn free_loopback_address() -> String {
     format!("127.0.0.1:{port}")
 }
 
+/// Appends `[heartbeat]` to a prepared relay's config; returns the whole config.
+fn add_heartbeat_section(relay: &Relay, prefix: &str, topic: &str) -> String {
+    let mut config = std::fs::read_to_string(&relay.config_path).expect("read config");
+    config.push_str(&format!(
+        "\n[heartbeat]\ninterval_ms = {INTERVAL_MS}\ntopic_prefix = \"{prefix}\"\ntopic = \"{topic}\"\n"
+    ));
+    std::fs::write(&relay.config_path, &config).expect("write config");
+    config
+}
+
+/// The relay's `outbox_relay_heartbeats_total{outcome}` now (0 when not exported).
+async fn heartbeats(address: &str, outcome: &str) -> f64 {
+    scrape(address)
+        .await
+        .ok()
+        .and_then(|samples| {
+            samples
+                .get(&format!(
+                    "outbox_relay_heartbeats_total{{outcome=\"{outcome}\"}}"
+                ))
+                .copied()
+        })
+        .unwrap_or(0.0)
+}
+
+/// Polls the relay's heartbeat counter until it reaches `want` (or `limit` passed); returns
+/// the last value.
+async fn wait_for_heartbeats(address: &str, outcome: &str, want: f64, limit: Duration) -> f64 {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let value = heartbeats(address, outcome).await;
+        if value >= want || std::time::Instant::now() > deadline {
+            return value;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Checks one side's heartbeats; returns the problems found.
 fn check_side(
     side: &str,
@@ -227,12 +269,7 @@ async fn relay_heartbeats_match_debeziums_for_each_converter() {
             format!("value_format = \"{}\"", setup.format),
         ];
         let mut relay = Relay::prepare(&relay_setup);
-        let heartbeat_section = format!(
-            "\n[heartbeat]\ninterval_ms = {INTERVAL_MS}\ntopic_prefix = \"{prefix}\"\ntopic = \"{relay_topic}\"\n"
-        );
-        let mut config = std::fs::read_to_string(&relay.config_path).expect("read config");
-        config.push_str(&heartbeat_section);
-        std::fs::write(&relay.config_path, &config).expect("write config");
+        let config = add_heartbeat_section(&relay, &prefix, &relay_topic);
         relay.start();
 
         // Binlog events make Debezium beat (at most once per interval).
@@ -339,4 +376,93 @@ async fn relay_heartbeats_match_debeziums_for_each_converter() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The heartbeat topic is missing and the relay may not create it (`create_topics =
+/// false`; the harness broker never auto-creates): each heartbeat fails after its delivery
+/// timeout and is counted as `failed`, while the outbox records are delivered and the
+/// checkpoint moves as before. Once the topic is created, heartbeats are sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_topic_that_cannot_be_written_is_counted_and_never_stops_the_relay() {
+    let (db, broker) = start_shop_database_and_broker().await;
+    broker
+        .create_topic(&topic_for(&db, "order"), 1)
+        .await
+        .expect("create the outbox topic");
+    let address = free_loopback_address();
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
+    setup.create_topics = false;
+    setup.metrics_listen = Some(address.clone());
+    let mut relay = Relay::prepare(&setup);
+    let heartbeat_topic = format!("{}.missing-heartbeat", db.tag());
+    add_heartbeat_section(&relay, "shop", &heartbeat_topic);
+    let mut writer = ShopWriter::connect(&db, "hbfail").await;
+    relay.start();
+
+    writer.transaction("order", "order-1", 2, true, false).await;
+    let first = writer.master_position().await;
+    wait_for_checkpoint(&relay, &first, Duration::from_secs(30)).await;
+    let failed = wait_for_heartbeats(&address, "failed", 1.0, Duration::from_secs(60)).await;
+    assert!(
+        failed >= 1.0,
+        "no failed heartbeat counted; relay log:\n{}",
+        relay.log_tail(30)
+    );
+    assert_eq!(
+        heartbeats(&address, "sent").await,
+        0.0,
+        "sent to a missing topic?"
+    );
+    assert!(
+        log_count(&relay, "heartbeat not sent") >= 1,
+        "the failure is not logged:\n{}",
+        relay.log_tail(30)
+    );
+
+    // The relay goes on after the failures: more events, a later checkpoint.
+    relay.assert_running("after failed heartbeats");
+    writer.transaction("order", "order-2", 2, true, false).await;
+    let second = writer.master_position().await;
+    wait_for_checkpoint(&relay, &second, Duration::from_secs(30)).await;
+    let records = read_until_ids(
+        &broker.bootstrap(),
+        &topics_of(&writer.committed),
+        &writer.committed,
+        Duration::from_secs(30),
+    )
+    .await;
+    let seen: std::collections::BTreeSet<String> =
+        records.iter().filter_map(|r| r.header_str("id")).collect();
+    for event in &writer.committed {
+        assert!(seen.contains(&event.id), "event {} not delivered", event.id);
+    }
+
+    // With the topic in place, heartbeats are sent again.
+    broker
+        .create_topic(&heartbeat_topic, 1)
+        .await
+        .expect("create the heartbeat topic");
+    let sent = wait_for_heartbeats(&address, "sent", 1.0, Duration::from_secs(60)).await;
+    assert!(
+        sent >= 1.0,
+        "no heartbeat sent after the topic was created; relay log:\n{}",
+        relay.log_tail(30)
+    );
+    let delivered = read_all(
+        &broker.bootstrap(),
+        &[heartbeat_topic.as_str()],
+        ReadStop::Count(1),
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("read the heartbeats");
+    assert!(
+        delivered
+            .iter()
+            .all(|record| record.key.as_deref() == Some(b"Struct{serverName=shop}".as_slice())),
+        "{delivered:?}"
+    );
+    assert!(!delivered.is_empty(), "no heartbeat on the topic");
+    relay.stop_gracefully("heartbeat failure test").await;
+    writer.close().await;
 }
