@@ -447,6 +447,78 @@ mod tests {
         assert_eq!(value["schema"]["fields"][0]["type"], "int64");
     }
 
+    fn counted(outcome: &str) -> u64 {
+        HEARTBEATS
+            .as_ref()
+            .map(|counter| counter.with_label_values(&[outcome]).get())
+            .unwrap_or(0)
+    }
+
+    /// Waits (up to 30 s) until `outcome` was counted more than `before` times.
+    async fn wait_counted(outcome: &str, before: u64) -> u64 {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while counted(outcome) <= before && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        counted(outcome)
+    }
+
+    /// The task skips beats while the source is not connected, counts a send that fails
+    /// (no broker at the address) and goes on, and ends when its shutdown fires.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn skips_without_a_source_counts_failures_and_stops_on_shutdown() {
+        let metrics = Metrics::new();
+        register_metrics(&metrics.registry);
+        let settings = HeartbeatSettings {
+            interval: Duration::from_millis(100),
+            topic: "unit-heartbeats".into(),
+            key: heartbeat_key(RecordFormat::Raw, PREFIX),
+            value_format: RecordFormat::Raw,
+            client_properties: vec![
+                // Nothing listens on port 1: every send fails after the delivery timeout.
+                ("bootstrap.servers".into(), "127.0.0.1:1".into()),
+                ("message.timeout.ms".into(), "300".into()),
+            ],
+            create_topic: false,
+            topic_partitions: 1,
+            topic_replication_factor: 1,
+            topic_config: Default::default(),
+            admin_timeout: Duration::from_secs(1),
+        };
+        let controller = ShutdownController::new();
+        let (skipped, failed) = (counted("skipped"), counted("failed"));
+        let task = tokio::spawn(run_heartbeats(
+            settings,
+            metrics.clone(),
+            controller.subscribe(),
+        ));
+        assert!(
+            wait_counted("skipped", skipped).await > skipped,
+            "no beat skipped"
+        );
+        metrics.health.source_connected();
+        assert!(
+            wait_counted("failed", failed).await > failed,
+            "no failure counted"
+        );
+        // Still beating after a failure: another one fails.
+        let failed = counted("failed");
+        assert!(
+            wait_counted("failed", failed).await > failed,
+            "stopped after a failure"
+        );
+        let text = metrics.render();
+        assert!(
+            text.contains("outbox_relay_heartbeats_total{outcome=\"failed\"}"),
+            "{text}"
+        );
+        controller.trigger();
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .expect("the task ends on shutdown")
+            .expect("the task does not panic");
+    }
+
     fn config(heartbeat: &str, route: &str) -> Result<RelayConfig, crate::ConfigError> {
         RelayConfig::parse(&format!(
             r#"
