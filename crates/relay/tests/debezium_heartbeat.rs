@@ -13,6 +13,8 @@
 //! [`a_heartbeat_topic_that_cannot_be_written_is_counted_and_never_stops_the_relay`]: a
 //! heartbeat failure is logged and counted, the outbox records and the checkpoint go on,
 //! and heartbeats resume once the topic exists.
+//! [`under_ha_only_the_leader_sends_heartbeats`]: two relays with `[ha]`; the standby sends
+//! none until the leader is killed and it takes over.
 
 mod common;
 
@@ -465,4 +467,130 @@ async fn a_heartbeat_topic_that_cannot_be_written_is_counted_and_never_stops_the
     assert!(!delivered.is_empty(), "no heartbeat on the topic");
     relay.stop_gracefully("heartbeat failure test").await;
     writer.close().await;
+}
+
+/// The leader of `relays` by `outbox_relay_leader` (exactly one answers 1), waiting up to
+/// 60 s; `None` if there was never exactly one.
+async fn single_leader(addresses: &[String], skip: Option<usize>) -> Option<usize> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        let mut leaders = Vec::new();
+        for (index, address) in addresses.iter().enumerate() {
+            if Some(index) == skip {
+                continue;
+            }
+            let leads = scrape(address)
+                .await
+                .ok()
+                .and_then(|samples| samples.get("outbox_relay_leader").copied());
+            if leads == Some(1.0) {
+                leaders.push(index);
+            }
+        }
+        if leaders.len() == 1 {
+            return Some(leaders[0]);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+/// `[ha]`: heartbeats start with a leadership term (`run_relay`), so the standby of two
+/// relays sends none while the other leads, and starts when it takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_ha_only_the_leader_sends_heartbeats() {
+    let (db, broker) = start_shop_database_and_broker().await;
+    db.exec(&["CREATE DATABASE outbox_relay"])
+        .await
+        .expect("checkpoint database");
+    let heartbeat_topic = format!("{}.ha-heartbeat", db.tag());
+    let mut relays = Vec::new();
+    let mut addresses = Vec::new();
+    for _ in 0..2 {
+        let mut setup = RelaySetup::new(&db, &broker.bootstrap());
+        setup.mysql_checkpoint_url = Some(db.url());
+        let address = free_loopback_address();
+        setup.metrics_listen = Some(address.clone());
+        setup.shutdown_timeout_ms = Some(2000);
+        let relay = Relay::prepare(&setup);
+        relay.edit_config(&[
+            ("connector = \"test\"", &format!("connector = \"{}\"", db.tag())),
+            (
+                "[pipeline]",
+                &format!(
+                    "[ha]\nenabled = true\nlease_topic = \"{}.lease\"\nsession_timeout_ms = 6000\n\n[pipeline]",
+                    db.tag()
+                ),
+            ),
+        ]);
+        add_heartbeat_section(&relay, "shop", &heartbeat_topic);
+        relays.push(relay);
+        addresses.push(address);
+    }
+    for relay in &mut relays {
+        relay.start();
+    }
+    let logs = |relays: &[Relay]| {
+        relays
+            .iter()
+            .map(|relay| relay.log_tail(25))
+            .collect::<Vec<_>>()
+            .join("\n-----\n")
+    };
+    let Some(leader) = single_leader(&addresses, None).await else {
+        panic!("no single leader; logs:\n{}", logs(&relays));
+    };
+    let standby = 1 - leader;
+    let sent = wait_for_heartbeats(&addresses[leader], "sent", 3.0, Duration::from_secs(60)).await;
+    assert!(
+        sent >= 3.0,
+        "the leader sent {sent} heartbeats; logs:\n{}",
+        logs(&relays)
+    );
+    assert_eq!(
+        heartbeats(&addresses[standby], "sent").await,
+        0.0,
+        "the standby sent heartbeats; logs:\n{}",
+        logs(&relays)
+    );
+    let before = read_all(
+        &broker.bootstrap(),
+        &[heartbeat_topic.as_str()],
+        ReadStop::Quiet(Duration::from_secs(2)),
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("read the heartbeats");
+    assert!(
+        before.len() >= 3,
+        "{} heartbeats on the topic",
+        before.len()
+    );
+
+    relays[leader].kill9();
+    let Some(new_leader) = single_leader(&addresses, Some(leader)).await else {
+        panic!("the standby did not take over; logs:\n{}", logs(&relays));
+    };
+    assert_eq!(new_leader, standby);
+    let sent = wait_for_heartbeats(&addresses[standby], "sent", 1.0, Duration::from_secs(60)).await;
+    assert!(
+        sent >= 1.0,
+        "the new leader sent no heartbeat; logs:\n{}",
+        logs(&relays)
+    );
+    let after = read_all(
+        &broker.bootstrap(),
+        &[heartbeat_topic.as_str()],
+        ReadStop::Count(before.len() + 1),
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("read the heartbeats");
+    assert!(
+        after.len() > before.len(),
+        "no heartbeat on the topic after the takeover ({} before, {} after)",
+        before.len(),
+        after.len()
+    );
+    relays[standby].stop_gracefully("ha heartbeat test").await;
 }
