@@ -595,25 +595,39 @@ pub fn convert(config: &ConnectorConfig) -> anyhow::Result<String> {
             .push(format!("tombstone_on_empty_payload = {}", value == "true"));
         out.mapped.push(full);
     }
-    // Debezium drops a DELETE of an outbox row always and skips an UPDATE with a log line
-    // (`warn`, `error`) or stops (`fatal`). The relay's `invalid_operation` applies to
-    // both: `warn` skips both with a log line; `fail` would dead-letter DELETEs too (a
-    // cleanup job's), which Debezium drops, so every value maps to `warn`.
+    // Debezium drops a DELETE of an outbox row always, silently, and handles an UPDATE as
+    // `table.op.invalid.behavior` says: skipped with a log line (`warn`, the default, or
+    // `error`) or a stop (`fatal`). The relay splits `invalid_operation` per operation.
     let invalid = router_take("table.op.invalid.behavior");
-    out.route.push("invalid_operation = \"warn\"".into());
-    match invalid {
-        Some((full, value)) if value == "warn" => out.mapped.push(full),
-        Some((full, value)) if value == "error" => {
-            out.mapped.push(full.clone());
-            out.not_mapped(&full, "`error` (skip, logged at error level) is `warn` in the relay: the UPDATE is skipped and logged at warn level");
-        }
-        Some((full, value)) if value == "fatal" => out.not_mapped(
-            &full,
-            "`fatal` (stop the connector on an UPDATE) has no equivalent yet: the relay skips the UPDATE with a warning (`fail` would also dead-letter DELETEs, which Debezium drops)",
-        ),
-        Some((full, value)) => out.not_mapped(&full, format!("`{value}` is not warn, error or fatal")),
-        None => {}
-    }
+    out.route.push("invalid_delete = \"ignore\"".into());
+    let update = match invalid {
+        None => "warn",
+        Some((full, value)) => match value.as_str() {
+            "warn" => {
+                out.mapped.push(full);
+                "warn"
+            }
+            "error" => {
+                out.mapped.push(full.clone());
+                out.not_mapped(&full, "`error` (skip, logged at error level) is `warn` in the relay: the UPDATE is skipped and logged at warn level");
+                "warn"
+            }
+            "fatal" => {
+                out.mapped.push(full);
+                out.route.push(
+                    "# Debezium's `fatal`: an UPDATE is a routing error, which stops the relay with \
+                     [dead_letter] enabled = false or fail_on = [\"routing\"] (else it is dead-lettered)"
+                        .into(),
+                );
+                "fail"
+            }
+            other => {
+                out.not_mapped(&full, format!("`{other}` is not warn, error or fatal"));
+                "warn"
+            }
+        },
+    };
+    out.route.push(format!("invalid_update = \"{update}\""));
     // Converters: the connector's own, else the worker's (not in this file).
     let mut formats = Vec::new();
     for role in ["key", "value"] {
@@ -1058,13 +1072,15 @@ mod tests {
             toml.contains("transforms.unwrap: another transform"),
             "{toml}"
         );
-        assert!(
-            toml.contains("`fatal` (stop the connector on an UPDATE) has no equivalent"),
-            "{toml}"
+        // `fatal`: an UPDATE is a routing error; a DELETE is dropped, as Debezium does.
+        assert!(toml.contains("Debezium's `fatal`"), "{toml}");
+        assert_eq!(
+            config.route.invalid_update,
+            Some(outbox_router::InvalidOperationBehavior::Fail)
         );
         assert_eq!(
-            config.route.invalid_operation,
-            outbox_router::InvalidOperationBehavior::Warn
+            config.route.invalid_delete,
+            Some(outbox_router::InvalidOperationBehavior::Ignore)
         );
     }
 

@@ -307,6 +307,14 @@ pub struct RouteConfig {
     /// `table.op.invalid.behavior`); cleanup jobs delete sent rows, hence `ignore`.
     #[serde(default = "default_invalid_operation")]
     pub invalid_operation: InvalidOperationBehavior,
+    /// UPDATE rows only, overriding `invalid_operation`: Debezium applies
+    /// `table.op.invalid.behavior` to updates only (`warn` by default).
+    #[serde(default)]
+    pub invalid_update: Option<InvalidOperationBehavior>,
+    /// DELETE rows only, overriding `invalid_operation`: Debezium always drops deletes
+    /// silently (`ignore`), whatever `table.op.invalid.behavior` says.
+    #[serde(default)]
+    pub invalid_delete: Option<InvalidOperationBehavior>,
     /// How the key bytes are written, matching the Kafka Connect `key.converter` a Debezium
     /// pipeline used, so its consumers read the relay's keys unchanged.
     #[serde(default)]
@@ -367,6 +375,8 @@ impl Default for RouteConfig {
             additional_headers: Vec::new(),
             tracing_span_context_column: None,
             invalid_operation: default_invalid_operation(),
+            invalid_update: None,
+            invalid_delete: None,
             key_format: RecordFormat::default(),
             value_format: RecordFormat::default(),
             expand_json_payload: false,

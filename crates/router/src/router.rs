@@ -73,8 +73,10 @@ struct RouteSettings {
     aggregate_id_header: String,
     /// Tracing span context column.
     tracing_span_context_column: Option<String>,
-    /// UPDATE/DELETE handling.
-    invalid_operation: InvalidOperationBehavior,
+    /// UPDATE handling (`invalid_update`, else `invalid_operation`).
+    invalid_update: InvalidOperationBehavior,
+    /// DELETE handling (`invalid_delete`, else `invalid_operation`).
+    invalid_delete: InvalidOperationBehavior,
     /// True when some route-level template uses `${event_type}`.
     templates_use_event_type: bool,
     /// Key bytes as this converter writes them.
@@ -284,7 +286,8 @@ impl Router {
             aggregate_type_header: route.headers.aggregate_type.clone(),
             aggregate_id_header: route.headers.aggregate_id.clone(),
             tracing_span_context_column: route.tracing_span_context_column.clone(),
-            invalid_operation: route.invalid_operation,
+            invalid_update: route.invalid_update.unwrap_or(route.invalid_operation),
+            invalid_delete: route.invalid_delete.unwrap_or(route.invalid_operation),
             templates_use_event_type,
             key_format: route.key_format,
             value_format: route.value_format,
@@ -969,7 +972,8 @@ impl Router {
         }
     }
 
-    /// Skips or rejects an UPDATE/DELETE row per `invalid_operation`.
+    /// Skips or rejects an UPDATE/DELETE row per `invalid_update` / `invalid_delete`
+    /// (each defaulting to `invalid_operation`).
     fn route_invalid_operation(
         &self,
         table: &TableRoute,
@@ -987,7 +991,11 @@ impl Router {
                     .ok()
                     .map(Cow::into_owned)
             });
-        match self.settings.invalid_operation {
+        let behavior = match operation {
+            RowOperation::Delete => self.settings.invalid_delete,
+            _ => self.settings.invalid_update,
+        };
+        match behavior {
             InvalidOperationBehavior::Ignore => Ok(RouteOutcome::Skipped {
                 reason: SkipReason::InvalidOperation {
                     operation,

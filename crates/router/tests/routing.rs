@@ -925,6 +925,48 @@ fn update_and_delete_behaviors() {
     }
 }
 
+/// Debezium's `table.op.invalid.behavior` covers UPDATEs only and DELETEs are always
+/// dropped: `invalid_update` / `invalid_delete` override `invalid_operation` per operation.
+#[test]
+fn update_and_delete_behaviors_can_differ() {
+    let router = seeds_router(&RouteConfig {
+        invalid_operation: InvalidOperationBehavior::Warn,
+        invalid_update: Some(InvalidOperationBehavior::Fail),
+        invalid_delete: Some(InvalidOperationBehavior::Ignore),
+        ..RouteConfig::default()
+    });
+    let row = |operation| {
+        change(
+            "shop.outbox",
+            operation,
+            &SEEDS_COLUMNS,
+            seeds_insert().after.unwrap().values,
+        )
+    };
+    let update = router.route(&row(RowOperation::Update)).unwrap_err();
+    assert_eq!(
+        update.kind,
+        RoutingErrorKind::InvalidOperation {
+            operation: RowOperation::Update
+        }
+    );
+    assert!(matches!(
+        router.route(&row(RowOperation::Delete)),
+        Ok(RouteOutcome::Skipped { .. })
+    ));
+    // Only one override: the other operation follows `invalid_operation`.
+    let router = seeds_router(&RouteConfig {
+        invalid_operation: InvalidOperationBehavior::Fail,
+        invalid_delete: Some(InvalidOperationBehavior::Ignore),
+        ..RouteConfig::default()
+    });
+    assert!(router.route(&row(RowOperation::Update)).is_err());
+    assert!(matches!(
+        router.route(&row(RowOperation::Delete)),
+        Ok(RouteOutcome::Skipped { .. })
+    ));
+}
+
 #[test]
 fn bad_rows_give_precise_errors() {
     let undecodable = || Value::UndecodableText {
