@@ -946,5 +946,5 @@ async fn a_first_start_at_latest_checkpoints_the_server_history_of_every_domain(
     assert_eq!(summary.delivered, 1);
 }
 
-#[path = "pipeline_xa_tests.rs"]
+#[path = "xa_tests.rs"]
 mod xa;

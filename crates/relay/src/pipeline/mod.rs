@@ -75,6 +75,10 @@ use crate::stores::open_checkpoint_store_for_writing;
 use crate::tasks::spawn_named;
 use crate::xa_hold::{describe_refused, HeldRecord, XaHolds, XaRelease, XaResolution};
 
+#[cfg(test)]
+#[path = "tests.rs"]
+mod pipeline_tests;
+
 /// Why the relay stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {
