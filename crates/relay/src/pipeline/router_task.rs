@@ -16,7 +16,7 @@ use super::source::SourceItem;
 use super::tracking::{
     lock_records, lock_tracker, RecordTicket, RecordTransactions, SharedTracker,
 };
-use crate::budget::row_change_bytes;
+use crate::budget::{row_change_bytes, BudgetPermit};
 use crate::dead_letter::{dead_letter_for_routing_error, RecordOrigin};
 use crate::internal_events::{
     DeadLettered, InternalEvent, RecordRouted, RowSkipped, XaHeldChanged, XaOutcomeRead,
@@ -111,8 +111,12 @@ pub(super) async fn run_router(
     let mut xa = XaHolds::new(max_in_flight_bytes);
     let mut xa_ticker = tokio::time::interval(Duration::from_secs(1));
     xa_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Routed records of the open transaction not yet registered with the tracker: they
+    // are registered under one lock and sent at the transaction's end or the batch's end,
+    // whichever comes first.
+    let mut pending: Vec<PendingRecord> = Vec::new();
     loop {
-        let (item, budget) = tokio::select! {
+        let batch = tokio::select! {
             _ = shutdown.recv() => return Ok(()),
             _ = xa_ticker.tick() => {
                 XaHeldChanged {
@@ -123,7 +127,7 @@ pub(super) async fn run_router(
                 continue;
             }
             item = items.recv() => match item {
-                Some(SourceItem::Stream(item, budget)) => (item, budget),
+                Some(SourceItem::Batch(batch)) => batch,
                 Some(SourceItem::MovedTo(server)) => {
                     lock_tracker(&tracker).switch_source(server);
                     replay.source_moved(&metrics);
@@ -132,172 +136,246 @@ pub(super) async fn run_router(
                 None => return Ok(()),
             },
         };
-        match item {
-            StreamItem::Row(row) => {
-                let record = match router.route(&row) {
-                    Ok(RouteOutcome::Record(record)) => {
-                        RecordRouted.emit(&metrics);
-                        OutboundRecord::from(record)
-                    }
-                    Ok(RouteOutcome::Skipped { reason }) => {
-                        RowSkipped {
-                            reason: &format!("{reason:?}"),
-                            table: &row.table,
-                            warn: warn_on_skip,
+        for (item, budget) in batch {
+            if !matches!(item, StreamItem::Row(_))
+                && !send_pending(
+                    &tracker,
+                    &records,
+                    &mut shutdown,
+                    &mut pending,
+                    &mut records_in_open_transaction,
+                )
+                .await
+            {
+                return Ok(());
+            }
+            match item {
+                StreamItem::Row(row) => {
+                    let record = match router.route(&row) {
+                        Ok(RouteOutcome::Record(record)) => {
+                            RecordRouted.emit(&metrics);
+                            OutboundRecord::from(record)
                         }
-                        .emit(&metrics);
+                        Ok(RouteOutcome::Skipped { reason }) => {
+                            RowSkipped {
+                                reason: &format!("{reason:?}"),
+                                table: &row.table,
+                                warn: warn_on_skip,
+                            }
+                            .emit(&metrics);
+                            continue;
+                        }
+                        // Policy `fail` (or dead letters off): stop, naming the row.
+                        Err(error) if !dead_letter.dead_letters("routing") => {
+                            // What was routed before it still goes to the sink, which
+                            // delivers it before stopping (as without batching).
+                            send_pending(
+                                &tracker,
+                                &records,
+                                &mut shutdown,
+                                &mut pending,
+                                &mut records_in_open_transaction,
+                            )
+                            .await;
+                            return Err(RelayError::Routing(Box::new(error)));
+                        }
+                        // Deterministic: dead-lettered at once, tracked and acked like any record.
+                        Err(error) => {
+                            let letter = dead_letter_for_routing_error(&error, &row, &dead_letter);
+                            let message = error.to_string();
+                            DeadLettered {
+                                class: "routing",
+                                id: error.event_id.as_deref(),
+                                original_topic: "",
+                                dead_letter_topic: &dead_letter.topic,
+                                attempts: 1,
+                                error: &message,
+                            }
+                            .emit(&metrics);
+                            letter
+                        }
+                    };
+                    let origin = RecordOrigin::of_row(&row);
+                    if row.in_xa_transaction {
+                        // Held until the XA transaction's outcome (crate::xa_hold).
+                        let held = HeldRecord {
+                            record,
+                            origin,
+                            budget,
+                            bytes: row_change_bytes(&row) as u64,
+                        };
+                        if let Err(refused) = xa.hold(held) {
+                            return Err(RelayError::XaHoldTooLarge(describe_refused(
+                                &refused,
+                                &row.event_position,
+                            )));
+                        }
                         continue;
                     }
-                    // Policy `fail` (or dead letters off): stop, naming the row.
-                    Err(error) if !dead_letter.dead_letters("routing") => {
-                        return Err(RelayError::Routing(Box::new(error)))
-                    }
-                    // Deterministic: dead-lettered at once, tracked and acked like any record.
-                    Err(error) => {
-                        let letter = dead_letter_for_routing_error(&error, &row, &dead_letter);
-                        let message = error.to_string();
-                        DeadLettered {
-                            class: "routing",
-                            id: error.event_id.as_deref(),
-                            original_topic: "",
-                            dead_letter_topic: &dead_letter.topic,
-                            attempts: 1,
-                            error: &message,
-                        }
-                        .emit(&metrics);
-                        letter
-                    }
-                };
-                let origin = RecordOrigin::of_row(&row);
-                if row.in_xa_transaction {
-                    // Held until the XA transaction's outcome (crate::xa_hold).
-                    let held = HeldRecord {
+                    pending.push(PendingRecord {
                         record,
                         origin,
                         budget,
-                        bytes: row_change_bytes(&row) as u64,
-                    };
-                    if let Err(refused) = xa.hold(held) {
-                        return Err(RelayError::XaHoldTooLarge(describe_refused(
-                            &refused,
-                            &row.event_position,
-                        )));
-                    }
-                    continue;
+                    });
                 }
-                let token = lock_tracker(&tracker).add_record();
-                records_in_open_transaction += 1;
-                let item = SinkItem {
-                    record,
-                    ticket: RecordTicket {
-                        token,
-                        budget,
-                        xa_release: None,
-                    },
-                    origin,
-                };
-                if !send_to_sink(&records, &mut shutdown, item).await {
-                    return Ok(());
-                }
-            }
-            StreamItem::Commit(commit) => {
-                match &commit.xa {
-                    Some(XaBoundary::Prepare { xid }) => {
-                        let held = xa.prepare(xid, commit.timestamp, || {
-                            records_in_open_transaction += 1;
-                            lock_tracker(&tracker).add_record()
-                        });
-                        if held > 0 {
-                            XaPrepareHeld {
-                                xid,
-                                records: held,
-                                position: &commit.position,
-                            }
-                            .emit(&metrics);
-                        }
-                    }
-                    Some(XaBoundary::Commit { xid } | XaBoundary::Rollback { xid }) => {
-                        let committed = matches!(commit.xa, Some(XaBoundary::Commit { .. }));
-                        match xa.resolve(xid) {
-                            XaResolution::Held(prepared) => {
-                                XaOutcomeRead {
+                StreamItem::Commit(commit) => {
+                    match &commit.xa {
+                        Some(XaBoundary::Prepare { xid }) => {
+                            let held = xa.prepare(xid, commit.timestamp, || {
+                                records_in_open_transaction += 1;
+                                lock_tracker(&tracker).add_record()
+                            });
+                            if held > 0 {
+                                XaPrepareHeld {
                                     xid,
-                                    committed,
-                                    records: prepared.records.len(),
+                                    records: held,
+                                    position: &commit.position,
                                 }
                                 .emit(&metrics);
-                                if committed {
-                                    // Records of the XA COMMIT transaction; the last ack
-                                    // also releases the hold on the prepare.
-                                    let release = Arc::new(XaRelease::new(
-                                        prepared.records.len(),
-                                        prepared.hold_token,
-                                    ));
-                                    for held in prepared.records {
-                                        records_in_open_transaction += 1;
-                                        let item = held_record_to_sink_item(
-                                            &tracker,
-                                            held,
-                                            Some(release.clone()),
-                                        );
-                                        if !send_to_sink(&records, &mut shutdown, item).await {
-                                            return Ok(());
-                                        }
+                            }
+                        }
+                        Some(XaBoundary::Commit { xid } | XaBoundary::Rollback { xid }) => {
+                            let committed = matches!(commit.xa, Some(XaBoundary::Commit { .. }));
+                            match xa.resolve(xid) {
+                                XaResolution::Held(prepared) => {
+                                    XaOutcomeRead {
+                                        xid,
+                                        committed,
+                                        records: prepared.records.len(),
                                     }
-                                } else if let Err(error) =
-                                    lock_tracker(&tracker).ack(prepared.hold_token)
-                                {
-                                    tracing::error!(%error, "ack tracker rejected the release of a rolled-back XA transaction (a bug; the checkpoint is held back)");
+                                    .emit(&metrics);
+                                    if committed {
+                                        // Records of the XA COMMIT transaction; the last ack
+                                        // also releases the hold on the prepare.
+                                        let release = Arc::new(XaRelease::new(
+                                            prepared.records.len(),
+                                            prepared.hold_token,
+                                        ));
+                                        for held in prepared.records {
+                                            records_in_open_transaction += 1;
+                                            let item = held_record_to_sink_item(
+                                                &tracker,
+                                                held,
+                                                Some(release.clone()),
+                                            );
+                                            if !send_to_sink(&records, &mut shutdown, item).await {
+                                                return Ok(());
+                                            }
+                                        }
+                                    } else if let Err(error) =
+                                        lock_tracker(&tracker).ack(prepared.hold_token)
+                                    {
+                                        tracing::error!(%error, "ack tracker rejected the release of a rolled-back XA transaction (a bug; the checkpoint is held back)");
+                                    }
+                                }
+                                XaResolution::PreparedWithoutRecords => {}
+                                XaResolution::PrepareNotRead => XaOutcomeWithoutPrepare {
+                                    xid,
+                                    committed,
+                                    position: &commit.position,
+                                }
+                                .emit(&metrics),
+                            }
+                        }
+                        None if xa.has_open_records() => {
+                            // A one-phase XA commit: the held records are this transaction's.
+                            for held in xa.take_open() {
+                                records_in_open_transaction += 1;
+                                let item = held_record_to_sink_item(&tracker, held, None);
+                                if !send_to_sink(&records, &mut shutdown, item).await {
+                                    return Ok(());
                                 }
                             }
-                            XaResolution::PreparedWithoutRecords => {}
-                            XaResolution::PrepareNotRead => XaOutcomeWithoutPrepare {
-                                xid,
-                                committed,
-                                position: &commit.position,
-                            }
-                            .emit(&metrics),
                         }
+                        None => {}
                     }
-                    None if xa.has_open_records() => {
-                        // A one-phase XA commit: the held records are this transaction's.
-                        for held in xa.take_open() {
-                            records_in_open_transaction += 1;
-                            let item = held_record_to_sink_item(&tracker, held, None);
-                            if !send_to_sink(&records, &mut shutdown, item).await {
-                                return Ok(());
-                            }
+                    if commit.xa.is_some() {
+                        XaHeldChanged {
+                            prepared: xa.prepared_count(),
+                            oldest_prepare_timestamp: xa.oldest_prepare_timestamp(),
                         }
+                        .emit(&metrics);
                     }
-                    None => {}
+                    // The records handed to the sink (an XA PREPARE's are only held).
+                    let sent = match commit.xa {
+                        Some(XaBoundary::Prepare { .. }) => 0,
+                        _ => records_in_open_transaction,
+                    };
+                    replay.transaction_ended(&commit.position, sent, &metrics);
+                    end_transaction(
+                        CheckpointPosition::after_commit(&commit),
+                        &mut records_in_open_transaction,
+                    )
                 }
-                if commit.xa.is_some() {
-                    XaHeldChanged {
-                        prepared: xa.prepared_count(),
-                        oldest_prepare_timestamp: xa.oldest_prepare_timestamp(),
-                    }
-                    .emit(&metrics);
+                StreamItem::Heartbeat(heartbeat) => {
+                    replay.transaction_ended(&heartbeat.position, 0, &metrics);
+                    end_transaction(
+                        CheckpointPosition::at_heartbeat(&heartbeat),
+                        &mut records_in_open_transaction,
+                    )
                 }
-                // The records handed to the sink (an XA PREPARE's are only held).
-                let sent = match commit.xa {
-                    Some(XaBoundary::Prepare { .. }) => 0,
-                    _ => records_in_open_transaction,
-                };
-                replay.transaction_ended(&commit.position, sent, &metrics);
-                end_transaction(
-                    CheckpointPosition::after_commit(&commit),
-                    &mut records_in_open_transaction,
-                )
-            }
-            StreamItem::Heartbeat(heartbeat) => {
-                replay.transaction_ended(&heartbeat.position, 0, &metrics);
-                end_transaction(
-                    CheckpointPosition::at_heartbeat(&heartbeat),
-                    &mut records_in_open_transaction,
-                )
             }
         }
+        // A batch cut inside a transaction: its records go on now, the end follows.
+        if !send_pending(
+            &tracker,
+            &records,
+            &mut shutdown,
+            &mut pending,
+            &mut records_in_open_transaction,
+        )
+        .await
+        {
+            return Ok(());
+        }
     }
+}
+
+/// A routed record of the open transaction, waiting for [`send_pending`].
+struct PendingRecord {
+    /// The record (or a routing error's dead letter).
+    record: OutboundRecord,
+    /// Where its row came from, for a dead letter.
+    origin: RecordOrigin,
+    /// The row's share of the in-flight budget, moved into the record's ticket.
+    budget: Option<BudgetPermit>,
+}
+
+/// Registers the pending records with the tracker in order under one lock (they are all of
+/// the open transaction), counts them in `records_in_open_transaction`, and sends them to
+/// the sink in order; false when the relay is stopping (or the sink is gone).
+async fn send_pending(
+    tracker: &SharedTracker,
+    records: &mpsc::Sender<SinkItem<RecordTicket>>,
+    shutdown: &mut Shutdown,
+    pending: &mut Vec<PendingRecord>,
+    records_in_open_transaction: &mut u64,
+) -> bool {
+    if pending.is_empty() {
+        return true;
+    }
+    let items: Vec<SinkItem<RecordTicket>> = {
+        let mut tracker = lock_tracker(tracker);
+        pending
+            .drain(..)
+            .map(|pending| SinkItem {
+                record: pending.record,
+                ticket: RecordTicket {
+                    token: tracker.add_record(),
+                    budget: pending.budget,
+                    xa_release: None,
+                },
+                origin: pending.origin,
+            })
+            .collect()
+    };
+    *records_in_open_transaction += items.len() as u64;
+    for item in items {
+        if !send_to_sink(records, shutdown, item).await {
+            return false;
+        }
+    }
+    true
 }
 
 /// Sends one record to the sink; false when the relay is stopping (or the sink is gone).

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use outbox_binlog::{BinlogReader, GtidSet, ReaderConfig, StartPosition, StreamItem};
 use outbox_checkpoint::SourceIdentity;
 use tokio::sync::mpsc;
@@ -37,11 +38,21 @@ pub(super) struct SourceSettings {
     pub(super) start_gtids: GtidSet,
 }
 
+/// The most stream items the source hands the router in one [`SourceItem::Batch`]: a
+/// transaction longer than this goes in several batches (it is never buffered whole).
+pub(super) const MAX_BATCH_ITEMS: usize = 256;
+
+/// A stream item and, for a row, its share of the in-flight byte budget (released when its
+/// record is acked, or when it is dropped).
+pub(super) type BudgetedItem = (StreamItem, Option<BudgetPermit>);
+
 /// What the source hands the router, in stream order.
 pub(super) enum SourceItem {
-    /// A stream item and, for a row, its share of the in-flight byte budget (released when
-    /// its record is acked, or when it is dropped).
-    Stream(StreamItem, Option<BudgetPermit>),
+    /// Stream items in order, one channel send for many: a batch ends with a transaction's
+    /// `Commit` or a heartbeat, or after [`MAX_BATCH_ITEMS`] items, or (never empty) when
+    /// the source must wait for budget or reconnect, so rows are never held back while the
+    /// source waits on something their acks could release.
+    Batch(Vec<BudgetedItem>),
     /// The source moved to another server by GTID set (failover): every item after this
     /// one comes from that server. In the stream, not beside it, so the router tags exactly
     /// the positions read from the new server with it ([`AckTracker::switch_source`]); the
@@ -62,6 +73,9 @@ pub(super) async fn run_source(
     let mut backoff = Backoff::new(settings.reconnect_initial, settings.reconnect_max);
     let mut reconnects: u64 = 0;
     let mut handed_out_gtids = settings.start_gtids.clone();
+    // Items read and not yet handed on; sent at the end of each transaction (see
+    // `SourceItem::Batch`).
+    let mut batch: Vec<BudgetedItem> = Vec::new();
     loop {
         let next = tokio::select! {
             _ = shutdown.recv() => return Ok(()),
@@ -88,9 +102,20 @@ pub(super) async fn run_source(
                 }
                 let permit = match &item {
                     StreamItem::Row(row) => {
-                        let permit = tokio::select! {
-                            _ = shutdown.recv() => return Ok(()),
-                            permit = settings.budget.reserve(row_change_bytes(row)) => permit,
+                        let bytes = row_change_bytes(row);
+                        // Reserved at once when it fits. Otherwise only acks free budget,
+                        // and the rows batched here hold some: hand them on first.
+                        let permit = match settings.budget.reserve(bytes).now_or_never() {
+                            Some(permit) => permit,
+                            None => {
+                                if !hand_on(&items, &mut shutdown, &mut batch).await {
+                                    return Ok(());
+                                }
+                                tokio::select! {
+                                    _ = shutdown.recv() => return Ok(()),
+                                    permit = settings.budget.reserve(bytes) => permit,
+                                }
+                            }
                         };
                         metrics.in_flight_bytes.set(
                             i64::try_from(settings.budget.reserved_bytes()).unwrap_or(i64::MAX),
@@ -99,12 +124,21 @@ pub(super) async fn run_source(
                     }
                     StreamItem::Commit(_) | StreamItem::Heartbeat(_) => None,
                 };
-                tokio::select! {
-                    _ = shutdown.recv() => return Ok(()),
-                    sent = items.send(SourceItem::Stream(item, permit)) => if sent.is_err() { return Ok(()) },
+                let ends_batch = !matches!(item, StreamItem::Row(_));
+                batch.push((item, permit));
+                if (ends_batch || batch.len() >= MAX_BATCH_ITEMS)
+                    && !hand_on(&items, &mut shutdown, &mut batch).await
+                {
+                    return Ok(());
                 }
             }
             Err(error) if error.is_transient() => {
+                // Rows of the open transaction read before the break go on as before (the
+                // reader reads them again after the reconnect: duplicates, never loss), and
+                // before any `MovedTo`.
+                if !hand_on(&items, &mut shutdown, &mut batch).await {
+                    return Ok(());
+                }
                 // Reconnect until it works or shutdown; definite errors on reconnect stop.
                 let mut last_error = error;
                 loop {
@@ -188,5 +222,24 @@ pub(super) async fn run_source(
             }
             Err(error) => return Err(RelayError::Source(error)),
         }
+    }
+}
+
+/// Sends the batched items to the router (nothing when there are none); false when the
+/// relay is stopping or the router is gone.
+async fn hand_on(
+    items: &mpsc::Sender<SourceItem>,
+    shutdown: &mut Shutdown,
+    batch: &mut Vec<BudgetedItem>,
+) -> bool {
+    if batch.is_empty() {
+        return true;
+    }
+    // The next batch is likely about as long (transactions of one workload look alike).
+    let capacity = batch.len();
+    let full = std::mem::replace(batch, Vec::with_capacity(capacity));
+    tokio::select! {
+        _ = shutdown.recv() => false,
+        sent = items.send(SourceItem::Batch(full)) => sent.is_ok(),
     }
 }
