@@ -48,10 +48,11 @@ pub(super) type BudgetedItem = (StreamItem, Option<BudgetPermit>);
 
 /// What the source hands the router, in stream order.
 pub(super) enum SourceItem {
-    /// Stream items in order, one channel send for many: a batch ends with a transaction's
-    /// `Commit` or a heartbeat, or after [`MAX_BATCH_ITEMS`] items, or (never empty) when
-    /// the source must wait for budget or reconnect, so rows are never held back while the
-    /// source waits on something their acks could release.
+    /// Stream items in order (never empty), one channel send for many: a batch ends when
+    /// the reader has no next item ready, after [`MAX_BATCH_ITEMS`] items, or when the
+    /// source must wait for budget or reconnect. So an item never waits in a batch while
+    /// the source waits on the server or on budget its rows' acks would release, and a
+    /// batch may hold the ends of many transactions, or part of one.
     Batch(Vec<BudgetedItem>),
     /// The source moved to another server by GTID set (failover): every item after this
     /// one comes from that server. In the stream, not beside it, so the router tags exactly
@@ -73,13 +74,28 @@ pub(super) async fn run_source(
     let mut backoff = Backoff::new(settings.reconnect_initial, settings.reconnect_max);
     let mut reconnects: u64 = 0;
     let mut handed_out_gtids = settings.start_gtids.clone();
-    // Items read and not yet handed on; sent at the end of each transaction (see
-    // `SourceItem::Batch`).
+    // Items read and not yet handed on (see `SourceItem::Batch` for when they go).
     let mut batch: Vec<BudgetedItem> = Vec::new();
     loop {
-        let next = tokio::select! {
-            _ = shutdown.recv() => return Ok(()),
-            next = reader.next_item() => next,
+        // An item the reader has ready (decoded, or in its read-ahead) joins the batch at
+        // once (`next_item` is cancel-safe); when none is, the batch goes on before the
+        // source waits for the server, so nothing sits in it while the stream is idle.
+        let ready = if batch.is_empty() || shutdown.is_shutdown() {
+            None
+        } else {
+            reader.next_item().now_or_never()
+        };
+        let next = match ready {
+            Some(next) => next,
+            None => {
+                if !hand_on(&items, &mut shutdown, &mut batch).await {
+                    return Ok(());
+                }
+                tokio::select! {
+                    _ = shutdown.recv() => return Ok(()),
+                    next = reader.next_item() => next,
+                }
+            }
         };
         match next {
             Ok(item) => {
@@ -124,9 +140,8 @@ pub(super) async fn run_source(
                     }
                     StreamItem::Commit(_) | StreamItem::Heartbeat(_) => None,
                 };
-                let ends_batch = !matches!(item, StreamItem::Row(_));
                 batch.push((item, permit));
-                if (ends_batch || batch.len() >= MAX_BATCH_ITEMS)
+                if batch.len() >= MAX_BATCH_ITEMS
                     && !hand_on(&items, &mut shutdown, &mut batch).await
                 {
                     return Ok(());
