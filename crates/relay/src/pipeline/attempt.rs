@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outbox_binlog::StartPosition;
-use outbox_checkpoint::{AckTracker, CommitPolicy, SharedCheckpointStore};
+use outbox_checkpoint::{AckTracker, CheckpointStoreError, CommitPolicy, SharedCheckpointStore};
 use outbox_router::Router;
 use tokio::sync::{mpsc, Notify};
 
@@ -28,8 +28,8 @@ use crate::metrics::Metrics;
 use crate::replay::{ReplayCounter, SentThrough};
 use crate::shutdown::ShutdownController;
 use crate::sink::{
-    run_kafka_sink, run_transactional_sink, KafkaSinkSettings, RejectedRecords, SinkItem,
-    TransactionalSinkSettings,
+    run_kafka_sink, run_transactional_sink, KafkaSinkSettings, RejectedRecords, SinkError,
+    SinkItem, TransactionalSinkSettings,
 };
 use crate::tasks::spawn_named;
 
@@ -292,10 +292,27 @@ pub(super) async fn run_pipeline(
         tracing::error!(%error, "relay stopped on error");
     }
     controller.trigger();
-    match errors.into_iter().next() {
-        Some(error) => Err(error),
-        None => Ok(summary),
+    // A fencing explains the errors beside it (a zombie leader's source is kicked off by
+    // the new leader's replica connection with the same server_id): it is the one
+    // reported, so under [ha] the relay goes back to standby (invariant 18).
+    let reported = errors.iter().position(is_fencing).unwrap_or(0);
+    if errors.is_empty() {
+        Ok(summary)
+    } else {
+        Err(errors.swap_remove(reported))
     }
+}
+
+/// Whether `error` means another relay leads now: the store refused this run's leader
+/// epoch, or Kafka fenced one of its transactional producers (the Kafka store's or the
+/// exactly-once sink's).
+fn is_fencing(error: &RelayError) -> bool {
+    matches!(
+        error,
+        RelayError::Checkpoint(
+            CheckpointStoreError::StaleLeader { .. } | CheckpointStoreError::ProducerFenced { .. }
+        ) | RelayError::Sink(SinkError::Fenced { .. })
+    )
 }
 
 /// The exactly-once sink's settings from the config.

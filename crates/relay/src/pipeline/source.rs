@@ -235,7 +235,12 @@ pub(super) async fn run_source(
                     }
                 }
             }
-            Err(error) => return Err(RelayError::Source(error)),
+            Err(error) => {
+                // What was read before the failure still goes on: the sink delivers it and
+                // the checkpoint ends right before the problem, as without batching.
+                hand_on(&items, &mut shutdown, &mut batch).await;
+                return Err(RelayError::Source(error));
+            }
         }
     }
 }
