@@ -70,4 +70,4 @@ pub use store::{
     check_commit, reject_regression, CheckpointStore, CheckpointStoreError, SharedCheckpointStore,
     StoreFuture,
 };
-pub use tracker::{AckError, AckToken, AckTracker};
+pub use tracker::{AckError, AckToken, AckTracker, ExactlyOnceBoundary};

@@ -55,7 +55,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use outbox_binlog::{BinlogPosition, Gtid, GtidSet};
 
-use crate::checkpoint::{CheckpointPosition, SourceIdentity};
+use crate::checkpoint::{Checkpoint, CheckpointPosition, SourceIdentity};
 use crate::gtid_union::{add_optional, union_into};
 
 /// Distinguishes trackers so a token of one tracker is never mistaken for one of another.
@@ -93,6 +93,19 @@ pub enum AckError {
         /// The foreign token.
         token: AckToken,
     },
+}
+
+/// Where a Kafka transaction of the exactly-once sink may end: what
+/// [`AckTracker::exactly_once_boundary`] returns once the records sent so far are whole
+/// binlog transactions the checkpoint has passed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExactlyOnceBoundary {
+    /// The checkpoint to commit with the Kafka transaction (its last record): every record
+    /// of every binlog transaction up to it is delivered, and none after it was sent.
+    pub checkpoint: Checkpoint,
+    /// No transaction is tracked any more (every record read so far is delivered), so the
+    /// lag gauge may read 0 instead of the checkpoint's age.
+    pub caught_up: bool,
 }
 
 /// A run of records in binlog order: one transaction, or several merged fully acked ones.
@@ -415,6 +428,46 @@ impl AckTracker {
             .map_or(self.next_sequence, |(first_sequence, _)| *first_sequence)
     }
 
+    /// The checkpoint a Kafka transaction may be committed with, or `None` while it must
+    /// stay open: the exactly-once rule (ARCHITECTURE.md, invariant 15).
+    ///
+    /// `last_sent` is the [`AckToken::sequence`] of the last record sent in the Kafka
+    /// transaction (`None`: it holds no records yet, e.g. an idle commit of heartbeat
+    /// progress). The transaction may end only when that record is below
+    /// [`AckTracker::records_passed`]: it then holds whole binlog transactions, all
+    /// delivered, and nothing after the checkpoint, so a restart from the checkpoint
+    /// neither repeats nor skips a record a `read_committed` consumer saw.
+    ///
+    /// The checkpoint names `identity` (the server the stream started on) while the
+    /// checkpoint's position was read from it. After [`AckTracker::switch_source`] moved the
+    /// stream to another server and the checkpoint reached a position read from there, it
+    /// names that server and carries `gtid_only_binlog` (the binlog position meaning "resume
+    /// by GTID set") instead of a file+position, exactly as the at-least-once committer
+    /// stores it ([`crate::CheckpointCommitter::move_to_source`]). The leader epoch is left
+    /// unset; the sink stamps it.
+    pub fn exactly_once_boundary(
+        &self,
+        identity: &SourceIdentity,
+        last_sent: Option<u64>,
+        gtid_only_binlog: &BinlogPosition,
+    ) -> Option<ExactlyOnceBoundary> {
+        if last_sent.is_some_and(|sequence| sequence >= self.records_passed()) {
+            return None;
+        }
+        let mut position = self.checkpoint.clone();
+        let source = match self.checkpoint_source() {
+            Some(moved) if moved != identity => {
+                position.binlog = gtid_only_binlog.clone();
+                moved.clone()
+            }
+            _ => identity.clone(),
+        };
+        Some(ExactlyOnceBoundary {
+            checkpoint: Checkpoint::new(source, position),
+            caught_up: self.tracked_transactions() == 0,
+        })
+    }
+
     /// Records added and not yet acked.
     pub fn in_flight(&self) -> usize {
         self.in_flight
@@ -510,5 +563,146 @@ fn absorb_end(earlier: &mut Option<EntryEnd>, later: Option<EntryEnd>) {
         (Some(earlier), Some(later)) => earlier.absorb(later),
         (None, later) => *earlier = later,
         (Some(_), None) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use outbox_binlog::Flavor;
+
+    use super::*;
+
+    fn at(offset: u64) -> CheckpointPosition {
+        CheckpointPosition::at(BinlogPosition::new("binlog.000001", offset))
+    }
+
+    fn server(server_id: u32) -> SourceIdentity {
+        SourceIdentity {
+            flavor: Flavor::Mariadb,
+            server_id,
+            server_uuid: None,
+        }
+    }
+
+    fn gtid_only() -> BinlogPosition {
+        BinlogPosition::new("", 4)
+    }
+
+    fn mariadb_gtid(server_id: u32, sequence: u64) -> Gtid {
+        Gtid::Mariadb {
+            domain_id: 0,
+            server_id,
+            sequence,
+        }
+    }
+
+    /// The offset of the boundary's checkpoint, or `None` when the transaction must stay open.
+    fn boundary_offset(tracker: &AckTracker, last_sent: Option<u64>) -> Option<u64> {
+        tracker
+            .exactly_once_boundary(&server(1), last_sent, &gtid_only())
+            .map(|boundary| boundary.checkpoint.position.binlog.position)
+    }
+
+    #[test]
+    fn a_kafka_transaction_never_ends_inside_a_binlog_transaction() {
+        let mut tracker = AckTracker::new(at(4));
+        // Binlog transaction 1 (records 0, 1) ends at 500; transaction 2 (record 2) is open.
+        let first = tracker.add_record();
+        let second = tracker.add_record();
+        tracker.end_transaction(at(500));
+        let third = tracker.add_record();
+        // Nothing delivered: not even the records of the ended transaction may be committed.
+        assert_eq!(boundary_offset(&tracker, Some(first.sequence())), None);
+        tracker.ack(first).unwrap();
+        assert_eq!(
+            boundary_offset(&tracker, Some(first.sequence())),
+            None,
+            "record 1 of the same binlog transaction is still in flight"
+        );
+        tracker.ack(second).unwrap();
+        assert_eq!(
+            boundary_offset(&tracker, Some(second.sequence())),
+            Some(500),
+            "both records of transaction 1 are delivered: commit at its end"
+        );
+        // Record 2 belongs to the open transaction: once sent, the Kafka transaction waits
+        // for its binlog transaction's end, even when the record itself is delivered.
+        tracker.ack(third).unwrap();
+        assert_eq!(boundary_offset(&tracker, Some(third.sequence())), None);
+        tracker.end_transaction(at(900));
+        assert_eq!(boundary_offset(&tracker, Some(third.sequence())), Some(900));
+    }
+
+    #[test]
+    fn an_empty_kafka_transaction_commits_the_current_checkpoint() {
+        let mut tracker = AckTracker::new(at(4));
+        let start = tracker
+            .exactly_once_boundary(&server(1), None, &gtid_only())
+            .unwrap();
+        assert_eq!(start.checkpoint.position, at(4));
+        assert_eq!(start.checkpoint.source, server(1));
+        assert!(start.caught_up);
+        assert_eq!(
+            start.checkpoint.leader_epoch, None,
+            "the sink stamps the epoch"
+        );
+        // A heartbeat moves the checkpoint without records.
+        tracker.end_transaction(at(300));
+        assert_eq!(boundary_offset(&tracker, None), Some(300));
+        // An open transaction with a record in flight: the checkpoint stays, not caught up.
+        let token = tracker.add_record();
+        let held = tracker
+            .exactly_once_boundary(&server(1), None, &gtid_only())
+            .unwrap();
+        assert_eq!(held.checkpoint.position.binlog.position, 300);
+        assert!(!held.caught_up);
+        tracker.ack(token).unwrap();
+        tracker.end_transaction(at(700));
+        let done = tracker
+            .exactly_once_boundary(&server(1), Some(token.sequence()), &gtid_only())
+            .unwrap();
+        assert_eq!(done.checkpoint.position.binlog.position, 700);
+        assert!(done.caught_up);
+    }
+
+    #[test]
+    fn after_a_failover_the_boundary_names_the_new_server_and_is_gtid_only() {
+        let mut tracker = AckTracker::new(at(4));
+        tracker.end_transaction(CheckpointPosition {
+            gtid: Some(mariadb_gtid(1, 5)),
+            ..at(500)
+        });
+        // The old server's position keeps its name and its file+position.
+        let old = tracker
+            .exactly_once_boundary(&server(1), None, &gtid_only())
+            .unwrap();
+        assert_eq!(
+            (old.checkpoint.source, old.checkpoint.position.binlog),
+            (server(1), BinlogPosition::new("binlog.000001", 500))
+        );
+        // The stream moved; until the checkpoint passes a position of the new server, the
+        // boundary still names the old one.
+        tracker.switch_source(server(2));
+        let token = tracker.add_record();
+        let before = tracker
+            .exactly_once_boundary(&server(1), None, &gtid_only())
+            .unwrap();
+        assert_eq!(before.checkpoint.source, server(1));
+        tracker.ack(token).unwrap();
+        tracker.end_transaction(CheckpointPosition {
+            gtid: Some(mariadb_gtid(2, 6)),
+            ..at(900)
+        });
+        let moved = tracker
+            .exactly_once_boundary(&server(1), Some(token.sequence()), &gtid_only())
+            .unwrap();
+        assert_eq!(moved.checkpoint.source, server(2));
+        assert_eq!(moved.checkpoint.position.binlog, gtid_only());
+        assert_eq!(moved.checkpoint.position.gtid_set.to_string(), "0-2-6");
+        // Asked with the new server as the starting identity, the position stays as read.
+        let same = tracker
+            .exactly_once_boundary(&server(2), None, &gtid_only())
+            .unwrap();
+        assert_eq!(same.checkpoint.position.binlog.position, 900);
     }
 }

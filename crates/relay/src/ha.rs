@@ -5,8 +5,10 @@
 //!   `[ha]` lease topic run; the one that owns the lease (`outbox_kafka::lease`: partition 0
 //!   of the lease topic in the group `outbox-relay-lease-<connector>`) publishes, the others
 //!   wait with their HTTP endpoint up (`outbox_relay_leader` 0).
-//! * A term: wait for leadership (its epoch) -> [`run_relay`] with the epoch: it takes the
-//!   stored checkpoint over (stamped with the epoch, so an older leader's commits are
+//! * A term: wait for leadership (its epoch) -> [`run_relay`] with the epoch: it opens the
+//!   checkpoint store for writing (a Kafka store claims its writer, fencing the previous
+//!   leader's store producer; once per term, since each term is one `run_relay` call), takes
+//!   the stored checkpoint over (stamped with the epoch, so an older leader's commits are
 //!   refused from then on), resumes from it and stamps the epoch into every checkpoint ->
 //!   the term ends when the lease says leadership is lost (the run stops publishing: the
 //!   source stops, in-flight records get `pipeline.shutdown_timeout_ms`, the final commit

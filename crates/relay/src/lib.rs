@@ -58,8 +58,6 @@ pub mod internal_events;
 pub use outbox_kafka::kafka_context;
 pub mod metrics;
 pub mod pipeline;
-#[cfg(test)]
-mod pipeline_tests;
 pub mod progress;
 pub mod purge_horizon;
 pub mod recover;

@@ -47,8 +47,10 @@ pub async fn open_checkpoint_store(
 /// [`open_checkpoint_store`] for `outbox-relay run`, the store's one writer: a Kafka store
 /// claims its transactional id at once (fencing an older relay with the same connector and
 /// aborting a transaction a crashed one left open, so the first `load` need not wait for
-/// it). Read-only users (`checkpoint show`, `status`, `check`) use [`open_checkpoint_store`],
-/// which never disturbs a running relay.
+/// it). [`crate::run_relay`] calls it once per call, not per pipeline attempt (a claim takes
+/// a second or more); under `[ha]` every leadership term is a call of its own, so a new
+/// term claims again and fences the previous leader. Read-only users (`checkpoint show`,
+/// `status`, `check`) use [`open_checkpoint_store`], which never disturbs a running relay.
 pub async fn open_checkpoint_store_for_writing(
     config: &CheckpointConfig,
     kafka: &KafkaConfig,

@@ -88,14 +88,10 @@ pub trait SequencedTicket {
     fn sequence(&self) -> u64;
 }
 
-/// The checkpoint a batch may be committed with, from the pipeline's ack tracker.
-#[derive(Debug, Clone)]
-pub struct BatchBoundary {
-    /// The checkpoint: everything before it is delivered.
-    pub checkpoint: Checkpoint,
-    /// Every record read so far is delivered (for the lag gauge).
-    pub caught_up: bool,
-}
+/// The checkpoint a batch may be committed with, from the pipeline's ack tracker: the
+/// tracker's own [`outbox_checkpoint::ExactlyOnceBoundary`] (the rule and its tests live on
+/// `AckTracker::exactly_once_boundary`).
+pub type BatchBoundary = outbox_checkpoint::ExactlyOnceBoundary;
 
 /// What the sink did before it returned normally.
 #[derive(Debug, Clone, Default)]

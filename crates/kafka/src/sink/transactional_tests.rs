@@ -84,19 +84,17 @@ fn record(topic: &str, n: u64) -> OutboundRecord {
     }
 }
 
-/// The boundary rule of the pipeline (`exactly_once_boundary`), on a test tracker.
+/// The pipeline's boundary rule ([`AckTracker::exactly_once_boundary`]) on a test tracker
+/// (no failover here, so the GTID-only position is never used).
 fn boundary_of(
     tracker: Arc<Mutex<AckTracker>>,
 ) -> impl FnMut(Option<u64>) -> Option<BatchBoundary> + Send {
+    let gtid_only = outbox_binlog::BinlogPosition::new("", 4);
     move |last_sent| {
-        let tracker = tracker.lock().unwrap();
-        if last_sent.is_some_and(|sequence| sequence >= tracker.records_passed()) {
-            return None;
-        }
-        Some(BatchBoundary {
-            checkpoint: Checkpoint::new(identity(), tracker.checkpoint().clone()),
-            caught_up: tracker.tracked_transactions() == 0,
-        })
+        tracker
+            .lock()
+            .unwrap()
+            .exactly_once_boundary(&identity(), last_sent, &gtid_only)
     }
 }
 

@@ -946,5 +946,59 @@ async fn a_first_start_at_latest_checkpoints_the_server_history_of_every_domain(
     assert_eq!(summary.delivered, 1);
 }
 
-#[path = "pipeline_xa_tests.rs"]
+/// One transaction of 600 outbox rows of ~8 KiB each: about 5 MB, five times a 1 MiB
+/// in-flight byte budget, and more rows than one source batch holds. The source must hand
+/// on the rows it batched before it waits for budget (only their acks free it), and a
+/// transaction cut into several batches ends once: every record arrives, in order, and the
+/// checkpoint covers the transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_larger_than_the_byte_budget_and_a_source_batch_is_delivered_in_order() {
+    let mut fixture = fixture("").await;
+    fixture.config.pipeline.max_in_flight_bytes = 1024 * 1024;
+    let rows: u32 = 600;
+    let padding = "x".repeat(8000);
+    let mut conn = fixture.server.conn().await.unwrap();
+    let mut transaction = conn
+        .start_transaction(mysql_async::TxOpts::default())
+        .await
+        .unwrap();
+    for n in 1..=rows {
+        transaction
+            .exec_drop(
+                "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) VALUES (?, 'order', 'big', 'order_created', ?)",
+                (
+                    format!("00000000-0000-4000-8000-{n:012}"),
+                    format!(r#"{{"n":{n},"padding":"{padding}"}}"#),
+                ),
+            )
+            .await
+            .unwrap();
+    }
+    transaction.commit().await.unwrap();
+    conn.disconnect().await.unwrap();
+    let (handles, task) = fixture.start_relay();
+    fixture
+        .wait_for_checkpoint("0-1-4", Duration::from_secs(60))
+        .await;
+    let records = fixture.consume(DEMO_TOPIC, rows as usize).await;
+    let ids: Vec<String> = records
+        .iter()
+        .map(|record| {
+            let id = record.headers.iter().find(|(key, _)| key == "id");
+            id.map(|(_, value)| value.clone()).unwrap_or_default()
+        })
+        .collect();
+    let expected: Vec<String> = (1..=rows)
+        .map(|n| format!("00000000-0000-4000-8000-{n:012}"))
+        .collect();
+    assert_eq!(ids, expected, "one key: the records arrive in binlog order");
+    let summary = stop(handles, task).await.unwrap();
+    assert_eq!(summary.delivered, u64::from(rows));
+    assert_eq!(
+        summary.checkpoint.map(|c| c.position.gtid_set.to_string()),
+        Some("0-1-4".to_owned())
+    );
+}
+
+#[path = "xa_tests.rs"]
 mod xa;

@@ -1,0 +1,112 @@
+//! [`RelayError`]: why the relay stopped, each variant naming the setting, position or
+//! fix the operator needs.
+
+use std::time::Duration;
+
+use outbox_binlog::BinlogError;
+use outbox_checkpoint::CheckpointStoreError;
+use outbox_router::RoutingError;
+
+use crate::sink::SinkError;
+
+/// Why the relay stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// The router configuration is inconsistent.
+    #[error("invalid [[outbox]]/[route] configuration: {0}")]
+    RouterConfig(String),
+    /// The binlog source failed definitely (or could not connect at startup).
+    #[error("binlog source: {0}")]
+    Source(#[source] BinlogError),
+    /// The stored checkpoint points into binlog the server no longer has (purged, or never
+    /// written there). Definite: starting anywhere else would skip events, so the operator
+    /// chooses between recovering the gap and skipping it knowingly.
+    #[error("the stored checkpoint ({store}: binlog {position}, GTID set `{gtid_set}`) is no longer on the source server: {source}. Nothing after it was delivered or skipped. Two ways out: (1) recover the missing events from archived copies of the purged binlog files: `outbox-relay inspect --config CONFIG FILE...` shows the records they route to, and `outbox-relay recover --config CONFIG --after {position} FILE...` publishes them with their ids; then `outbox-relay checkpoint set --config CONFIG --position FILE:4` at the oldest file still on the server; or (2) skip the gap knowingly: `outbox-relay checkpoint set --config CONFIG --position FILE:POS` (or `--gtid`) at the oldest available position named above, accepting that the events in between are lost")]
+    ResumePointPurged {
+        /// Where the checkpoint lives (`file ...` or `table ...`).
+        store: String,
+        /// The checkpoint's binlog position.
+        position: String,
+        /// The checkpoint's GTID set (may be empty).
+        gtid_set: String,
+        /// The reader's error, which names the oldest position still available (boxed:
+        /// large, and this path is cold).
+        source: Box<BinlogError>,
+    },
+    /// The source could not be reached at startup within `source.startup_attempts`.
+    #[error("cannot reach the source server {server}: {attempts} attempts over {waited:?} failed, the last with: {source}; check source.url, that the server is up and accepts connections from this host (or set source.startup_attempts = 0 to wait forever)")]
+    SourceUnreachable {
+        /// `host:port` of the server (password redacted).
+        server: String,
+        /// How many attempts failed.
+        attempts: u32,
+        /// Time from the first attempt to giving up.
+        waited: Duration,
+        /// The last attempt's error (boxed: large, and this path is cold).
+        source: Box<BinlogError>,
+    },
+    /// A reconnect reached another server than the one the stream started on (failover
+    /// behind the same address) and no GTID set is known to move over with.
+    #[error("the source server changed while streaming: was {before}, now {after}; the stream was at {position}, a file+position that means nothing on another server, and no GTID set is known. Point source.url at the original server, or enable GTIDs and `outbox-relay checkpoint set --gtid ...` at the new one")]
+    SourceChanged {
+        /// The server the stream started on.
+        before: String,
+        /// The server the reconnect reached.
+        after: String,
+        /// The resume position that was requested.
+        position: String,
+    },
+    /// The start position in `source.start` does not fit the server.
+    #[error("config key `source.start`: {0}")]
+    StartPosition(String),
+    /// A row could not be routed; the relay stops so nothing is skipped.
+    #[error("{}", describe_routing_error(.0))]
+    Routing(#[source] Box<RoutingError>),
+    /// The outbox rows of XA transactions held until their outcome outgrew their share of
+    /// the in-flight budget (see [`crate::xa_hold`]).
+    #[error("{0}")]
+    XaHoldTooLarge(String),
+    /// The Kafka sink stopped.
+    #[error("Kafka sink: {0}")]
+    Sink(#[source] SinkError),
+    /// The checkpoint store failed.
+    #[error("checkpoint store: {0}")]
+    Checkpoint(#[source] CheckpointStoreError),
+    /// The checkpoint was written for another server and has no GTID set to move over with.
+    #[error("the stored checkpoint belongs to server {stored} but the relay is connected to {connected}, and the checkpoint has no GTID set to resume from; point source.url at the original server, or `outbox-relay checkpoint set --gtid ...`")]
+    ForeignCheckpoint {
+        /// The server the checkpoint names.
+        stored: String,
+        /// The server the relay reached.
+        connected: String,
+    },
+    /// The metrics listener could not be bound.
+    #[error("cannot listen on metrics.listen {listen}: {source}")]
+    MetricsListen {
+        /// The configured address.
+        listen: String,
+        /// The bind error.
+        source: std::io::Error,
+    },
+    /// A pipeline task panicked (a bug).
+    #[error("pipeline task `{task}` failed: {message}")]
+    TaskFailed {
+        /// The task name.
+        task: &'static str,
+        /// The panic or cancellation.
+        message: String,
+    },
+}
+
+/// The operator-facing message for a routing error: event id, table, column, then the fix.
+///
+/// Used when `[dead_letter]` is off or `fail_on` contains `routing`; otherwise a routing
+/// error becomes a dead letter (see [`crate::dead_letter`]).
+fn describe_routing_error(error: &RoutingError) -> String {
+    format!(
+        "cannot route event {} of table {} (column {}): {error}; fix or remove the row, then restart (the relay stopped so the event is not skipped)",
+        error.event_id.as_deref().unwrap_or("<unknown id>"),
+        error.table,
+        error.column.as_deref().unwrap_or("<none>"),
+    )
+}

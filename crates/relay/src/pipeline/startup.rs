@@ -1,0 +1,261 @@
+//! Where a pipeline attempt starts and how it reaches the source: the start position from
+//! the stored checkpoint (or `source.start`), and the startup retries (a source that never
+//! answers is given up after `source.startup_attempts`; ARCHITECTURE.md, invariant 7).
+
+use std::time::Duration;
+
+use outbox_binlog::{BinlogError, BinlogReader, ReaderConfig, StartPosition};
+use outbox_checkpoint::{Checkpoint, SourceIdentity};
+
+use super::error::RelayError;
+use super::identity::{describe_identity, describe_start, gtid_only_binlog_position, identity_of};
+use crate::backoff::Backoff;
+use crate::config::{RelayConfig, StartSetting};
+use crate::internal_events::{InternalEvent, SourceConnected, SourceReconnecting};
+use crate::metrics::Metrics;
+use crate::shutdown::{Shutdown, ShutdownController};
+
+/// The source of one pipeline attempt, connected and checked.
+pub(super) struct ConnectedSource {
+    /// Streams from `first_start`; handed to the source task.
+    pub(super) reader: BinlogReader,
+    /// Where the stream started: a resume at the stored file+position (not by GTID set)
+    /// is what lets the replay count trust the stored `sent_through` (crate::replay).
+    pub(super) first_start: StartPosition,
+    /// The reader's settings, for the source task's reconnects (it moves `start` along).
+    pub(super) reader_config: ReaderConfig,
+}
+
+/// Connects the source where this attempt starts: at the stored checkpoint's binlog
+/// position on the server that wrote it, by its GTID set on another server (or when it is
+/// GTID-only), else at `source.start`; transient failures are retried
+/// ([`retry_source_at_startup`]). Then checks that every watched table exists as the binlog
+/// names it (ARCHITECTURE.md, invariant 4c). `None`: shutdown was requested meanwhile.
+pub(super) async fn connect_source(
+    config: &RelayConfig,
+    stored: Option<&Checkpoint>,
+    store_description: &str,
+    metrics: &Metrics,
+    shutdown: &ShutdownController,
+) -> Result<Option<ConnectedSource>, RelayError> {
+    // The start position of a first run and the source identity come from the server.
+    let source_url = config.source.connection_url();
+    let source_tls = config.source.tls_options();
+    let redacted = config.source.redacted_url();
+    let startup_retry = StartupRetry {
+        backoff: Backoff::new(
+            Duration::from_millis(config.source.reconnect_initial_backoff_ms),
+            Duration::from_millis(config.source.reconnect_max_backoff_ms),
+        ),
+        max_attempts: config.source.startup_attempts,
+        server: redacted.clone(),
+    };
+    let first_start = match stored {
+        Some(checkpoint) => {
+            tracing::info!(position = %checkpoint.position.binlog, gtid_set = %checkpoint.position.gtid_set, store = %store_description, "resuming from the stored checkpoint");
+            if checkpoint.position.binlog == gtid_only_binlog_position() {
+                StartPosition::Gtid(checkpoint.position.gtid_set.clone())
+            } else {
+                // A file+position only means something on the server that wrote it: check
+                // who we are talking to before streaming from it.
+                let Some(identity) = server_identity_at_startup(
+                    &source_url,
+                    &source_tls,
+                    startup_retry.clone(),
+                    metrics,
+                    shutdown.subscribe(),
+                )
+                .await?
+                else {
+                    return Ok(None);
+                };
+                if identity == checkpoint.source {
+                    StartPosition::Position(checkpoint.position.binlog.clone())
+                } else if checkpoint.position.gtid_set.is_empty() {
+                    return Err(RelayError::ForeignCheckpoint {
+                        stored: describe_identity(&checkpoint.source),
+                        connected: describe_identity(&identity),
+                    });
+                } else {
+                    tracing::warn!(stored = %describe_identity(&checkpoint.source), connected = %describe_identity(&identity), gtid_set = %checkpoint.position.gtid_set, "checkpoint was taken on another server; resuming by GTID set");
+                    StartPosition::Gtid(checkpoint.position.gtid_set.clone())
+                }
+            }
+        }
+        None => {
+            let setting = config
+                .source
+                .start_setting()
+                .map_err(|e| RelayError::StartPosition(e.to_string()))?;
+            tracing::info!(start = %config.source.start, store = %store_description, "no checkpoint stored; first run");
+            match setting {
+                StartSetting::Earliest => StartPosition::Earliest,
+                StartSetting::Latest => StartPosition::Latest,
+                StartSetting::Position(position) => StartPosition::Position(position),
+                // The flavor is not known before connecting: ask the server first.
+                StartSetting::Gtid(text) => {
+                    let report = outbox_binlog::check_server(&source_url, &source_tls)
+                        .await
+                        .map_err(RelayError::Source)?;
+                    StartPosition::Gtid(
+                        StartSetting::gtid_set(&text, report.identity.flavor)
+                            .map_err(RelayError::StartPosition)?,
+                    )
+                }
+            }
+        }
+    };
+    let reader_config = |start: StartPosition| ReaderConfig {
+        url: source_url.clone(),
+        server_id: config.source.server_id,
+        start,
+        filter: config.table_filter(),
+        heartbeat_interval: Duration::from_millis(config.source.heartbeat_interval_ms),
+        idle_timeout: Duration::from_millis(config.source.idle_timeout_ms),
+        connect_timeout: Duration::from_millis(config.source.connect_timeout_ms),
+        tls: source_tls.clone(),
+    };
+    let connected = connect_at_startup(
+        reader_config(first_start.clone()),
+        startup_retry.clone(),
+        metrics,
+        shutdown.subscribe(),
+    )
+    .await;
+    let connected = match (connected, stored) {
+        (Err(RelayError::Source(error @ BinlogError::PositionPurged { .. })), Some(checkpoint)) => {
+            return Err(RelayError::ResumePointPurged {
+                store: store_description.to_owned(),
+                position: checkpoint.position.binlog.to_string(),
+                gtid_set: checkpoint.position.gtid_set.to_string(),
+                source: Box::new(error),
+            })
+        }
+        (connected, _) => connected?,
+    };
+    let Some(mut reader) = connected else {
+        tracing::info!("shutdown requested before the source connected");
+        return Ok(None);
+    };
+    // Every [[outbox]] table must exist as the binlog names it, or its rows would be
+    // skipped silently (ARCHITECTURE.md, invariant 4c).
+    reader
+        .verify_watched_tables()
+        .await
+        .map_err(RelayError::Source)?;
+    SourceConnected {
+        server: &redacted,
+        start: describe_start(&reader.resume_point()),
+        reconnect: 0,
+    }
+    .emit(metrics);
+    let reader_config = reader_config(first_start.clone());
+    Ok(Some(ConnectedSource {
+        reader,
+        first_start,
+        reader_config,
+    }))
+}
+
+/// How the relay retries reaching the source at startup.
+#[derive(Clone)]
+struct StartupRetry {
+    /// Delays between attempts.
+    backoff: Backoff,
+    /// Attempts before giving up with [`RelayError::SourceUnreachable`]; 0 = unlimited
+    /// (`source.startup_attempts`).
+    max_attempts: u32,
+    /// `host:port` (password redacted), for the give-up message.
+    server: String,
+}
+
+/// Runs `attempt` until it succeeds, retrying transient source errors (server not up yet,
+/// network) with backoff, each retry logged with its delay; definite errors (wrong settings,
+/// purged position, access denied) fail at once, and after `max_attempts` transient failures
+/// the relay gives up naming the server and the last error. `None` when shutdown was
+/// requested meanwhile.
+async fn retry_source_at_startup<T, F, Fut>(
+    retry: StartupRetry,
+    resume_from: String,
+    metrics: &Metrics,
+    mut shutdown: Shutdown,
+    mut attempt: F,
+) -> Result<Option<T>, RelayError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, BinlogError>>,
+{
+    let StartupRetry {
+        mut backoff,
+        max_attempts,
+        server,
+    } = retry;
+    let started = std::time::Instant::now();
+    let mut attempts: u32 = 0;
+    loop {
+        let result = tokio::select! {
+            _ = shutdown.recv() => return Ok(None),
+            result = attempt() => result,
+        };
+        attempts = attempts.saturating_add(1);
+        match result {
+            Ok(value) => return Ok(Some(value)),
+            Err(error) if error.is_transient() => {
+                if max_attempts != 0 && attempts >= max_attempts {
+                    return Err(RelayError::SourceUnreachable {
+                        server,
+                        attempts,
+                        waited: started.elapsed(),
+                        source: Box::new(error),
+                    });
+                }
+                let delay = backoff.next_delay();
+                SourceReconnecting {
+                    error: &error,
+                    delay,
+                    resume_from: resume_from.clone(),
+                    attempt: attempts,
+                    max_attempts,
+                }
+                .emit(metrics);
+                tokio::select! {
+                    _ = shutdown.recv() => return Ok(None),
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+            Err(error) => return Err(RelayError::Source(error)),
+        }
+    }
+}
+
+/// The source server's identity (via `check_server`), retried like [`connect_at_startup`].
+async fn server_identity_at_startup(
+    url: &str,
+    tls: &outbox_binlog::TlsOptions,
+    retry: StartupRetry,
+    metrics: &Metrics,
+    shutdown: Shutdown,
+) -> Result<Option<SourceIdentity>, RelayError> {
+    retry_source_at_startup(
+        retry,
+        "the stored checkpoint".into(),
+        metrics,
+        shutdown,
+        || async { Ok(identity_of(&outbox_binlog::check_server(url, tls).await?)) },
+    )
+    .await
+}
+
+/// Connects the source at startup (see [`retry_source_at_startup`]).
+async fn connect_at_startup(
+    reader_config: ReaderConfig,
+    retry: StartupRetry,
+    metrics: &Metrics,
+    shutdown: Shutdown,
+) -> Result<Option<BinlogReader>, RelayError> {
+    let resume_from = describe_start(&reader_config.start);
+    retry_source_at_startup(retry, resume_from, metrics, shutdown, || {
+        BinlogReader::connect(reader_config.clone())
+    })
+    .await
+}
