@@ -138,8 +138,55 @@ fn place(record: &ConsumedRecord) -> (String, i32, i64) {
     (record.topic.clone(), record.partition, record.offset)
 }
 
+/// How Debezium's worker ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// SIGTERM: the worker flushes its offsets file on the way out (the runbook's way).
+    Clean,
+    /// SIGKILL: the file holds the offsets of the last periodic flush (every second), so
+    /// records Debezium sent after it are sent again by the relay (the overlap's duplicates).
+    Kill,
+}
+
+/// A clean stop: the offsets file is flushed on shutdown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn debezium_stops_and_outbox_relay_continues_from_its_offsets_file() {
+    cutover(Stop::Clean).await;
+}
+
+/// Debezium's worker is killed: its offsets file lags what it sent, the relay sends those
+/// events again, with the same ids, keys, values and partitions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debezium_is_killed_and_outbox_relay_resends_only_the_overlap() {
+    cutover(Stop::Kill).await;
+}
+
+/// Sends SIGKILL to `pid` and waits until it is dead (gone or a zombie), at most 30 s.
+async fn kill_and_wait(pid: u32) {
+    let status = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -KILL {pid}: {status}");
+    for _ in 0..300 {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => return,
+            // The state follows the command name in parentheses.
+            Ok(stat)
+                if stat
+                    .rsplit(')')
+                    .next()
+                    .is_some_and(|rest| rest.trim_start().starts_with('Z')) =>
+            {
+                return
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    panic!("the worker {pid} did not die within 30 s of SIGKILL");
+}
+
+async fn cutover(stop: Stop) {
     let (db, broker) = tokio::join!(
         ScratchMariadb::start_with(ScratchOptions {
             extra_args: vec![DEBEZIUM_SERVER_VERSION_ARG.to_string()],
@@ -220,7 +267,10 @@ async fn debezium_stops_and_outbox_relay_continues_from_its_offsets_file() {
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    tokio::task::block_in_place(|| debezium.stop());
+    match stop {
+        Stop::Clean => tokio::task::block_in_place(|| debezium.stop()),
+        Stop::Kill => kill_and_wait(debezium.pid().expect("the worker runs")).await,
+    }
     stopped.store(true, Ordering::SeqCst);
     let mut writer = writing.await.expect("the writer task");
     let overlap_rows = writer
@@ -397,7 +447,7 @@ async fn debezium_stops_and_outbox_relay_continues_from_its_offsets_file() {
         .filter(|record| !debezium_places.contains(&place(record)))
         .count();
     println!(
-        "cutover: {} rows committed ({overlap_rows} before Debezium stopped, {} after); \
+        "cutover ({stop:?}): {} rows committed ({overlap_rows} before Debezium stopped, {} after); \
          Debezium sent {from_debezium}, outbox-relay {from_relay}, duplicates {duplicates}; \
          {} keys on {PARTITIONS} partitions",
         committed.len(),
