@@ -195,6 +195,22 @@ async fn kill_and_wait(pid: u32) {
     panic!("the worker {pid} did not die within 30 s of SIGKILL");
 }
 
+/// Waits (at most 60 s) until the worker's offsets file holds an offset of `connector`.
+async fn wait_for_flushed_offset(path: &std::path::Path, connector: &str) {
+    for _ in 0..600 {
+        if let Ok(Some(_)) =
+            outbox_relay::connect_offsets_file::read_offsets_file(path, connector, Some(connector))
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "the worker flushed no offset of {connector} to {} within 60 s",
+        path.display()
+    );
+}
+
 async fn cutover(stop: Stop) {
     let (db, broker) = tokio::join!(
         ScratchMariadb::start_with(ScratchOptions {
@@ -278,7 +294,12 @@ async fn cutover(stop: Stop) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     match stop {
         Stop::Clean => tokio::task::block_in_place(|| debezium.stop()),
-        Stop::Kill => kill_and_wait(debezium.pid().expect("the worker runs")).await,
+        Stop::Kill => {
+            // A kill before the first periodic flush leaves no file at all: wait for one
+            // that holds the connector's offset (a precondition, not a timing assertion).
+            wait_for_flushed_offset(&offsets_file, &connector).await;
+            kill_and_wait(debezium.pid().expect("the worker runs")).await
+        }
     }
     stopped.store(true, Ordering::SeqCst);
     let mut writer = writing.await.expect("the writer task");
