@@ -176,7 +176,8 @@ pub enum CheckpointAction {
     },
     /// Store the checkpoint equivalent to a Debezium MySQL connector's committed offset
     /// (a cutover: stop Debezium first). The offset comes from Kafka Connect's offsets topic
-    /// (`--offsets-topic` and `--connector`) or is given as JSON (`--offset`). Needs the
+    /// (`--offsets-topic` and `--connector`), from a standalone worker's offsets file
+    /// (`--offsets-file` and `--connector`) or is given as JSON (`--offset`). Needs the
     /// source server reachable to record its identity.
     ImportDebezium {
         /// The TOML config file.
@@ -185,13 +186,18 @@ pub enum CheckpointAction {
         /// The offset value JSON, e.g. `{"file":"binlog.000003","pos":1547,"gtids":"..."}`.
         #[arg(
             long,
-            conflicts_with = "offsets_topic",
-            required_unless_present = "offsets_topic"
+            conflicts_with_all = ["offsets_topic", "offsets_file"],
+            required_unless_present_any = ["offsets_topic", "offsets_file"]
         )]
         offset: Option<String>,
         /// Kafka Connect's offsets topic (`offset.storage.topic`), read with `[kafka]`.
-        #[arg(long, requires = "connector")]
+        #[arg(long, requires = "connector", conflicts_with = "offsets_file")]
         offsets_topic: Option<String>,
+        /// A standalone Kafka Connect worker's offsets file
+        /// (`offset.storage.file.filename`); stop the worker first, it writes the file on
+        /// shutdown.
+        #[arg(long, requires = "connector")]
+        offsets_file: Option<PathBuf>,
         /// The connector's name (the first element of its offset key).
         #[arg(long)]
         connector: Option<String>,
@@ -291,5 +297,37 @@ mod tests {
         ])
         .is_err());
         assert!(Cli::try_parse_from(["outbox-relay", "dlq", "list", "--config", "a.toml"]).is_ok());
+    }
+
+    #[test]
+    fn import_debezium_takes_one_offset_source() {
+        let base = [
+            "outbox-relay",
+            "checkpoint",
+            "import-debezium",
+            "--config",
+            "a.toml",
+        ];
+        let parse = |extra: &[&str]| Cli::try_parse_from(base.iter().chain(extra).copied());
+        let cli = parse(&["--offsets-file", "/tmp/connect.offsets", "--connector", "c"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Checkpoint { action: CheckpointAction::ImportDebezium { ref offsets_file, offsets_topic: None, offset: None, .. } }
+                if offsets_file.as_deref() == Some(std::path::Path::new("/tmp/connect.offsets"))
+        ));
+        // The file needs the connector, and excludes the other two sources.
+        assert!(parse(&["--offsets-file", "f"]).is_err());
+        assert!(parse(&["--offsets-file", "f", "--connector", "c", "--offset", "{}"]).is_err());
+        assert!(parse(&[
+            "--offsets-file",
+            "f",
+            "--connector",
+            "c",
+            "--offsets-topic",
+            "t"
+        ])
+        .is_err());
+        assert!(parse(&[]).is_err());
+        assert!(parse(&["--offset", "{}"]).is_ok());
     }
 }

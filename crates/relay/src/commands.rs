@@ -447,14 +447,25 @@ pub async fn checkpoint_command(
             config,
             offset,
             offsets_topic,
+            offsets_file,
             connector,
             server,
         } => {
             use crate::import_debezium::{checkpoint_position, parse_offset, read_offsets_topic};
             let config = load_config(&config)?;
-            let text = match (offset, offsets_topic, connector) {
-                (Some(text), _, _) => text,
-                (None, Some(topic), Some(connector)) => read_offsets_topic(
+            let text = match (offset, offsets_topic, offsets_file, connector) {
+                (Some(text), _, _, _) => text,
+                (None, None, Some(file), Some(connector)) => {
+                    crate::connect_offsets_file::read_offsets_file(
+                        &file,
+                        &connector,
+                        server.as_deref(),
+                    )?
+                    .with_context(|| {
+                        format!("no offset of connector `{connector}` in {} (was it renamed, or its offset reset? has the worker flushed it?)", file.display())
+                    })?
+                }
+                (None, Some(topic), None, Some(connector)) => read_offsets_topic(
                     &config.kafka,
                     &topic,
                     &connector,
@@ -465,7 +476,7 @@ pub async fn checkpoint_command(
                 .with_context(|| {
                     format!("no offset of connector `{connector}` in `{topic}` (was it renamed, or its offset reset?)")
                 })?,
-                _ => bail!("give --offset JSON, or --offsets-topic TOPIC with --connector NAME"),
+                _ => bail!("give --offset JSON, or --offsets-topic TOPIC or --offsets-file PATH with --connector NAME"),
             };
             let offset = parse_offset(&text)?;
             let report = outbox_binlog::check_server(

@@ -14,6 +14,9 @@
 //! * `event`, `row`: how many events of the transaction in progress Debezium had already
 //!   processed, and how many rows of the next one: on a restart Debezium skips them.
 //!
+//! A standalone Connect worker keeps the same key/value pairs in a file instead
+//! (`offset.storage.file.filename`), read by [`crate::connect_offsets_file`].
+//!
 //! # What the relay stores
 //! The checkpoint names the same transaction boundary: the GTID set (which survives a
 //! failover, preferred whenever the relay cannot use the file offset) and, on the server

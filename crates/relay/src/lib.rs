@@ -40,6 +40,7 @@ pub mod commands;
 #[cfg(test)]
 mod commands_tests;
 pub mod config;
+pub mod connect_offsets_file;
 pub use outbox_kafka::crash_points;
 /// Dead letters: what a per-event permanent failure becomes, and `dlq list` / `dlq replay`
 /// (defined in `outbox-kafka`, with the sink that writes them).

@@ -249,6 +249,12 @@ impl DebeziumConnect {
         self.dir.path().join("connect.log")
     }
 
+    /// The worker's offsets file (`offset.storage.file.filename`, flushed every second and
+    /// on a clean stop): what `checkpoint import-debezium --offsets-file` reads in a cutover.
+    pub fn offsets_path(&self) -> PathBuf {
+        self.dir.path().join("offsets")
+    }
+
     /// The worker JVM's process id while it runs (for CPU and memory accounting, e.g. the
     /// benchmark harness reading `/proc/PID`).
     pub fn pid(&self) -> Option<u32> {
