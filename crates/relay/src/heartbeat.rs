@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use outbox_router::RecordFormat;
 use prometheus::{IntCounterVec, Opts, Registry};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::AdminClient;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
@@ -356,32 +356,19 @@ async fn ensure_topic(settings: &HeartbeatSettings) -> Result<(), String> {
     let admin: AdminClient<RelayClientContext> =
         create_kafka_client(&settings.client_properties, RelayClientContext::default())
             .map_err(|error| error.to_string())?;
-    let mut new_topic = NewTopic::new(
+    let created = crate::sink::create_topic(
+        &admin,
         &settings.topic,
         settings.topic_partitions,
-        TopicReplication::Fixed(settings.topic_replication_factor),
-    );
-    for (key, value) in &settings.topic_config {
-        new_topic = new_topic.set(key, value);
-    }
-    let options = AdminOptions::new()
-        .operation_timeout(Some(settings.admin_timeout))
-        .request_timeout(Some(settings.admin_timeout));
-    // librdkafka bounds the request; the outer bound guards against a reply that never comes.
-    let created = tokio::time::timeout(
-        settings.admin_timeout.saturating_mul(2),
-        admin.create_topics([&new_topic], &options),
+        settings.topic_replication_factor,
+        &settings.topic_config,
+        settings.admin_timeout,
     )
-    .await
-    .unwrap_or(Err(KafkaError::AdminOp(
-        RDKafkaErrorCode::OperationTimedOut,
-    )));
+    .await;
     tokio::task::spawn_blocking(move || drop(admin));
     match created {
-        Ok(results) => match results.into_iter().next() {
-            None | Some(Ok(_)) | Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => Ok(()),
-            Some(Err((_, code))) => Err(format!("creating the topic failed: {code}")),
-        },
+        Ok(None | Some(Ok(())) | Some(Err(RDKafkaErrorCode::TopicAlreadyExists))) => Ok(()),
+        Ok(Some(Err(code))) => Err(format!("creating the topic failed: {code}")),
         Err(error) => Err(format!("creating the topic failed: {error}")),
     }
 }

@@ -18,7 +18,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::*;
@@ -29,7 +28,6 @@ use outbox_testkit::connect::{
 use outbox_testkit::consume::{console_consume, read_all, ConsumedRecord, ReadStop};
 use outbox_testkit::kafka::KafkaBroker;
 use outbox_testkit::{ScratchMariadb, ScratchOptions};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Debezium's documented outbox table (its default column names).
 const DEBEZIUM_OUTBOX_TABLE: &str = "CREATE TABLE shop.outbox_debezium (\
@@ -107,33 +105,6 @@ fn describe(record: &ConsumedRecord) -> String {
     )
 }
 
-/// `GET /metrics` of the relay: sample (with labels) -> value.
-async fn scrape(address: &str) -> Result<BTreeMap<String, f64>, String> {
-    let mut stream = tokio::net::TcpStream::connect(address)
-        .await
-        .map_err(|e| format!("connect {address}: {e}"))?;
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut response = String::new();
-    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut response))
-        .await
-        .map_err(|_| "GET /metrics timed out".to_string())?
-        .map_err(|e| e.to_string())?;
-    let (_, body) = response
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("not an HTTP response: {response:?}"))?;
-    Ok(body
-        .lines()
-        .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
-        .filter_map(|line| {
-            let (name, value) = line.rsplit_once(' ')?;
-            Some((name.to_string(), value.parse().ok()?))
-        })
-        .collect())
-}
-
 fn free_loopback_address() -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .expect("bind a free port")
@@ -155,7 +126,7 @@ fn add_heartbeat_section(relay: &Relay, prefix: &str, topic: &str) -> String {
 
 /// The relay's `outbox_relay_heartbeats_total{outcome}` now (0 when not exported).
 async fn heartbeats(address: &str, outcome: &str) -> f64 {
-    scrape(address)
+    scrape_metrics(address)
         .await
         .ok()
         .and_then(|samples| {
@@ -305,7 +276,7 @@ async fn relay_heartbeats_match_debeziums_for_each_converter() {
         )
         .await
         .expect("read the relay's heartbeats");
-        let samples = scrape(&address).await;
+        let samples = scrape_metrics(&address).await;
         relay.stop_gracefully("heartbeat test").await;
         debezium.stop();
 
@@ -479,7 +450,7 @@ async fn single_leader(addresses: &[String], skip: Option<usize>) -> Option<usiz
             if Some(index) == skip {
                 continue;
             }
-            let leads = scrape(address)
+            let leads = scrape_metrics(address)
                 .await
                 .ok()
                 .and_then(|samples| samples.get("outbox_relay_leader").copied());

@@ -24,7 +24,6 @@ use common::*;
 use mysql_async::prelude::Queryable;
 use outbox_testkit::kafka::KafkaBroker;
 use outbox_testkit::ScratchMariadb;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// `[ha] session_timeout_ms` of the test relays (the broker's minimum by default).
 const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
@@ -40,35 +39,6 @@ fn free_loopback_address() -> String {
         .unwrap()
         .port();
     format!("127.0.0.1:{port}")
-}
-
-/// `GET /metrics` over HTTP/1.0: sample (with labels) -> value.
-async fn scrape(address: &str) -> Result<BTreeMap<String, f64>, String> {
-    let connect = tokio::net::TcpStream::connect(address);
-    let mut stream = tokio::time::timeout(Duration::from_secs(2), connect)
-        .await
-        .map_err(|_| "connect timed out".to_string())?
-        .map_err(|e| format!("connect {address}: {e}"))?;
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut response = String::new();
-    tokio::time::timeout(Duration::from_secs(2), stream.read_to_string(&mut response))
-        .await
-        .map_err(|_| "GET /metrics timed out".to_string())?
-        .map_err(|e| e.to_string())?;
-    let (_, body) = response
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("not an HTTP response: {response:?}"))?;
-    Ok(body
-        .lines()
-        .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
-        .filter_map(|line| {
-            let (name, value) = line.rsplit_once(' ')?;
-            Some((name.to_string(), value.parse().ok()?))
-        })
-        .collect())
 }
 
 fn sum_of(samples: &BTreeMap<String, f64>, family: &str) -> f64 {
@@ -88,7 +58,7 @@ struct HaRelay {
 impl HaRelay {
     /// `outbox_relay_leader` (None: not answering, e.g. stopped or starting).
     async fn leader_metric(&self) -> Option<f64> {
-        scrape(&self.metrics)
+        scrape_metrics(&self.metrics)
             .await
             .ok()
             .and_then(|samples| samples.get("outbox_relay_leader").copied())
@@ -397,7 +367,7 @@ async fn zombie_scenario(lease_deaf: bool) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let zombie_metrics = scrape(&group[zombie].metrics).await.unwrap();
+    let zombie_metrics = scrape_metrics(&group[zombie].metrics).await.unwrap();
     assert!(
         sum_of(&zombie_metrics, "outbox_relay_fencing_events_total") >= 1.0,
         "no fencing event counted: {zombie_metrics:?}"
@@ -421,7 +391,7 @@ async fn zombie_scenario(lease_deaf: bool) {
     }
     let delivered_then = sum_of(&zombie_metrics, "outbox_relay_records_delivered_total");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let zombie_metrics = scrape(&group[zombie].metrics).await.unwrap();
+    let zombie_metrics = scrape_metrics(&group[zombie].metrics).await.unwrap();
     assert_eq!(
         sum_of(&zombie_metrics, "outbox_relay_records_delivered_total"),
         delivered_then,

@@ -84,6 +84,7 @@ pub use producer::{
     KafkaClientError,
 };
 pub use task::run_kafka_sink;
+pub use topics::create_topic;
 pub use transactional::{
     run_transactional_sink, transactional_properties, BatchBoundary, RejectedRecords,
     SequencedTicket, TransactionalSinkSettings, TransactionalSummary,

@@ -123,41 +123,28 @@ impl TopicManager {
                 "no admin client (create_topics is off)".into(),
             ));
         };
-        let mut new_topic = NewTopic::new(
+        let created = create_topic(
+            admin,
             topic,
             self.partitions,
-            TopicReplication::Fixed(self.replication),
-        );
-        for (key, value) in &self.topic_config {
-            new_topic = new_topic.set(key, value);
-        }
-        let options = AdminOptions::new()
-            .operation_timeout(Some(self.timeout))
-            .request_timeout(Some(self.timeout));
-        // librdkafka bounds the request itself; the outer bound (twice that) guards against a
-        // reply that never comes, e.g. over a half-open connection.
-        let created = tokio::time::timeout(
-            self.timeout.saturating_mul(2),
-            admin.create_topics([&new_topic], &options),
+            self.replication,
+            &self.topic_config,
+            self.timeout,
         )
-        .await
-        .unwrap_or(Err(KafkaError::AdminOp(
-            RDKafkaErrorCode::OperationTimedOut,
-        )));
+        .await;
         match created {
             Ok(results) => {
-                match results.into_iter().next() {
-                    None | Some(Ok(_)) => Ok(true),
-                    Some(Err((_, RDKafkaErrorCode::TopicAlreadyExists))) => Ok(false),
-                    Some(Err((
-                        _,
+                match results {
+                    None | Some(Ok(())) => Ok(true),
+                    Some(Err(RDKafkaErrorCode::TopicAlreadyExists)) => Ok(false),
+                    Some(Err(
                         code @ (RDKafkaErrorCode::RequestTimedOut
                         | RDKafkaErrorCode::NotController
                         | RDKafkaErrorCode::BrokerTransportFailure
                         | RDKafkaErrorCode::AllBrokersDown
                         | RDKafkaErrorCode::OperationTimedOut),
-                    ))) => Err(CreateFailure::Transient(format!("{code:?}"))),
-                    Some(Err((_, code))) => Err(CreateFailure::Definite(format!(
+                    )) => Err(CreateFailure::Transient(format!("{code:?}"))),
+                    Some(Err(code)) => Err(CreateFailure::Definite(format!(
                         "{code} (partitions {}, replication factor {}: check kafka.topic_partitions, kafka.topic_replication_factor, kafka.topic_config)",
                         self.partitions, self.replication
                     ))),
@@ -166,6 +153,41 @@ impl TopicManager {
             Err(error) => Err(CreateFailure::Transient(error.to_string())),
         }
     }
+}
+
+/// Creates one topic (`partitions`, `replication` of -1 = the broker's defaults, `config`)
+/// through `admin`, with `timeout` as librdkafka's request and operation timeout and twice
+/// it as an outer bound (against a reply that never comes, e.g. over a half-open
+/// connection). `Ok(None | Some(Ok(())))`: created; `Ok(Some(Err(code)))`: the broker's
+/// answer for the topic (`TopicAlreadyExists` among them); `Err`: the request failed.
+/// Shared by the sink's topic checks and the heartbeat topic.
+pub async fn create_topic<C: rdkafka::client::ClientContext + 'static>(
+    admin: &AdminClient<C>,
+    topic: &str,
+    partitions: i32,
+    replication: i32,
+    config: &BTreeMap<String, String>,
+    timeout: Duration,
+) -> Result<Option<Result<(), RDKafkaErrorCode>>, KafkaError> {
+    let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
+    for (key, value) in config {
+        new_topic = new_topic.set(key, value);
+    }
+    let options = AdminOptions::new()
+        .operation_timeout(Some(timeout))
+        .request_timeout(Some(timeout));
+    let results = tokio::time::timeout(
+        timeout.saturating_mul(2),
+        admin.create_topics([&new_topic], &options),
+    )
+    .await
+    .unwrap_or(Err(KafkaError::AdminOp(
+        RDKafkaErrorCode::OperationTimedOut,
+    )))?;
+    Ok(results
+        .into_iter()
+        .next()
+        .map(|result| result.map(drop).map_err(|(_, code)| code)))
 }
 
 /// Why creating a topic failed.

@@ -1197,3 +1197,36 @@ pub async fn stream_random_transactions(
     }
     writer
 }
+
+/// `GET /metrics` of a relay over HTTP/1.0: sample (with labels) -> value (bounded waits:
+/// 2 s to connect, 2 s for the answer).
+pub async fn scrape_metrics(
+    address: &str,
+) -> Result<std::collections::BTreeMap<String, f64>, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let connect = tokio::net::TcpStream::connect(address);
+    let mut stream = tokio::time::timeout(Duration::from_secs(2), connect)
+        .await
+        .map_err(|_| "connect timed out".to_string())?
+        .map_err(|e| format!("connect {address}: {e}"))?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(2), stream.read_to_string(&mut response))
+        .await
+        .map_err(|_| "GET /metrics timed out".to_string())?
+        .map_err(|e| e.to_string())?;
+    let (_, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("not an HTTP response: {response:?}"))?;
+    Ok(body
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
+        .filter_map(|line| {
+            let (name, value) = line.rsplit_once(' ')?;
+            Some((name.to_string(), value.parse().ok()?))
+        })
+        .collect())
+}
