@@ -151,6 +151,9 @@ pub(super) async fn run_router(
             }
             match item {
                 StreamItem::Row(mut row) => {
+                    // Measured before routing moves the payload out of the row (an XA
+                    // hold's share of the budget counts the row as the source did).
+                    let row_bytes = row_change_bytes(&row) as u64;
                     let record = match router.route_taking_payload(&mut row) {
                         Ok(RouteOutcome::Record(record)) => {
                             RecordRouted.emit(&metrics);
@@ -202,7 +205,7 @@ pub(super) async fn run_router(
                             record,
                             origin,
                             budget,
-                            bytes: row_change_bytes(&row) as u64,
+                            bytes: row_bytes,
                         };
                         if let Err(refused) = xa.hold(held) {
                             return Err(RelayError::XaHoldTooLarge(describe_refused(
