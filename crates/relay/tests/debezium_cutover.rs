@@ -28,16 +28,10 @@ use std::time::Duration;
 
 use common::*;
 use mysql_async::prelude::Queryable;
-use outbox_testkit::connect::{DebeziumConnect, DebeziumOptions, DEBEZIUM_SERVER_VERSION_ARG};
+use outbox_testkit::connect::{DebeziumConnect, DebeziumOptions};
 use outbox_testkit::consume::ConsumedRecord;
 use outbox_testkit::kafka::KafkaBroker;
-use outbox_testkit::{ScratchMariadb, ScratchOptions};
-
-/// Debezium's documented outbox table (its default column names).
-const DEBEZIUM_OUTBOX_TABLE: &str = "CREATE TABLE shop.outbox_debezium (\
-     id VARCHAR(64) NOT NULL PRIMARY KEY, aggregatetype VARCHAR(64) NOT NULL, \
-     aggregateid VARCHAR(64) NOT NULL, type VARCHAR(64) NOT NULL, payload JSON, \
-     timestamp DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB";
+use outbox_testkit::ScratchMariadb;
 
 /// Partitions of the topics: keys must hash to the same one from both producers.
 const PARTITIONS: i32 = 3;
@@ -212,19 +206,8 @@ async fn wait_for_flushed_offset(path: &std::path::Path, connector: &str) {
 }
 
 async fn cutover(stop: Stop) {
-    let (db, broker) = tokio::join!(
-        ScratchMariadb::start_with(ScratchOptions {
-            extra_args: vec![DEBEZIUM_SERVER_VERSION_ARG.to_string()],
-            ..ScratchOptions::default()
-        }),
-        KafkaBroker::shared()
-    );
-    let db = db.expect("scratch MariaDB starts");
+    let (db, broker) = tokio::join!(start_database_for_debezium(), KafkaBroker::shared());
     let broker = broker.expect("the shared Kafka broker starts");
-    db.exec(SHOP_SCHEMA).await.expect("shop schema");
-    db.exec(&[DEBEZIUM_OUTBOX_TABLE])
-        .await
-        .expect("outbox table");
     let tag = db.tag().to_string();
     let topics: Vec<String> = ["order", "customer"]
         .iter()

@@ -22,18 +22,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::*;
 use mysql_async::prelude::Queryable;
-use outbox_testkit::connect::{
-    Converter, DebeziumConnect, DebeziumOptions, DEBEZIUM_SERVER_VERSION_ARG,
-};
+use outbox_testkit::connect::{Converter, DebeziumConnect, DebeziumOptions};
 use outbox_testkit::consume::{console_consume, read_all, ConsumedRecord, ReadStop};
 use outbox_testkit::kafka::KafkaBroker;
-use outbox_testkit::{ScratchMariadb, ScratchOptions};
-
-/// Debezium's documented outbox table (its default column names).
-const DEBEZIUM_OUTBOX_TABLE: &str = "CREATE TABLE shop.outbox_debezium (\
-     id VARCHAR(64) NOT NULL PRIMARY KEY, aggregatetype VARCHAR(64) NOT NULL, \
-     aggregateid VARCHAR(64) NOT NULL, type VARCHAR(64) NOT NULL, payload JSON, \
-     timestamp DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB";
 
 /// Partitions of both sides' heartbeat topics: more than one, so "partition 0" is a choice
 /// both make, not the only place a record can go.
@@ -195,19 +186,8 @@ fn check_side(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_heartbeats_match_debeziums_for_each_converter() {
     let started_ms = now_ms();
-    let (db, broker) = tokio::join!(
-        ScratchMariadb::start_with(ScratchOptions {
-            extra_args: vec![DEBEZIUM_SERVER_VERSION_ARG.to_string()],
-            ..ScratchOptions::default()
-        }),
-        KafkaBroker::shared()
-    );
-    let db = db.expect("scratch MariaDB starts");
+    let (db, broker) = tokio::join!(start_database_for_debezium(), KafkaBroker::shared());
     let broker = broker.expect("the shared Kafka broker starts");
-    db.exec(SHOP_SCHEMA).await.expect("shop schema");
-    db.exec(&[DEBEZIUM_OUTBOX_TABLE])
-        .await
-        .expect("outbox table");
     let tag = db.tag().to_string();
     let mut failures = Vec::new();
 

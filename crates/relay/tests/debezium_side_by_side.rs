@@ -15,34 +15,10 @@ use std::time::Duration;
 
 use common::*;
 use mysql_async::prelude::Queryable;
-use outbox_testkit::connect::{
-    Converter, DebeziumConnect, DebeziumOptions, DEBEZIUM_SERVER_VERSION_ARG,
-};
+use outbox_testkit::connect::{Converter, DebeziumConnect, DebeziumOptions};
 use outbox_testkit::consume::{console_consume, read_all, ConsumedRecord, ReadStop};
 use outbox_testkit::kafka::KafkaBroker;
-use outbox_testkit::{ScratchMariadb, ScratchOptions};
-
-/// Debezium's documented outbox table (its default column names), beside the shop schema.
-const DEBEZIUM_OUTBOX_TABLE: &str = "CREATE TABLE shop.outbox_debezium (\
-     id VARCHAR(64) NOT NULL PRIMARY KEY, aggregatetype VARCHAR(64) NOT NULL, \
-     aggregateid VARCHAR(64) NOT NULL, type VARCHAR(64) NOT NULL, payload JSON, \
-     timestamp DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB";
-
-/// A scratch MariaDB that Debezium's MySQL connector accepts, with the shop schema and the
-/// Debezium-style outbox table.
-async fn start_database_for_debezium() -> ScratchMariadb {
-    let db = ScratchMariadb::start_with(ScratchOptions {
-        extra_args: vec![DEBEZIUM_SERVER_VERSION_ARG.to_string()],
-        ..ScratchOptions::default()
-    })
-    .await
-    .expect("scratch MariaDB starts");
-    db.exec(SHOP_SCHEMA).await.expect("shop schema");
-    db.exec(&[DEBEZIUM_OUTBOX_TABLE])
-        .await
-        .expect("outbox table");
-    db
-}
+use outbox_testkit::ScratchMariadb;
 
 /// Commits `count` outbox rows (aggregate types `order`/`customer`, one aggregate each), one
 /// transaction each with an order row, plus one rolled-back transaction; returns the

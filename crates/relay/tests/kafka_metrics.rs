@@ -41,14 +41,7 @@ async fn scrape(address: &str) -> Result<BTreeMap<String, f64>, String> {
     if status != 200 {
         return Err(format!("unexpected status {status}"));
     }
-    Ok(body
-        .lines()
-        .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
-        .filter_map(|line| {
-            let (name, value) = line.rsplit_once(' ')?;
-            Some((name.to_string(), value.parse().ok()?))
-        })
-        .collect())
+    Ok(parse_metrics_text(&body))
 }
 
 /// Sum of every sample of `family` (any labels).

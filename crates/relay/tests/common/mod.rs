@@ -1221,12 +1221,39 @@ pub async fn scrape_metrics(
     let (_, body) = response
         .split_once("\r\n\r\n")
         .ok_or_else(|| format!("not an HTTP response: {response:?}"))?;
-    Ok(body
-        .lines()
+    Ok(parse_metrics_text(body))
+}
+
+/// Prometheus text exposition: sample name (with labels) -> value; comments, blank lines
+/// and unparsable values are left out.
+pub fn parse_metrics_text(body: &str) -> std::collections::BTreeMap<String, f64> {
+    body.lines()
         .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
         .filter_map(|line| {
             let (name, value) = line.rsplit_once(' ')?;
             Some((name.to_string(), value.parse().ok()?))
         })
-        .collect())
+        .collect()
+}
+
+/// Debezium's documented outbox table (its default column names), beside the shop schema.
+pub const DEBEZIUM_OUTBOX_TABLE: &str = "CREATE TABLE shop.outbox_debezium (\
+     id VARCHAR(64) NOT NULL PRIMARY KEY, aggregatetype VARCHAR(64) NOT NULL, \
+     aggregateid VARCHAR(64) NOT NULL, type VARCHAR(64) NOT NULL, payload JSON, \
+     timestamp DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB";
+
+/// A scratch MariaDB that Debezium's MySQL connector accepts, with the shop schema and the
+/// Debezium-style outbox table.
+pub async fn start_database_for_debezium() -> ScratchMariadb {
+    let db = ScratchMariadb::start_with(outbox_testkit::ScratchOptions {
+        extra_args: vec![outbox_testkit::connect::DEBEZIUM_SERVER_VERSION_ARG.to_string()],
+        ..outbox_testkit::ScratchOptions::default()
+    })
+    .await
+    .expect("scratch MariaDB starts");
+    db.exec(SHOP_SCHEMA).await.expect("shop schema");
+    db.exec(&[DEBEZIUM_OUTBOX_TABLE])
+        .await
+        .expect("outbox table");
+    db
 }
