@@ -14,6 +14,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use outbox_binlog::{ColumnNames, Row, RowChange, RowOperation, TableFilter, TableName, Value};
@@ -353,29 +354,37 @@ impl Router {
         TableFilter::tables(self.watched.iter().cloned())
     }
 
-    /// Routes one row change: a record for an insert, a skip or an error for an update or
-    /// delete (per `invalid_operation`), a [`RoutingError`] for a row that cannot be routed.
-    pub fn route(&self, change: &RowChange) -> Result<RouteOutcome, RoutingError> {
+    /// The route of `change`'s table when it is an INSERT; otherwise what routing it
+    /// returns: an unknown table's error, or the skip or error `route_invalid_operation`
+    /// gives an UPDATE or DELETE. Shared by [`Router::route`] and
+    /// [`Router::route_taking_payload`].
+    fn insert_table(
+        &self,
+        change: &RowChange,
+    ) -> ControlFlow<Result<RouteOutcome, RoutingError>, &TableRoute> {
         let Some(table) = self.tables.get(&*change.table) else {
-            return Err(RoutingError {
+            return ControlFlow::Break(Err(RoutingError {
                 event_id: None,
                 table: Arc::clone(&change.table),
                 column: None,
                 kind: RoutingErrorKind::UnknownTable,
-            });
+            }));
         };
         if change.operation != RowOperation::Insert {
-            return self.route_invalid_operation(table, change);
+            return ControlFlow::Break(self.route_invalid_operation(table, change));
         }
+        ControlFlow::Continue(table)
+    }
+
+    /// Routes one row change: a record for an insert, a skip or an error for an update or
+    /// delete (per `invalid_operation`), a [`RoutingError`] for a row that cannot be routed.
+    pub fn route(&self, change: &RowChange) -> Result<RouteOutcome, RoutingError> {
+        let table = match self.insert_table(change) {
+            ControlFlow::Continue(table) => table,
+            ControlFlow::Break(not_an_insert) => return not_an_insert,
+        };
         let Some(row) = &change.after else {
-            return Err(RoutingError {
-                event_id: None,
-                table: Arc::clone(&table.table),
-                column: None,
-                kind: RoutingErrorKind::MissingRowImage {
-                    operation: change.operation,
-                },
-            });
+            return Err(missing_row_image(table, change));
         };
         self.route_insert(table, change, row, &mut None)
             .map(RouteOutcome::Record)
@@ -397,26 +406,12 @@ impl Router {
         &self,
         change: &mut RowChange,
     ) -> Result<RouteOutcome, RoutingError> {
-        let Some(table) = self.tables.get(&*change.table) else {
-            return Err(RoutingError {
-                event_id: None,
-                table: Arc::clone(&change.table),
-                column: None,
-                kind: RoutingErrorKind::UnknownTable,
-            });
+        let table = match self.insert_table(change) {
+            ControlFlow::Continue(table) => table,
+            ControlFlow::Break(not_an_insert) => return not_an_insert,
         };
-        if change.operation != RowOperation::Insert {
-            return self.route_invalid_operation(table, change);
-        }
         let Some(mut row) = change.after.take() else {
-            return Err(RoutingError {
-                event_id: None,
-                table: Arc::clone(&table.table),
-                column: None,
-                kind: RoutingErrorKind::MissingRowImage {
-                    operation: change.operation,
-                },
-            });
+            return Err(missing_row_image(table, change));
         };
         let indexes = table.indexes(&row.columns, &self.settings);
         // Take the payload out of the row only when no other mapped column reads it.
@@ -1023,6 +1018,18 @@ impl Router {
                 kind: RoutingErrorKind::InvalidOperation { operation },
             }),
         }
+    }
+}
+
+/// The error for an INSERT without an after image (a malformed rows event).
+fn missing_row_image(table: &TableRoute, change: &RowChange) -> RoutingError {
+    RoutingError {
+        event_id: None,
+        table: Arc::clone(&table.table),
+        column: None,
+        kind: RoutingErrorKind::MissingRowImage {
+            operation: change.operation,
+        },
     }
 }
 
