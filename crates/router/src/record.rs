@@ -46,24 +46,29 @@ pub struct NullHeader {
 pub fn headers_in_sending_order<'a>(
     headers: &'a [(String, Vec<u8>)],
     null_headers: &'a [NullHeader],
-) -> Vec<(&'a str, Option<&'a [u8]>)> {
-    let mut all = Vec::with_capacity(headers.len() + null_headers.len());
+) -> impl Iterator<Item = (&'a str, Option<&'a [u8]>)> + 'a {
     let mut nulls = null_headers.iter().peekable();
-    for (index, (name, value)) in headers.iter().enumerate() {
-        while let Some(null) = nulls.next_if(|null| null.position <= index) {
-            all.push((null.name.as_str(), None));
+    let mut values = headers.iter().enumerate().peekable();
+    std::iter::from_fn(move || {
+        let null_first = |null: &&NullHeader| {
+            values
+                .peek()
+                .is_none_or(|(index, _)| null.position <= *index)
+        };
+        if let Some(null) = nulls.next_if(null_first) {
+            return Some((null.name.as_str(), None));
         }
-        all.push((name.as_str(), Some(value.as_slice())));
-    }
-    all.extend(nulls.map(|null| (null.name.as_str(), None)));
-    all
+        values
+            .next()
+            .map(|(_, (name, value))| (name.as_str(), Some(value.as_slice())))
+    })
 }
 
 impl KafkaRecord {
     /// Every header in sending order, `None` for a null value: `headers` with
     /// `null_headers` placed where the router put them.
     pub fn all_headers(&self) -> Vec<(&str, Option<&[u8]>)> {
-        headers_in_sending_order(&self.headers, &self.null_headers)
+        headers_in_sending_order(&self.headers, &self.null_headers).collect()
     }
 
     /// The value of the first header called `name`, if any.
@@ -165,7 +170,7 @@ mod tests {
             null(9, "beyond"),
         ];
         let names_and_values: Vec<(&str, Option<&[u8]>)> =
-            headers_in_sending_order(&headers, &nulls);
+            headers_in_sending_order(&headers, &nulls).collect();
         assert_eq!(
             names_and_values,
             vec![
@@ -179,11 +184,11 @@ mod tests {
             ]
         );
         assert_eq!(
-            headers_in_sending_order(&headers, &[]),
+            headers_in_sending_order(&headers, &[]).collect::<Vec<_>>(),
             vec![("id", Some(&b"e-1"[..])), ("tenant", Some(&b"t"[..]))]
         );
         assert_eq!(
-            headers_in_sending_order(&[], &[null(0, "only")]),
+            headers_in_sending_order(&[], &[null(0, "only")]).collect::<Vec<_>>(),
             vec![("only", None)]
         );
     }

@@ -129,7 +129,7 @@ impl From<outbox_router::KafkaRecord> for OutboundRecord {
 
 impl OutboundRecord {
     /// Every header in sending order, `None` for a null value.
-    pub fn headers_to_send(&self) -> Vec<(&str, Option<&[u8]>)> {
+    pub fn headers_to_send(&self) -> impl Iterator<Item = (&str, Option<&[u8]>)> {
         outbox_router::headers_in_sending_order(&self.headers, &self.null_headers)
     }
 }

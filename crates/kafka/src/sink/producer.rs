@@ -150,21 +150,10 @@ pub(super) fn enqueue(
     if let Some(timestamp) = record.timestamp_ms {
         future_record = future_record.timestamp(timestamp);
     }
-    if record.null_headers.is_empty() {
-        if !record.headers.is_empty() {
-            let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
-            for (key, value) in &record.headers {
-                headers = headers.insert(Header {
-                    key,
-                    value: Some(value.as_slice()),
-                });
-            }
-            future_record = future_record.headers(headers);
-        }
-    } else {
-        let all = record.headers_to_send();
-        let mut headers = OwnedHeaders::new_with_capacity(all.len());
-        for (key, value) in all {
+    let header_count = record.headers.len() + record.null_headers.len();
+    if header_count > 0 {
+        let mut headers = OwnedHeaders::new_with_capacity(header_count);
+        for (key, value) in record.headers_to_send() {
             headers = headers.insert(Header { key, value });
         }
         future_record = future_record.headers(headers);
