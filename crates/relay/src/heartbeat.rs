@@ -22,11 +22,10 @@
 //! * Started by [`crate::run_relay`] (once per leadership term under `[ha]`, so only the
 //!   leader sends them); stops when the run's shutdown fires.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_router::RecordFormat;
-use prometheus::{IntCounterVec, Opts, Registry};
 use rdkafka::admin::AdminClient;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -141,44 +140,6 @@ impl HeartbeatSettings {
     }
 }
 
-/// `outbox_relay_heartbeats_total{outcome}`: one counter for the process (every relay
-/// registry of the process shows it), built on first use; an `Err`, which a constant valid
-/// name never produces, disables counting.
-static HEARTBEATS: LazyLock<Result<IntCounterVec, prometheus::Error>> = LazyLock::new(|| {
-    IntCounterVec::new(
-        Opts::new(
-            "outbox_relay_heartbeats_total",
-            "Heartbeat records ([heartbeat]) by outcome: sent (acked by Kafka), failed, skipped (source not connected)",
-        ),
-        &["outcome"],
-    )
-});
-
-/// The outcomes of [`HEARTBEATS`].
-const OUTCOMES: [&str; 3] = ["sent", "failed", "skipped"];
-
-/// Registers the heartbeat counter in `registry`, once: a later leadership term finds it
-/// there already, which is fine.
-fn register_metrics(registry: &Registry) {
-    let Ok(counter) = HEARTBEATS.as_ref() else {
-        tracing::warn!("heartbeat metrics not available");
-        return;
-    };
-    for outcome in OUTCOMES {
-        counter.with_label_values(&[outcome]);
-    }
-    match registry.register(Box::new(counter.clone())) {
-        Ok(()) | Err(prometheus::Error::AlreadyReg) => {}
-        Err(error) => tracing::warn!(%error, "heartbeat metrics not registered"),
-    }
-}
-
-fn count(outcome: &str) {
-    if let Ok(counter) = HEARTBEATS.as_ref() {
-        counter.with_label_values(&[outcome]).inc();
-    }
-}
-
 /// A heartbeat record was acked by Kafka.
 #[derive(Debug)]
 pub struct HeartbeatSent<'a> {
@@ -189,8 +150,8 @@ pub struct HeartbeatSent<'a> {
 }
 
 impl InternalEvent for HeartbeatSent<'_> {
-    fn emit(self, _metrics: &Metrics) {
-        count("sent");
+    fn emit(self, metrics: &Metrics) {
+        metrics.heartbeats.with_label_values(&["sent"]).inc();
         tracing::debug!(topic = self.topic, ts_ms = self.ts_ms, "heartbeat sent");
     }
 }
@@ -205,8 +166,8 @@ pub struct HeartbeatFailed<'a> {
 }
 
 impl InternalEvent for HeartbeatFailed<'_> {
-    fn emit(self, _metrics: &Metrics) {
-        count("failed");
+    fn emit(self, metrics: &Metrics) {
+        metrics.heartbeats.with_label_values(&["failed"]).inc();
         tracing::warn!(
             topic = self.topic,
             error = self.error,
@@ -224,8 +185,8 @@ pub struct HeartbeatSkipped<'a> {
 }
 
 impl InternalEvent for HeartbeatSkipped<'_> {
-    fn emit(self, _metrics: &Metrics) {
-        count("skipped");
+    fn emit(self, metrics: &Metrics) {
+        metrics.heartbeats.with_label_values(&["skipped"]).inc();
         tracing::debug!(
             topic = self.topic,
             "heartbeat skipped: the binlog source is not connected"
@@ -234,13 +195,12 @@ impl InternalEvent for HeartbeatSkipped<'_> {
 }
 
 /// Starts the heartbeat task when `[heartbeat]` is on; it stops when `controller` fires.
-/// Registers `outbox_relay_heartbeats_total` in `metrics` either way.
+/// The task counts into `metrics.heartbeats` (`outbox_relay_heartbeats_total{outcome}`).
 pub fn spawn_heartbeats(
     config: &RelayConfig,
     controller: &ShutdownController,
     metrics: &Arc<Metrics>,
 ) -> Option<tokio::task::JoinHandle<()>> {
-    register_metrics(&metrics.registry);
     let settings = HeartbeatSettings::from_config(config)?;
     tracing::info!(
         topic = %settings.topic,
@@ -434,20 +394,17 @@ mod tests {
         assert_eq!(value["schema"]["fields"][0]["type"], "int64");
     }
 
-    fn counted(outcome: &str) -> u64 {
-        HEARTBEATS
-            .as_ref()
-            .map(|counter| counter.with_label_values(&[outcome]).get())
-            .unwrap_or(0)
+    fn counted(metrics: &Metrics, outcome: &str) -> u64 {
+        metrics.heartbeats.with_label_values(&[outcome]).get()
     }
 
     /// Waits (up to 30 s) until `outcome` was counted more than `before` times.
-    async fn wait_counted(outcome: &str, before: u64) -> u64 {
+    async fn wait_counted(metrics: &Metrics, outcome: &str, before: u64) -> u64 {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while counted(outcome) <= before && tokio::time::Instant::now() < deadline {
+        while counted(metrics, outcome) <= before && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        counted(outcome)
+        counted(metrics, outcome)
     }
 
     /// The task skips beats while the source is not connected, counts a send that fails
@@ -455,7 +412,6 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn skips_without_a_source_counts_failures_and_stops_on_shutdown() {
         let metrics = Metrics::new();
-        register_metrics(&metrics.registry);
         let settings = HeartbeatSettings {
             interval: Duration::from_millis(100),
             topic: "unit-heartbeats".into(),
@@ -473,25 +429,25 @@ mod tests {
             admin_timeout: Duration::from_secs(1),
         };
         let controller = ShutdownController::new();
-        let (skipped, failed) = (counted("skipped"), counted("failed"));
+        let (skipped, failed) = (counted(&metrics, "skipped"), counted(&metrics, "failed"));
         let task = tokio::spawn(run_heartbeats(
             settings,
             metrics.clone(),
             controller.subscribe(),
         ));
         assert!(
-            wait_counted("skipped", skipped).await > skipped,
+            wait_counted(&metrics, "skipped", skipped).await > skipped,
             "no beat skipped"
         );
         metrics.health.source_connected();
         assert!(
-            wait_counted("failed", failed).await > failed,
+            wait_counted(&metrics, "failed", failed).await > failed,
             "no failure counted"
         );
         // Still beating after a failure: another one fails.
-        let failed = counted("failed");
+        let failed = counted(&metrics, "failed");
         assert!(
-            wait_counted("failed", failed).await > failed,
+            wait_counted(&metrics, "failed", failed).await > failed,
             "stopped after a failure"
         );
         let text = metrics.render();

@@ -99,6 +99,9 @@ pub struct Metrics {
     /// Times this relay was fenced as a stale leader, by `kind`: `checkpoint_store` (the
     /// store refused its epoch), `lease` (the lease ended its term while it published).
     pub fencing_events: IntCounterVec,
+    /// `[heartbeat]` records by `outcome`: `sent` (acked), `failed`, `skipped` (due while
+    /// the binlog source was not connected); see [`crate::heartbeat`].
+    pub heartbeats: IntCounterVec,
     /// The committed checkpoint's binlog file and offset, for the purge horizon.
     committed_checkpoint: std::sync::Mutex<Option<(String, u64)>>,
 }
@@ -190,6 +193,11 @@ impl Metrics {
                 "Times this relay was fenced as a stale leader, by kind (checkpoint_store, lease)",
                 "kind",
             ),
+            heartbeats: counter_vec(
+                "heartbeats_total",
+                "Heartbeat records ([heartbeat]) by outcome: sent (acked by Kafka), failed, skipped (source not connected)",
+                "outcome",
+            ),
             events_read: counter("events_read_total", "Row changes of watched tables read"),
             transactions_read: counter("transactions_read_total", "Committed transactions read"),
             events_routed: counter("events_routed_total", "Rows routed to a Kafka record"),
@@ -255,6 +263,9 @@ impl Metrics {
         // (The sink's own labels start at 0 in `SinkMetrics::new`.)
         for class in ["source_reconnect", "checkpoint_commit"] {
             metrics.retries.with_label_values(&[class]);
+        }
+        for outcome in ["sent", "failed", "skipped"] {
+            metrics.heartbeats.with_label_values(&[outcome]);
         }
         // Unknown until measured: 0 would read as "purged any moment" and page.
         metrics.binlog_purge_horizon_seconds.set(f64::NAN);
