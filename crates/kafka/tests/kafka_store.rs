@@ -112,12 +112,15 @@ async fn the_kafka_store_passes_the_store_contract() {
 async fn a_second_instance_with_the_same_connector_fences_the_first() {
     let broker = broker().await;
     let topic = unique("fencing-checkpoints");
-    let first = store(&broker.bootstrap(), &topic, "orders");
+    // Connector names of their own: the transactional id is the connector's, and the other
+    // tests of this binary commit on the same broker at the same time.
+    let (orders, billing) = (unique("orders"), unique("billing"));
+    let first = store(&broker.bootstrap(), &topic, &orders);
     first
         .commit(&checkpoint_at(1, "binlog.000001", 100, 1))
         .await
         .unwrap();
-    let second = store(&broker.bootstrap(), &topic, "orders");
+    let second = store(&broker.bootstrap(), &topic, &orders);
     let taken_over = checkpoint_at(1, "binlog.000001", 200, 2);
     second.commit(&taken_over).await.unwrap();
     for attempt in 0..2 {
@@ -131,20 +134,19 @@ async fn a_second_instance_with_the_same_connector_fences_the_first() {
         );
         let message = error.to_string();
         assert!(
-            message.contains("orders") && message.contains(&topic),
+            message.contains(&orders) && message.contains(&topic),
             "{message}"
         );
     }
     assert_eq!(
-        store(&broker.bootstrap(), &topic, "orders")
+        store(&broker.bootstrap(), &topic, &orders)
             .load()
             .await
             .unwrap(),
         Some(taken_over.clone())
     );
     // Another connector on the same topic is not affected.
-    let billing = store(&broker.bootstrap(), &topic, "billing");
-    billing
+    store(&broker.bootstrap(), &topic, &billing)
         .commit(&checkpoint_at(2, "binlog.000009", 4, 9))
         .await
         .unwrap();
@@ -162,8 +164,10 @@ async fn an_open_transaction_is_neither_read_nor_waited_for_forever() {
     let broker = broker().await;
     let bootstrap = broker.bootstrap();
     let topic = unique("open-txn-checkpoints");
+    // A connector name of its own: the transactional id is the connector's.
+    let orders = unique("orders");
     let committed = checkpoint_at(1, "binlog.000003", 500, 5);
-    store(&bootstrap, &topic, "orders")
+    store(&bootstrap, &topic, &orders)
         .commit(&committed)
         .await
         .unwrap();
@@ -171,7 +175,7 @@ async fn an_open_transaction_is_neither_read_nor_waited_for_forever() {
     let other = producer(&bootstrap, Some(&unique("other-writer")));
     let pending = checkpoint_at(1, "binlog.000003", 900, 6);
     let (key, value) = (
-        checkpoint_record_key("orders"),
+        checkpoint_record_key(&orders),
         checkpoint_record_value(&pending),
     );
     let other = tokio::task::spawn_blocking(move || {
@@ -194,7 +198,7 @@ async fn an_open_transaction_is_neither_read_nor_waited_for_forever() {
     let (other, topic) = other;
 
     let started = Instant::now();
-    let loaded = store(&bootstrap, &topic, "orders").load().await.unwrap();
+    let loaded = store(&bootstrap, &topic, &orders).load().await.unwrap();
     let waited = started.elapsed();
     assert_eq!(
         loaded,
@@ -213,7 +217,7 @@ async fn an_open_transaction_is_neither_read_nor_waited_for_forever() {
     .await
     .unwrap();
     assert_eq!(
-        store(&bootstrap, &topic, "orders").load().await.unwrap(),
+        store(&bootstrap, &topic, &orders).load().await.unwrap(),
         Some(pending),
         "a record committed by another transactional producer is the checkpoint"
     );
