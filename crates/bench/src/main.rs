@@ -154,6 +154,9 @@ fn run_bench(options: BenchOptions) -> Result<i32> {
     Ok(0)
 }
 
+/// Transactions of the broker's warm-up pass (at most the run's own).
+const WARMUP_TRANSACTIONS: u64 = 50_000;
+
 async fn bench(options: &BenchOptions) -> Result<Report> {
     let progress = Progress {
         quiet: options.quiet,
@@ -223,6 +226,7 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
         max_message_bytes: measure::max_message_bytes(options.payload_bytes),
         commit_interval_ms: options.commit_interval_ms,
         max_in_flight_bytes: options.max_in_flight_bytes,
+        max_in_flight: options.max_in_flight,
     };
     let prefix = |round: u32, side: &str| format!("{tag}.r{round}.{side}");
     let mock = if options.mock_cluster {
@@ -240,6 +244,23 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
         .map_or_else(|| broker.bootstrap(), |mock| mock.bootstrap.clone());
     let run_debezium = !options.skip_debezium && !options.mock_cluster;
     let scratch = tempfile::tempdir().context("a scratch directory")?;
+
+    if mock.is_none() {
+        // The broker is a fresh JVM: until its JIT has compiled the produce path, whoever
+        // drains first pays for it (the bare producer of round 1, which would flatter every
+        // ratio to it). One unmeasured bare-producer pass of up to 50 000 records warms it.
+        let warmup_prefix = format!("{tag}.warmup");
+        measure::create_topics(broker, &warmup_prefix, options.partitions, &topic_config).await?;
+        let warmup = Workload {
+            transactions: options.transactions.min(WARMUP_TRANSACTIONS),
+            ..workload
+        };
+        progress.say(format!(
+            "warming the broker up with {} unmeasured records",
+            warmup.events()
+        ));
+        measure::bare_producer(scratch.path(), &drain_brokers, &warmup_prefix, &warmup).await?;
+    }
 
     let latency_wanted = options.latency_seconds > 0;
     let mut rounds = Vec::new();
@@ -260,8 +281,19 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
         if mock.is_none() {
             measure::create_topics(broker, &bare_prefix, options.partitions, &topic_config).await?;
         }
+        // The broker's CPU over each drain (the harness broker only: the mock cluster's
+        // process is not looked at).
+        let broker_before = || mock.is_none().then(|| measure::broker_cpu_seconds(broker)).flatten();
+        let with_broker_cpu = |figure: measure::Figure, before: Option<f64>| {
+            match (before, measure::broker_cpu_seconds(broker)) {
+                (Some(before), Some(after)) if mock.is_none() => figure.with_broker_cpu(after - before),
+                _ => figure,
+            }
+        };
+        let before = broker_before();
         let bare_producer =
             measure::bare_producer(scratch.path(), &drain_brokers, &bare_prefix, &workload).await?;
+        let bare_producer = with_broker_cpu(bare_producer, before);
         progress.say(format!(
             "{label}: bare producer {:.0} events/s; outbox-relay",
             bare_producer.events_per_second
@@ -289,6 +321,7 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
             // Against the mock cluster the latency phase needs a relay of its own on Kafka;
             // the exactly-once latency phase always starts its own relay.
             let keep_relay = last && latency_wanted && mock.is_none() && !eo;
+            let before = broker_before();
             let (relay, kept) = measure::relay_drain(
                 &db,
                 &drain_brokers,
@@ -299,6 +332,7 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
                 relay_shape(eo),
             )
             .await?;
+            let relay = with_broker_cpu(relay, before);
             if let Some(kept) = kept {
                 streaming_relay = Some((kept, relay_prefix.clone()));
             }
@@ -322,6 +356,7 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
             let dbz_prefix = prefix(round, "dbz");
             measure::create_topics(broker, &dbz_prefix, options.partitions, &topic_config).await?;
             progress.say(format!("{label}: Debezium"));
+            let before = broker_before();
             let (figure, kept) = measure::debezium_drain(
                 &db,
                 broker,
@@ -333,6 +368,7 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
                 last && latency_wanted,
             )
             .await?;
+            let figure = with_broker_cpu(figure, before);
             if let Some(kept) = kept {
                 streaming_debezium = Some((kept, dbz_prefix.clone()));
             }
@@ -470,6 +506,7 @@ async fn start_latency_relay(
             max_message_bytes: measure::max_message_bytes(options.payload_bytes),
             commit_interval_ms: options.commit_interval_ms,
             max_in_flight_bytes: options.max_in_flight_bytes,
+            max_in_flight: options.max_in_flight,
         },
     )?;
     let mut relay = measure::RelayProcess::start(dir)?;

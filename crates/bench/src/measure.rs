@@ -38,6 +38,11 @@ pub struct Figure {
     pub cpu_seconds_per_million_events: f64,
     /// Peak RSS of the program's process, bytes.
     pub peak_rss_bytes: u64,
+    /// CPU seconds per million events of the harness's Apache Kafka broker (its JVM) from
+    /// just before the program started to just after its work was checked: what the
+    /// program's requests cost the broker, which shares the cores. `None` for the raw
+    /// pull and for drains into the mock cluster.
+    pub broker_cpu_seconds_per_million_events: Option<f64>,
 }
 
 impl Figure {
@@ -50,8 +55,22 @@ impl Figure {
             cpu_seconds,
             cpu_seconds_per_million_events: cpu_seconds * 1e6 / (events.max(1) as f64),
             peak_rss_bytes,
+            broker_cpu_seconds_per_million_events: None,
         }
     }
+
+    /// The figure with the broker's CPU seconds over the program's work.
+    pub fn with_broker_cpu(mut self, broker_cpu_seconds: f64) -> Figure {
+        self.broker_cpu_seconds_per_million_events =
+            Some(broker_cpu_seconds * 1e6 / (self.events.max(1) as f64));
+        self
+    }
+}
+
+/// CPU seconds of the broker process so far (`None` without a process to look at).
+pub fn broker_cpu_seconds(broker: &KafkaBroker) -> Option<f64> {
+    let pid = broker.pid()?;
+    sample(Some(pid)).ok().map(|sample| sample.cpu_seconds)
 }
 
 /// `PREFIX.outbox.event.TYPE` for every aggregate type.
@@ -271,6 +290,8 @@ pub struct RelayShape {
     pub commit_interval_ms: Option<u64>,
     /// `[pipeline] max_in_flight_bytes` (`None`: the relay's default).
     pub max_in_flight_bytes: Option<u64>,
+    /// `[pipeline] max_in_flight` (`None`: the relay's default).
+    pub max_in_flight: Option<usize>,
 }
 
 /// The Kafka store's record key in the harness's exactly-once configs.
@@ -355,8 +376,14 @@ delivery = "{delivery}"
                 "\n[kafka.properties]\n\"message.max.bytes\" = \"{bytes}\"\n"
             ));
         }
-        if shape.commit_interval_ms.is_some() || shape.max_in_flight_bytes.is_some() {
+        if shape.commit_interval_ms.is_some()
+            || shape.max_in_flight_bytes.is_some()
+            || shape.max_in_flight.is_some()
+        {
             text.push_str("\n[pipeline]\n");
+        }
+        if let Some(records) = shape.max_in_flight {
+            text.push_str(&format!("max_in_flight = {records}\n"));
         }
         if let Some(interval) = shape.commit_interval_ms {
             text.push_str(&format!("commit_interval_ms = {interval}\n"));
@@ -860,6 +887,7 @@ pub async fn bare_producer(
             max_message_bytes: max_message_bytes(workload.payload_bytes),
             commit_interval_ms: None,
             max_in_flight_bytes: None,
+            max_in_flight: None,
         },
     )?;
     let args = [

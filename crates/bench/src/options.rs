@@ -75,6 +75,10 @@ pub struct BenchOptions {
     /// memory runs with big rows.
     #[arg(long)]
     pub max_in_flight_bytes: Option<u64>,
+    /// The relays' `[pipeline] max_in_flight` (default: the relay's, 10 000 records): how
+    /// many records may wait for their ack.
+    #[arg(long)]
+    pub max_in_flight: Option<usize>,
     /// Writer connections of the latency phase: transaction `n` is committed on connection
     /// `n % writers` at its due time, so the rate is not bound by one connection's round
     /// trip.

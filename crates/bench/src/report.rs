@@ -40,6 +40,9 @@ pub struct Summary {
     pub cpu_seconds_per_million_events: f64,
     /// Largest peak RSS over the rounds, MiB.
     pub peak_rss_mib: f64,
+    /// Median CPU seconds per million events of the Apache Kafka broker during the drain
+    /// (`None` for the raw pull and for the mock cluster).
+    pub broker_cpu_seconds_per_million_events: Option<f64>,
 }
 
 impl Summary {
@@ -49,11 +52,16 @@ impl Summary {
             .clone()
             .map(|f| f.cpu_seconds_per_million_events)
             .collect();
+        let broker_cpu: Vec<f64> = figures
+            .clone()
+            .filter_map(|f| f.broker_cpu_seconds_per_million_events)
+            .collect();
         let rss = figures.map(|f| f.peak_rss_bytes).max()?;
         Some(Summary {
             events_per_second: median(&rates)?,
             cpu_seconds_per_million_events: median(&cpu)?,
             peak_rss_mib: rss as f64 / (1024.0 * 1024.0),
+            broker_cpu_seconds_per_million_events: median(&broker_cpu),
         })
     }
 }
@@ -226,13 +234,14 @@ impl Report {
             s.write_seconds
         );
         out.push_str(&format!(
-            "{:<16} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8}\n",
+            "{:<16} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8}\n",
             "",
             "events/s",
             "x pull",
             "x prod",
             "x dbz",
             "CPU s/M",
+            "brk s/M",
             "RSS MiB",
             "p50 ms",
             "p99 ms",
@@ -261,8 +270,11 @@ impl Report {
                 ("-".into(), "-".into(), "-".into())
             };
             out.push_str(&format!(
-                "{name:<16} {rate:>10.0} {x_pull:>8} {x_producer:>8} {x_debezium:>8} {:>9.2} {:>9.1} {}\n",
+                "{name:<16} {rate:>10.0} {x_pull:>8} {x_producer:>8} {x_debezium:>8} {:>9.2} {:>9} {:>9.1} {}\n",
                 summary.cpu_seconds_per_million_events,
+                summary
+                    .broker_cpu_seconds_per_million_events
+                    .map_or("-".to_string(), |cpu| format!("{cpu:.2}")),
                 summary.peak_rss_mib,
                 latency_cells(latency)
             ));

@@ -193,6 +193,11 @@ fn check_report(report: &Value) {
         ] {
             assert_positive(report, &format!("{side}.{field}"));
         }
+        // Every drain into the harness's broker costs the broker CPU; the raw pull does
+        // not touch it.
+        if side != "raw_pull" {
+            assert_positive(figure, "broker_cpu_seconds_per_million_events");
+        }
     }
     for ratio in [
         "relay_to_raw_pull",
@@ -229,7 +234,8 @@ fn check_report(report: &Value) {
 fn a_report_with_a_zero_or_missing_figure_is_refused() {
     let figure = |events: u64| {
         serde_json::json!({"events": events, "seconds": 1.0, "events_per_second": events as f64,
-            "cpu_seconds": 0.5, "cpu_seconds_per_million_events": 1.0, "peak_rss_bytes": 1_000_000})
+            "cpu_seconds": 0.5, "cpu_seconds_per_million_events": 1.0, "peak_rss_bytes": 1_000_000,
+            "broker_cpu_seconds_per_million_events": 2.0})
     };
     let summary = serde_json::json!({"events_per_second": 1.0,
         "cpu_seconds_per_million_events": 1.0, "peak_rss_mib": 1.0});
