@@ -1,10 +1,9 @@
 //! The dead-letter policy applied to a record Kafka rejected permanently: resend within
 //! the budget, replace it by its dead letter, or stop the sink.
 
-use std::collections::BTreeMap;
-
 use rdkafka::error::KafkaError;
 
+use super::pending::PendingRecords;
 use super::{OutboundRecord, SinkError, SinkObserver};
 use crate::config::DeadLetterConfig;
 use crate::dead_letter::{
@@ -29,6 +28,11 @@ pub(super) struct Pending<T> {
     pub(super) sent_at: Option<tokio::time::Instant>,
     /// When (Unix ms) the sink took the record, for `oldest_unacked_age_seconds`.
     pub(super) accepted_at_ms: u64,
+    /// The record's payload was handed over to the producer: the sink dropped its own copy
+    /// after librdkafka copied it (a big payload is not kept twice until its ack), and a
+    /// failed delivery report hands it back. Until then `record.payload` is `None` and the
+    /// record cannot be resent or dead-lettered.
+    pub(super) payload_with_producer: bool,
 }
 
 /// What to do after a permanent failure that did not stop the sink.
@@ -41,13 +45,13 @@ pub(super) enum PermanentAction {
 
 /// Applies the dead-letter policy to a permanent failure of `sequence`.
 pub(super) fn on_permanent_failure<T>(
-    pending: &mut BTreeMap<u64, Pending<T>>,
+    pending: &mut PendingRecords<T>,
     sequence: u64,
     error: KafkaError,
     dead_letter: &DeadLetterConfig,
     metrics: &dyn SinkObserver,
 ) -> Result<PermanentAction, SinkError> {
-    let Some(item) = pending.get_mut(&sequence) else {
+    let Some(item) = pending.get_mut(sequence) else {
         return Ok(PermanentAction::Resend);
     };
     let class = kafka_error_class(&error);

@@ -66,6 +66,7 @@ mod classify;
 mod dead_lettering;
 mod host;
 mod metrics;
+mod pending;
 mod producer;
 mod rebuild;
 mod task;
@@ -265,6 +266,17 @@ pub enum SinkError {
         /// librdkafka's message.
         message: String,
     },
+    /// A record whose big payload only the producer held (the sink does not keep a second
+    /// copy of payloads over 1 MiB) failed without its payload coming back: the producer
+    /// went away before reporting it. Transient: the relay restarts from the stored
+    /// checkpoint, which never passed the record, and reads the row again.
+    #[error("a record for topic `{topic}` failed ({reason}) and its payload, held only by the replaced Kafka producer, did not come back; restarting from the stored checkpoint to read the row again")]
+    PayloadLost {
+        /// The record's topic.
+        topic: String,
+        /// The delivery error.
+        reason: String,
+    },
     /// Kafka rejected a record for a reason retrying cannot fix.
     #[error("Kafka rejected a record for topic `{topic}` (key {key}): {error}; the relay stopped so nothing is skipped")]
     Permanent {
@@ -278,10 +290,14 @@ pub enum SinkError {
 }
 
 impl SinkError {
-    /// Whether the pipeline may restart from the stored checkpoint and try again (an
-    /// aborted Kafka transaction of the exactly-once sink).
-    pub fn is_transaction_retry(&self) -> bool {
-        matches!(self, SinkError::TransactionAborted { .. })
+    /// Whether the pipeline may restart from the stored checkpoint and try again: an
+    /// aborted Kafka transaction of the exactly-once sink, or a big payload lost with a
+    /// replaced producer.
+    pub fn restarts_from_checkpoint(&self) -> bool {
+        matches!(
+            self,
+            SinkError::TransactionAborted { .. } | SinkError::PayloadLost { .. }
+        )
     }
 }
 

@@ -7,7 +7,7 @@ use futures_util::FutureExt;
 use rdkafka::client::ClientContext;
 use rdkafka::config::{ClientConfig, FromClientConfigAndContext};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 use super::OutboundRecord;
@@ -125,17 +125,34 @@ pub fn check_client_properties(properties: &[(String, String)]) -> Result<(), Ka
         .map_err(|error| KafkaClientError::from_kafka_error(&error))
 }
 
-pub(super) type DeliveryOutcome = (u64, u64, Result<(), KafkaError>);
+/// A record's delivery report: its sequence, the producer generation it was sent with,
+/// and the outcome.
+pub(super) type DeliveryOutcome = (u64, u64, Result<(), DeliveryFailure>);
+
+/// A delivery that failed.
+#[derive(Debug)]
+pub(super) struct DeliveryFailure {
+    /// What librdkafka reported.
+    pub(super) error: KafkaError,
+    /// The record's payload as librdkafka held it, when [`enqueue`] was asked to hand it
+    /// back: the sink drops its own copy of a big payload once librdkafka copied it, and
+    /// needs this one to resend or dead-letter the record. `None` when not asked, for a
+    /// tombstone, or when the report came without the message (the producer went away).
+    pub(super) payload: Option<Vec<u8>>,
+}
 
 /// The producer type of the sink: librdkafka's logs go through [`RelayClientContext`].
 pub(super) type RelayProducer = FutureProducer<RelayClientContext>;
 
 /// Puts one record in the producer's queue; the future resolves with its delivery result.
+/// With `return_payload` a failed report carries the payload back
+/// ([`DeliveryFailure::payload`]).
 pub(super) fn enqueue(
     producer: &RelayProducer,
     record: &OutboundRecord,
     sequence: u64,
     generation: u64,
+    return_payload: bool,
 ) -> Result<futures_util::future::BoxFuture<'static, DeliveryOutcome>, KafkaError> {
     let mut future_record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&record.topic);
     if let Some(key) = &record.key {
@@ -164,8 +181,18 @@ pub(super) fn enqueue(
             .map(move |result| {
                 let outcome = match result {
                     Ok(Ok(_delivery)) => Ok(()),
-                    Ok(Err((error, _message))) => Err(error),
-                    Err(_canceled) => Err(KafkaError::Canceled),
+                    Ok(Err((error, message))) => Err(DeliveryFailure {
+                        error,
+                        payload: if return_payload {
+                            message.payload().map(<[u8]>::to_vec)
+                        } else {
+                            None
+                        },
+                    }),
+                    Err(_canceled) => Err(DeliveryFailure {
+                        error: KafkaError::Canceled,
+                        payload: None,
+                    }),
                 };
                 (sequence, generation, outcome)
             })

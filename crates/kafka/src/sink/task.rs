@@ -2,7 +2,7 @@
 //! each delivery report (ack, resend in order, rebuild, dead letter, stop) and to the
 //! stall watchdog.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +15,8 @@ use tokio::time::{Instant, Sleep};
 
 use super::classify::{classify_delivery_error, FailureKind};
 use super::dead_lettering::{on_permanent_failure, Pending, PermanentAction};
-use super::producer::{create_kafka_client, enqueue, RelayProducer};
+use super::pending::PendingRecords;
+use super::producer::{create_kafka_client, enqueue, DeliveryOutcome, RelayProducer};
 use super::rebuild::{purge_producer, stall_deadline, Rebuild};
 use super::topics::{reach_cluster_at_startup, TopicManager};
 use super::{KafkaSinkSettings, ShutdownSignal, SinkError, SinkItem, SinkObserver, SinkSummary};
@@ -50,9 +51,13 @@ where
     }
     let mut generation: u64 = 0;
     let mut topics = TopicManager::new(&settings)?;
-    let mut pending: BTreeMap<u64, Pending<T>> = BTreeMap::new();
-    let mut next_sequence: u64 = 0;
-    let mut deliveries = FuturesUnordered::new();
+    let mut pending: PendingRecords<T> = PendingRecords::new();
+    // Records acked out of order leave a slot each behind the oldest unacked one (see
+    // `pending`): while one record is stuck (its partition's leader down, say) the others'
+    // slots pile up, so input stops at this span too.
+    let max_pending_span = settings.max_in_flight.saturating_mul(PENDING_SPAN_FACTOR);
+    let mut deliveries: FuturesUnordered<futures_util::future::BoxFuture<'static, DeliveryOutcome>> =
+        FuturesUnordered::new();
     let mut waiting_for_resend: BTreeSet<u64> = BTreeSet::new();
     let mut backoff = Backoff::new(settings.retry_initial_backoff, settings.retry_max_backoff);
     let mut resend_timer: Option<Pin<Box<Sleep>>> = None;
@@ -64,7 +69,7 @@ where
 
     loop {
         OldestUnackedChanged {
-            since_ms: pending.values().next().map(|item| item.accepted_at_ms),
+            since_ms: pending.oldest().map(|item| item.accepted_at_ms),
         }
         .emit(metrics);
         if (!input_open || drain_deadline.is_some()) && pending.is_empty() {
@@ -103,7 +108,7 @@ where
                 for item in pending.values_mut() {
                     item.sent_at = None;
                 }
-                waiting_for_resend = pending.keys().copied().collect();
+                waiting_for_resend = pending.sequences().collect();
                 resend_timer = Some(Box::pin(tokio::time::sleep(request.resend_after)));
             }
         }
@@ -120,7 +125,8 @@ where
             && drain_deadline.is_none()
             && rebuild.is_none()
             && waiting_for_resend.is_empty()
-            && pending.len() < settings.max_in_flight;
+            && pending.len() < settings.max_in_flight
+            && pending.span() < max_pending_span;
         let stall_at = match rebuild {
             Some(_) => None,
             None => stall_deadline(
@@ -141,9 +147,23 @@ where
         tokio::select! {
             biased;
             Some((sequence, sent_generation, outcome)) = deliveries.next(), if !deliveries.is_empty() => {
+                let outcome = match outcome {
+                    Ok(()) => Ok(()),
+                    Err(failure) => {
+                        // A handed-over payload comes back with its failed report; without
+                        // it the record can be neither resent nor dead-lettered.
+                        if let Some(item) = pending.get_mut(sequence) {
+                            take_payload_back(item, failure.payload);
+                            if item.payload_with_producer {
+                                return Err(payload_lost(&item.record.topic, &failure.error));
+                            }
+                        }
+                        Err(failure.error)
+                    }
+                };
                 match outcome {
                     Ok(()) => {
-                        if let Some(done) = pending.remove(&sequence) {
+                        if let Some(done) = pending.remove(sequence) {
                             waiting_for_resend.remove(&sequence);
                             let acked = RecordAcked { publish_latency: done.sent_at.map(|sent| sent.elapsed()), event_timestamp: done.origin.event_timestamp };
                             on_delivered(done.ticket);
@@ -153,8 +173,8 @@ where
                             backoff.reset();
                         }
                     }
-                    Err(error) if sent_generation == generation && pending.contains_key(&sequence) => {
-                        if let Some(item) = pending.get_mut(&sequence) {
+                    Err(error) if sent_generation == generation && pending.contains(sequence) => {
+                        if let Some(item) = pending.get_mut(sequence) {
                             item.sent_at = None;
                         }
                         // The report's own code first: with enable.gapless.guarantee a broker's
@@ -204,7 +224,7 @@ where
                                 // same partition may still be in the producer: resending this one
                                 // alone could put it behind them. Replace the whole producer.
                                 let delay = backoff.next_delay();
-                                let topic = pending.get(&sequence).map(|p| p.record.topic.as_str()).unwrap_or("");
+                                let topic = pending.get(sequence).map(|p| p.record.topic.as_str()).unwrap_or("");
                                 DeliveryFailedTransient { topic, error: &error, retry_in: delay, waiting: pending.len() }.emit(metrics);
                                 rebuild = Some(Rebuild::new(format!("delivery failed: {error}"), "failure", delay));
                             }
@@ -239,14 +259,19 @@ where
                     // nothing after it until its report), and only its own size or content
                     // can count against it; the records that merely shared its batch go
                     // through.
-                    let rejected_before = pending.get(&sequence).is_some_and(|item| item.permanent_failures > 0);
+                    let rejected_before = pending.get(sequence).is_some_and(|item| item.permanent_failures > 0);
                     if rejected_before && pending.values().any(|item| item.sent_at.is_some()) {
                         waiting_for_resend.extend(due[index..].iter().copied());
                         break;
                     }
-                    let Some(item) = pending.get_mut(&sequence) else { continue };
-                    match enqueue(&producer, &item.record, sequence, generation) {
+                    let Some(item) = pending.get_mut(sequence) else { continue };
+                    if item.payload_with_producer {
+                        // Its old producer was dropped before it reported the record.
+                        return Err(payload_lost(&item.record.topic, &KafkaError::Canceled));
+                    }
+                    match enqueue(&producer, &item.record, sequence, generation, is_big(&item.record)) {
                         Ok(delivery) => {
+                            hand_over_big_payload(item);
                             item.sent_at = Some(Instant::now());
                             deliveries.push(delivery);
                             RecordResent.emit(metrics);
@@ -307,11 +332,11 @@ where
                                 }
                             }
                         }
-                        let sequence = next_sequence;
-                        next_sequence += 1;
+                        let sequence = pending.next_sequence();
                         let mut permanent_at_enqueue: Option<KafkaError> = None;
                         let mut sent_at = None;
-                        match enqueue(&producer, &item.record, sequence, generation) {
+                        let big = is_big(&item.record);
+                        match enqueue(&producer, &item.record, sequence, generation, big) {
                             Ok(delivery) => {
                                 sent_at = Some(Instant::now());
                                 deliveries.push(delivery);
@@ -329,7 +354,11 @@ where
                                 }
                             }
                         }
-                        pending.insert(sequence, Pending { record: item.record, ticket: item.ticket, origin: item.origin, permanent_failures: 0, first_failure_ms: 0, sent_at, accepted_at_ms });
+                        let mut entry = Pending { record: item.record, ticket: item.ticket, origin: item.origin, permanent_failures: 0, first_failure_ms: 0, sent_at, accepted_at_ms, payload_with_producer: false };
+                        if sent_at.is_some() {
+                            hand_over_big_payload(&mut entry);
+                        }
+                        pending.push(entry);
                         InFlightChanged { in_flight: pending.len() }.emit(metrics);
                         if let Some(error) = permanent_at_enqueue {
                             let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, metrics)?;
@@ -352,6 +381,53 @@ where
     .emit(metrics);
     tokio::task::spawn_blocking(move || drop(producer));
     Ok(summary)
+}
+
+/// How many slots the unacked records may span, per record of `max_in_flight` (see
+/// `max_pending_span` in [`run_kafka_sink`]): 16 x 10 000 records x one pointer is 1.25 MiB.
+const PENDING_SPAN_FACTOR: usize = 16;
+
+/// Payloads at least this big are handed over to librdkafka: once it copied one into its
+/// queue the sink drops its own copy instead of keeping both until the ack (a 64 MiB row
+/// would otherwise cost 64 MiB more), and takes the payload back from a failed delivery
+/// report. Smaller payloads are kept: cheap, and resent without that round trip.
+pub(super) const HAND_OVER_PAYLOAD_BYTES: usize = 1 << 20;
+
+/// Whether `record`'s payload is handed over to the producer once enqueued.
+fn is_big(record: &super::OutboundRecord) -> bool {
+    record
+        .payload
+        .as_ref()
+        .is_some_and(|payload| payload.len() >= HAND_OVER_PAYLOAD_BYTES)
+}
+
+/// Drops the sink's copy of a big payload that librdkafka now holds (see
+/// [`HAND_OVER_PAYLOAD_BYTES`]).
+fn hand_over_big_payload<T>(item: &mut Pending<T>) {
+    if is_big(&item.record) {
+        item.record.payload = None;
+        item.payload_with_producer = true;
+    }
+}
+
+/// Puts a handed-over payload back into its record from a failed delivery report.
+fn take_payload_back<T>(item: &mut Pending<T>, payload: Option<Vec<u8>>) {
+    if item.payload_with_producer {
+        if let Some(payload) = payload {
+            item.record.payload = Some(payload);
+            item.payload_with_producer = false;
+        }
+    }
+}
+
+/// The sink's stop when a handed-over payload is gone (its producer was dropped before it
+/// reported the record): the relay restarts from the stored checkpoint and reads the row
+/// again, since the checkpoint never passed the record.
+fn payload_lost(topic: &str, error: &KafkaError) -> SinkError {
+    SinkError::PayloadLost {
+        topic: topic.to_owned(),
+        reason: error.to_string(),
+    }
 }
 
 /// Queues `sequence` for a resend and arms the resend timer with the next backoff delay,

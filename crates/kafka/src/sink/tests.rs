@@ -1021,3 +1021,155 @@ async fn waiting_to_create_the_dead_letter_topic_honours_shutdown() {
     );
     assert_eq!(*delivered.lock().unwrap(), vec![0]);
 }
+
+/// A record whose payload is above [`super::task::HAND_OVER_PAYLOAD_BYTES`] (so the sink
+/// drops its copy once librdkafka holds one), distinct per `n`.
+fn big_record(topic: &str, n: u32) -> OutboundRecord {
+    let mut payload = format!("big-{n}:").into_bytes();
+    payload.resize(super::task::HAND_OVER_PAYLOAD_BYTES + 4096, b'a' + (n % 26) as u8);
+    OutboundRecord {
+        payload: Some(payload),
+        ..record(topic, n)
+    }
+}
+
+/// `count` big records through the sink against a mock cluster with `topic` whose next
+/// produce requests fail with `errors`; the sink's result, the tickets (sorted), and the
+/// records read back from `topic`.
+async fn run_big_records(
+    topic: &str,
+    count: u32,
+    errors: &[RDKafkaRespErr],
+    dead_letters: bool,
+) -> (Result<SinkSummary, SinkError>, Vec<u32>, Vec<TextRecord>, Arc<SinkMetrics>) {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic(topic, 1, 1).unwrap();
+    cluster.create_topic("outbox.dlq", 1, 1).unwrap();
+    cluster.request_errors(RDKafkaApiKey::Produce, errors);
+    let brokers = cluster.bootstrap_servers();
+    let mut settings = settings(&brokers);
+    settings
+        .client_properties
+        .push(("message.max.bytes".into(), "8000000".into()));
+    if dead_letters {
+        settings.dead_letter = DeadLetterConfig::default();
+    }
+    let metrics = new_metrics();
+    let delivered = Arc::new(Mutex::new(Vec::new()));
+    let (tx, rx) = mpsc::channel(4);
+    let controller = shutdown_controller();
+    let sink_delivered = delivered.clone();
+    let sink = tokio::spawn(run_kafka_sink(
+        settings,
+        rx,
+        move |ticket: u32| sink_delivered.lock().unwrap().push(ticket),
+        metrics.clone(),
+        controller.subscribe(),
+    ));
+    for n in 0..count {
+        let item = SinkItem {
+            record: big_record(topic, n),
+            ticket: n,
+            origin: RecordOrigin::default(),
+        };
+        if tx.send(item).await.is_err() {
+            break;
+        }
+    }
+    drop(tx);
+    let result = match tokio::time::timeout(Duration::from_secs(60), sink).await {
+        Ok(joined) => joined.unwrap(),
+        Err(_) => panic!("the sink did not finish"),
+    };
+    let mut tickets = delivered.lock().unwrap().clone();
+    tickets.sort_unstable();
+    let read = read_topic(&brokers, topic, count as usize).await;
+    (result, tickets, read, metrics)
+}
+
+/// Asserts `read` holds every big record of `0..count` whole (value and id), each once.
+fn assert_big_records_whole(read: &[TextRecord], topic: &str, count: u32) {
+    let mut by_id: Vec<(String, String)> = read
+        .iter()
+        .map(|record| {
+            (
+                record.header("id").unwrap_or_default().to_owned(),
+                record.value.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    by_id.sort();
+    by_id.dedup();
+    let mut expected: Vec<(String, String)> = (0..count)
+        .map(|n| {
+            let record = big_record(topic, n);
+            (
+                format!("event-{n}"),
+                String::from_utf8_lossy(&record.payload.unwrap_or_default()).into_owned(),
+            )
+        })
+        .collect();
+    expected.sort();
+    assert_eq!(by_id.len(), expected.len(), "one distinct record per event");
+    for ((id, value), (expected_id, expected_value)) in by_id.iter().zip(&expected) {
+        assert_eq!(id, expected_id);
+        assert!(
+            value == expected_value,
+            "{id}: {} bytes arrived, {} sent (a payload handed over to the producer must come back whole for a resend)",
+            value.len(),
+            expected_value.len()
+        );
+    }
+}
+
+/// A big payload rejected by the broker (within the resend budget) comes back with the
+/// failed delivery report and is resent whole, though the sink dropped its own copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_big_payload_is_resent_whole_from_the_failed_report() {
+    let topic = "sink.big.rejected";
+    let (result, tickets, read, metrics) = run_big_records(
+        topic,
+        2,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 2],
+        true,
+    )
+    .await;
+    assert_eq!(result.unwrap().delivered, 2);
+    assert_eq!(tickets, vec![0, 1]);
+    assert!(metrics.records_resent.get() > 0, "the rejected record was resent");
+    assert_big_records_whole(&read, topic, 2);
+}
+
+/// A fatal producer error: the producer is purged (every purged record's report brings its
+/// big payload back) and rebuilt, and every record is resent whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn big_payloads_survive_a_producer_rebuild() {
+    let topic = "sink.big.fatal";
+    let (result, tickets, read, metrics) = run_big_records(
+        topic,
+        4,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER; 3],
+        false,
+    )
+    .await;
+    assert_eq!(result.unwrap().delivered, 4);
+    assert_eq!(tickets, vec![0, 1, 2, 3]);
+    assert!(metrics.producer_recreations.get() > 0, "the producer was rebuilt");
+    assert_big_records_whole(&read, topic, 4);
+}
+
+/// The restart error of a lost payload is one the pipeline restarts from the checkpoint
+/// on, and names the topic.
+#[test]
+fn a_lost_big_payload_restarts_from_the_checkpoint() {
+    let error = SinkError::PayloadLost {
+        topic: "orders.events".into(),
+        reason: KafkaError::Canceled.to_string(),
+    };
+    assert!(error.restarts_from_checkpoint());
+    assert!(error.to_string().contains("orders.events"), "{error}");
+    let permanent = SinkError::TopicMissing {
+        topic: "t".into(),
+    };
+    assert!(!permanent.restarts_from_checkpoint());
+}

@@ -529,7 +529,7 @@ where
         tokio::select! {
             biased;
             Some((local, _generation, outcome)) = deliveries.next(), if !deliveries.is_empty() => {
-                let outcome: Result<(), KafkaError> = outcome;
+                let outcome: Result<(), KafkaError> = outcome.map_err(|failure| failure.error);
                 match outcome {
                     Ok(()) => {
                         if let Some(done) = in_transaction.remove(&local) {
@@ -601,7 +601,7 @@ async fn send_with_room(
     local: u64,
 ) -> Result<futures_util::future::BoxFuture<'static, DeliveryOutcome>, KafkaError> {
     loop {
-        match enqueue(producer, record, local, 0) {
+        match enqueue(producer, record, local, 0, false) {
             Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }

@@ -166,7 +166,7 @@ pub async fn run_relay(
         attempt.trigger();
         match outcome {
             Err(RelayError::Sink(error))
-                if error.is_transaction_retry() && !controller.is_triggered() =>
+                if error.restarts_from_checkpoint() && !controller.is_triggered() =>
             {
                 let delay = backoff.next_delay();
                 tracing::warn!(%error, retry_in_ms = delay.as_millis() as u64, "restarting the pipeline from the stored checkpoint");
