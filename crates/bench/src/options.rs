@@ -71,7 +71,7 @@ pub struct BenchOptions {
     /// committed, so it bounds what a `read_committed` consumer waits for.
     #[arg(long)]
     pub commit_interval_ms: Option<u64>,
-    /// The relays' `[pipeline] max_in_flight_bytes` (default: the relay's, 256 MiB): for
+    /// The relays' `[pipeline] max_in_flight_bytes` (default: the relay's, 64 MiB): for
     /// memory runs with big rows.
     #[arg(long)]
     pub max_in_flight_bytes: Option<u64>,
