@@ -24,6 +24,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
 use anyhow::{bail, Context, Result};
+
 use clap::Parser;
 use outbox_testkit::connect::{DebeziumConnect, DEBEZIUM_SERVER_VERSION_ARG};
 use outbox_testkit::kafka::KafkaBroker;
@@ -32,6 +33,11 @@ use outbox_testkit::{ScratchMariadb, ScratchOptions};
 use options::{BenchOptions, ChildMode, Cli};
 use report::{Report, Round, Setup};
 use workload::Workload;
+
+/// The relay's allocator, so the relay child this program runs measures the relay as
+/// shipped (see `outbox_relay::RelayAllocator`).
+#[global_allocator]
+static GLOBAL_ALLOCATOR: outbox_relay::RelayAllocator = outbox_relay::RelayAllocator;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
@@ -283,12 +289,17 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
         }
         // The broker's CPU over each drain (the harness broker only: the mock cluster's
         // process is not looked at).
-        let broker_before = || mock.is_none().then(|| measure::broker_cpu_seconds(broker)).flatten();
-        let with_broker_cpu = |figure: measure::Figure, before: Option<f64>| {
-            match (before, measure::broker_cpu_seconds(broker)) {
-                (Some(before), Some(after)) if mock.is_none() => figure.with_broker_cpu(after - before),
-                _ => figure,
-            }
+        let broker_before = || {
+            mock.is_none()
+                .then(|| measure::broker_cpu_seconds(broker))
+                .flatten()
+        };
+        let with_broker_cpu = |figure: measure::Figure, before: Option<f64>| match (
+            before,
+            measure::broker_cpu_seconds(broker),
+        ) {
+            (Some(before), Some(after)) if mock.is_none() => figure.with_broker_cpu(after - before),
+            _ => figure,
         };
         let before = broker_before();
         let bare_producer =

@@ -33,6 +33,7 @@
 
 #![warn(missing_docs)]
 
+mod allocator;
 pub mod broker_probe;
 mod budget;
 pub mod cli;
@@ -77,6 +78,7 @@ pub use outbox_kafka::Backoff;
 mod backoff {
     pub use outbox_kafka::Backoff;
 }
+pub use allocator::{RelayAllocator, BIG_ALLOCATION_BYTES};
 pub use config::{ConfigError, DeadLetterConfig, RelayConfig, StartSetting};
 pub use dead_letter::{
     read_dead_letters, replay_dead_letters, DeadLetter, RecordOrigin, ReplaySelection,

@@ -56,8 +56,9 @@ where
     // `pending`): while one record is stuck (its partition's leader down, say) the others'
     // slots pile up, so input stops at this span too.
     let max_pending_span = settings.max_in_flight.saturating_mul(PENDING_SPAN_FACTOR);
-    let mut deliveries: FuturesUnordered<futures_util::future::BoxFuture<'static, DeliveryOutcome>> =
-        FuturesUnordered::new();
+    let mut deliveries: FuturesUnordered<
+        futures_util::future::BoxFuture<'static, DeliveryOutcome>,
+    > = FuturesUnordered::new();
     let mut waiting_for_resend: BTreeSet<u64> = BTreeSet::new();
     let mut backoff = Backoff::new(settings.retry_initial_backoff, settings.retry_max_backoff);
     let mut resend_timer: Option<Pin<Box<Sleep>>> = None;

@@ -1026,7 +1026,10 @@ async fn waiting_to_create_the_dead_letter_topic_honours_shutdown() {
 /// drops its copy once librdkafka holds one), distinct per `n`.
 fn big_record(topic: &str, n: u32) -> OutboundRecord {
     let mut payload = format!("big-{n}:").into_bytes();
-    payload.resize(super::task::HAND_OVER_PAYLOAD_BYTES + 4096, b'a' + (n % 26) as u8);
+    payload.resize(
+        super::task::HAND_OVER_PAYLOAD_BYTES + 4096,
+        b'a' + (n % 26) as u8,
+    );
     OutboundRecord {
         payload: Some(payload),
         ..record(topic, n)
@@ -1041,7 +1044,12 @@ async fn run_big_records(
     count: u32,
     errors: &[RDKafkaRespErr],
     dead_letters: bool,
-) -> (Result<SinkSummary, SinkError>, Vec<u32>, Vec<TextRecord>, Arc<SinkMetrics>) {
+) -> (
+    Result<SinkSummary, SinkError>,
+    Vec<u32>,
+    Vec<TextRecord>,
+    Arc<SinkMetrics>,
+) {
     let cluster = MockCluster::new(1).unwrap();
     cluster.create_topic(topic, 1, 1).unwrap();
     cluster.create_topic("outbox.dlq", 1, 1).unwrap();
@@ -1136,7 +1144,10 @@ async fn a_rejected_big_payload_is_resent_whole_from_the_failed_report() {
     .await;
     assert_eq!(result.unwrap().delivered, 2);
     assert_eq!(tickets, vec![0, 1]);
-    assert!(metrics.records_resent.get() > 0, "the rejected record was resent");
+    assert!(
+        metrics.records_resent.get() > 0,
+        "the rejected record was resent"
+    );
     assert_big_records_whole(&read, topic, 2);
 }
 
@@ -1154,7 +1165,10 @@ async fn big_payloads_survive_a_producer_rebuild() {
     .await;
     assert_eq!(result.unwrap().delivered, 4);
     assert_eq!(tickets, vec![0, 1, 2, 3]);
-    assert!(metrics.producer_recreations.get() > 0, "the producer was rebuilt");
+    assert!(
+        metrics.producer_recreations.get() > 0,
+        "the producer was rebuilt"
+    );
     assert_big_records_whole(&read, topic, 4);
 }
 
@@ -1168,8 +1182,6 @@ fn a_lost_big_payload_restarts_from_the_checkpoint() {
     };
     assert!(error.restarts_from_checkpoint());
     assert!(error.to_string().contains("orders.events"), "{error}");
-    let permanent = SinkError::TopicMissing {
-        topic: "t".into(),
-    };
+    let permanent = SinkError::TopicMissing { topic: "t".into() };
     assert!(!permanent.restarts_from_checkpoint());
 }
