@@ -233,6 +233,7 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
         commit_interval_ms: options.commit_interval_ms,
         max_in_flight_bytes: options.max_in_flight_bytes,
         max_in_flight: options.max_in_flight,
+        linger_ms: options.linger_ms,
     };
     let prefix = |round: u32, side: &str| format!("{tag}.r{round}.{side}");
     let mock = if options.mock_cluster {
@@ -265,7 +266,14 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
             "warming the broker up with {} unmeasured records",
             warmup.events()
         ));
-        measure::bare_producer(scratch.path(), &drain_brokers, &warmup_prefix, &warmup).await?;
+        measure::bare_producer(
+            scratch.path(),
+            &drain_brokers,
+            &warmup_prefix,
+            &warmup,
+            options.linger_ms,
+        )
+        .await?;
     }
 
     let latency_wanted = options.latency_seconds > 0;
@@ -303,7 +311,14 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
         };
         let before = broker_before();
         let bare_producer =
-            measure::bare_producer(scratch.path(), &drain_brokers, &bare_prefix, &workload).await?;
+            measure::bare_producer(
+                scratch.path(),
+                &drain_brokers,
+                &bare_prefix,
+                &workload,
+                options.linger_ms,
+            )
+            .await?;
         let bare_producer = with_broker_cpu(bare_producer, before);
         progress.say(format!(
             "{label}: bare producer {:.0} events/s; outbox-relay",
@@ -518,6 +533,7 @@ async fn start_latency_relay(
             commit_interval_ms: options.commit_interval_ms,
             max_in_flight_bytes: options.max_in_flight_bytes,
             max_in_flight: options.max_in_flight,
+            linger_ms: options.linger_ms,
         },
     )?;
     let mut relay = measure::RelayProcess::start(dir)?;

@@ -292,6 +292,9 @@ pub struct RelayShape {
     pub max_in_flight_bytes: Option<u64>,
     /// `[pipeline] max_in_flight` (`None`: the relay's default).
     pub max_in_flight: Option<usize>,
+    /// `[kafka] linger_ms` (`None`: the relay's default, 5 ms); the bare producer, which
+    /// takes the relay's producer properties, lingers as long.
+    pub linger_ms: Option<u64>,
 }
 
 /// The Kafka store's record key in the harness's exactly-once configs.
@@ -371,6 +374,9 @@ delivery = "{delivery}"
                 "at_least_once"
             },
         );
+        if let Some(linger) = shape.linger_ms {
+            text.push_str(&format!("linger_ms = {linger}\n"));
+        }
         if let Some(bytes) = shape.max_message_bytes {
             text.push_str(&format!(
                 "\n[kafka.properties]\n\"message.max.bytes\" = \"{bytes}\"\n"
@@ -867,6 +873,7 @@ pub async fn bare_producer(
     brokers: &str,
     prefix: &str,
     workload: &crate::workload::Workload,
+    shape_linger_ms: Option<u64>,
 ) -> Result<Figure> {
     let mut dir = RelayDir {
         dir: tempfile::Builder::new()
@@ -888,6 +895,7 @@ pub async fn bare_producer(
             commit_interval_ms: None,
             max_in_flight_bytes: None,
             max_in_flight: None,
+            linger_ms: shape_linger_ms,
         },
     )?;
     let args = [

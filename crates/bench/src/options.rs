@@ -79,6 +79,11 @@ pub struct BenchOptions {
     /// many records may wait for their ack.
     #[arg(long)]
     pub max_in_flight: Option<usize>,
+    /// The relays' and the bare producer's `[kafka] linger_ms` (default: the relay's,
+    /// 5 ms): how long librdkafka waits to fill a batch (bigger batches cost the broker
+    /// less per record; the commit -> ack latency cannot fall below it).
+    #[arg(long)]
+    pub linger_ms: Option<u64>,
     /// Writer connections of the latency phase: transaction `n` is committed on connection
     /// `n % writers` at its due time, so the rate is not bound by one connection's round
     /// trip.
