@@ -310,15 +310,14 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
             _ => figure,
         };
         let before = broker_before();
-        let bare_producer =
-            measure::bare_producer(
-                scratch.path(),
-                &drain_brokers,
-                &bare_prefix,
-                &workload,
-                options.linger_ms,
-            )
-            .await?;
+        let bare_producer = measure::bare_producer(
+            scratch.path(),
+            &drain_brokers,
+            &bare_prefix,
+            &workload,
+            options.linger_ms,
+        )
+        .await?;
         let bare_producer = with_broker_cpu(bare_producer, before);
         progress.say(format!(
             "{label}: bare producer {:.0} events/s; outbox-relay",

@@ -124,7 +124,12 @@ pub(super) async fn run_pipeline(
     let sent_through = SentThrough::default();
 
     let capacity = config.pipeline.channel_capacity;
-    let (items_tx, items_rx) = mpsc::channel::<SourceItem>(capacity);
+    // The source sends batches of up to MAX_BATCH_ITEMS items: `channel_capacity` counts
+    // items, so the source -> router channel holds that many batches' worth (a channel of
+    // 1 024 batches let a million-row transaction's rows pile up before the router, up to
+    // the byte budget: 102 MiB resident instead of ~30).
+    let batch_capacity = capacity.div_ceil(super::source::MAX_BATCH_ITEMS).max(1);
+    let (items_tx, items_rx) = mpsc::channel::<SourceItem>(batch_capacity);
     let (records_tx, records_rx) = mpsc::channel::<SinkItem<RecordTicket>>(capacity);
     let budget = InFlightBudget::new(config.pipeline.max_in_flight_bytes);
 
