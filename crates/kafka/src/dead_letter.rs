@@ -101,8 +101,9 @@ pub mod headers {
 /// Where an event came from in the binlog, carried with its record for dead letters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecordOrigin {
-    /// The outbox table, `schema.table`.
-    pub table: Option<String>,
+    /// The outbox table (shown as `schema.table`); shared with the row, so carrying it costs
+    /// no formatting per record, only when a dead letter is written.
+    pub table: Option<std::sync::Arc<outbox_binlog::TableName>>,
     /// The binlog file of the rows event.
     pub binlog_file: Option<String>,
     /// The rows event's position in that file.
@@ -119,7 +120,7 @@ impl RecordOrigin {
     /// The origin of a row change.
     pub fn of_row(row: &RowChange) -> Self {
         Self {
-            table: Some(row.table.to_string()),
+            table: Some(std::sync::Arc::clone(&row.table)),
             binlog_file: Some(row.event_position.file.clone()),
             binlog_position: Some(row.event_position.position),
             transaction_gtid: row.transaction_gtid.clone(),
@@ -823,7 +824,9 @@ mod tests {
             ..DeadLetterConfig::default()
         };
         let origin = RecordOrigin {
-            table: Some("shop.outbox".into()),
+            table: Some(std::sync::Arc::new(outbox_binlog::TableName::new(
+                "shop", "outbox",
+            ))),
             binlog_file: Some("mysql-bin.000001".into()),
             binlog_position: Some(1234),
             transaction_gtid: Some(std::sync::Arc::new(outbox_binlog::Gtid::Mariadb {
