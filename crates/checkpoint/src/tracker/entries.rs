@@ -137,10 +137,12 @@ impl EntryEnd {
     pub(super) fn absorb(&mut self, later: EntryEnd) {
         // `later` without a last GTID holds only heartbeats or GTID-less transactions (its
         // `earlier_gtids` is empty then): it keeps this entry's last GTID.
-        if later.last_gtid.is_some() {
+        if let Some(later_gtid) = later.last_gtid.as_ref() {
             // Binlog order matters for MariaDB (last GTID per domain wins).
             if let Some(gtid) = self.last_gtid.as_ref() {
-                add_gtid(&mut self.earlier_gtids, gtid);
+                if !same_mariadb_domain(gtid, later_gtid) {
+                    add_gtid(&mut self.earlier_gtids, gtid);
+                }
             }
             union_into(&mut self.earlier_gtids, later.earlier_gtids);
             self.last_gtid = later.last_gtid;
@@ -149,6 +151,16 @@ impl EntryEnd {
         self.timestamp = later.timestamp;
         self.source = later.source;
     }
+}
+
+/// True when both are MariaDB GTIDs of one domain: the later one replaces the earlier in
+/// any set both are added to in order, so the earlier need not be kept (a single-domain
+/// run then needs no set of earlier GTIDs at all).
+fn same_mariadb_domain(earlier: &Gtid, later: &Gtid) -> bool {
+    matches!(
+        (earlier, later),
+        (Gtid::Mariadb { domain_id: a, .. }, Gtid::Mariadb { domain_id: b, .. }) if a == b
+    )
 }
 
 /// One bit per record; the first 64 inline, so small transactions allocate nothing.
@@ -322,15 +334,18 @@ impl Entries {
 
     /// Merges every run of adjacent complete entries into one, in place.
     fn compact(&mut self) {
+        let entries = self.deque.make_contiguous();
         let mut write = 0;
-        for read in 0..self.deque.len() {
+        for read in 0..entries.len() {
             let merges =
-                write > 0 && self.deque[write - 1].is_complete() && self.deque[read].is_complete();
+                write > 0 && entries[write - 1].is_complete() && entries[read].is_complete();
             if merges {
-                let entry = std::mem::replace(&mut self.deque[read], Entry::placeholder());
-                self.deque[write - 1].absorb(entry);
+                let entry = std::mem::replace(&mut entries[read], Entry::placeholder());
+                entries[write - 1].absorb(entry);
             } else {
-                self.deque.swap(write, read);
+                if write != read {
+                    entries.swap(write, read);
+                }
                 write += 1;
             }
         }
