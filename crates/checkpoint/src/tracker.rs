@@ -33,6 +33,14 @@
 //! transactions and heartbeats coalesce into such runs), the open transaction, and one bit
 //! per record of those entries that are not fully acked. An idle source sending heartbeats
 //! therefore does not grow it; the pipeline's in-flight limit bounds the rest.
+//! [`AckTracker::tracked_transactions`] is that count of entries. They are stored in a deque
+//! in binlog order; merging a run far from both ends of it is deferred and done in batches,
+//! so the deque holds at most twice that count plus a small constant.
+//!
+//! # Cost
+//! Adding a record and ending a transaction are O(1). An ack of a record in the oldest or
+//! the newest entry (acks come almost in order) is O(1); any other finds its entry by
+//! binary search. Merges and releases are amortised O(1).
 //!
 //! # Resending after a producer is recreated
 //! There is no `nack`. When the relay recreates its producer and resends every unacked

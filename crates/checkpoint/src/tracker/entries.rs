@@ -257,17 +257,38 @@ impl Entries {
         if sequence < front.first_sequence {
             return None;
         }
-        let back = self.deque.len() - 1;
+        let len = self.deque.len();
+        let back = len - 1;
         if self.deque[back].contains(sequence) {
             return Some(back);
         }
-        // The last entry starting at or before `sequence`: an empty entry sharing its first
-        // sequence with the next comes before it, so this is the one that can hold it.
-        let index = self
-            .deque
-            .partition_point(|entry| entry.first_sequence <= sequence)
-            .checked_sub(1)?;
-        self.deque[index].contains(sequence).then_some(index)
+        // The last entry starting at or before `sequence` (an empty entry sharing its first
+        // sequence with the next comes before it, so this is the one that can hold it),
+        // galloping from the front and then by bisection: acks come almost in order, so the
+        // entry is usually a few from the front, and the probes stay in a few cache lines.
+        // Throughout, `low` starts at or before `sequence` and `high` (if not `len`) after.
+        let mut low = 0;
+        let mut step = 1;
+        let mut high = loop {
+            let probe = low + step;
+            if probe >= len {
+                break len;
+            }
+            if self.deque[probe].first_sequence > sequence {
+                break probe;
+            }
+            low = probe;
+            step *= 2;
+        };
+        while high - low > 1 {
+            let middle = low + (high - low) / 2;
+            if self.deque[middle].first_sequence <= sequence {
+                low = middle;
+            } else {
+                high = middle;
+            }
+        }
+        self.deque[low].contains(sequence).then_some(low)
     }
 
     /// The entry at `index` just became complete: releases its ack bits and merges it with
