@@ -554,6 +554,7 @@ mod tests {
             tracker.entries.physical_len()
         );
         assert!(logical <= 2 * tracker.in_flight() + 2, "{logical} tracked");
+        tracker.entries.assert_links_counted();
     }
 
     /// One-record transactions acked in a random order within a wide window: the checkpoint
@@ -748,6 +749,7 @@ mod tests {
         let logical = tracker.tracked_transactions();
         assert!(logical <= 2 * ended_unacked + 2, "{logical} tracked");
         assert!(tracker.entries.physical_len() <= 2 * logical + entries::COMPACTION_SLACK);
+        tracker.entries.assert_links_counted();
     }
 
     proptest::proptest! {

@@ -207,13 +207,30 @@ pub(super) struct Entries {
 impl Entries {
     /// Entries as the tracker's memory bound counts them (a run of complete ones as one).
     pub(super) fn logical_len(&self) -> usize {
-        self.deque.len() - self.unmerged_links
+        self.deque.len().saturating_sub(self.unmerged_links)
     }
 
     /// Entries actually stored (for tests of the bound).
     #[cfg(test)]
     pub(super) fn physical_len(&self) -> usize {
         self.deque.len()
+    }
+
+    /// Checks the count of unmerged pairs against the deque (for tests: the count is kept
+    /// incrementally, and a wrong one would skew only the bound, silently).
+    #[cfg(test)]
+    pub(super) fn assert_links_counted(&self) {
+        let actual = self
+            .deque
+            .iter()
+            .zip(self.deque.iter().skip(1))
+            .filter(|(a, b)| a.is_complete() && b.is_complete())
+            .count();
+        assert_eq!(self.unmerged_links, actual, "unmerged pairs");
+        assert!(
+            self.deque.front().is_none_or(|front| !front.is_complete()),
+            "a complete front entry was not released"
+        );
     }
 
     pub(super) fn front(&self) -> Option<&Entry> {
@@ -330,7 +347,7 @@ impl Entries {
         }
         let front = self.deque.pop_front()?;
         if self.deque.front().is_some_and(Entry::is_complete) {
-            self.unmerged_links -= 1;
+            self.unmerged_links = self.unmerged_links.saturating_sub(1);
         }
         Some(front)
     }
@@ -348,7 +365,7 @@ impl Entries {
         if let Some(entry) = self.deque.remove(index) {
             if let Some(previous) = self.deque.get_mut(previous) {
                 previous.absorb(entry);
-                self.unmerged_links -= 1;
+                self.unmerged_links = self.unmerged_links.saturating_sub(1);
             }
         }
     }
