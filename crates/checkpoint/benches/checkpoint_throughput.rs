@@ -1,7 +1,16 @@
 //! Throughput of the ack tracker and commit latency of the file store.
 //!
 //! Run: `cargo bench -p outbox-checkpoint --bench checkpoint_throughput`
-//! Prints one line per scenario; the numbers are written down in the crate README.
+//! Prints one line per scenario, numbered; the numbers are written down in the crate README.
+//!
+//! For instruction counts (stable on a busy machine), run the built binary under
+//! `valgrind --tool=callgrind` twice with different sizes and divide the difference of the
+//! totals by the difference of the sizes; two environment variables make that practical:
+//! * `CHECKPOINT_BENCH_RECORDS`: records (or heartbeats) per tracker scenario, default
+//!   2 000 000;
+//! * `CHECKPOINT_BENCH_ONLY`: run only the scenario with this number (the file store's
+//!   scenario, which measures fsync rather than CPU, runs only when asked for or when this
+//!   is unset).
 
 use std::time::{Duration, Instant};
 
@@ -11,9 +20,48 @@ use outbox_checkpoint::{
     SourceIdentity,
 };
 
-const RECORDS: u64 = 2_000_000;
+/// Records per tracker scenario unless `CHECKPOINT_BENCH_RECORDS` says otherwise.
+const DEFAULT_RECORDS: u64 = 2_000_000;
 /// Acks arrive out of order within a window like this (the pipeline's in-flight limit).
 const WINDOW: usize = 10_000;
+/// "Nearly in order": each ack is one of this many oldest records in flight, as when a few
+/// partitions' acks interleave (what the relay sees; issue 16).
+const NEARLY_IN_ORDER_SPREAD: u64 = 16;
+
+/// Which in-flight record is acked when the window is full.
+#[derive(Clone, Copy)]
+enum AckOrder {
+    /// The oldest one.
+    InOrder,
+    /// One of the `NEARLY_IN_ORDER_SPREAD` oldest ones, at random.
+    NearlyInOrder,
+    /// Any one of the window, at random.
+    Shuffled,
+}
+
+impl std::fmt::Display for AckOrder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AckOrder::InOrder => write!(f, "acks in order"),
+            AckOrder::NearlyInOrder => write!(
+                f,
+                "acks nearly in order (one of the {NEARLY_IN_ORDER_SPREAD} oldest)"
+            ),
+            AckOrder::Shuffled => write!(f, "acks shuffled in a {WINDOW} window"),
+        }
+    }
+}
+
+/// A number from the environment, or `default` when unset; a bad value is a panic (the
+/// bench is run by hand).
+fn env_number(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(text) => text
+            .parse()
+            .unwrap_or_else(|error| panic!("{name}={text:?}: {error}")),
+        Err(_) => default,
+    }
+}
 
 /// A small xorshift so runs are repeatable without extra dependencies.
 struct Xorshift(u64);
@@ -42,10 +90,10 @@ fn gtid(flavor: Flavor, sequence: u64) -> Gtid {
     }
 }
 
-/// Streams `RECORDS` records in transactions of 1..=`max_size` records, acking a record of
-/// the in-flight window whenever it is full (a random one, or the oldest when `in_order`);
-/// returns records per second and how often the checkpoint moved.
-fn tracker_throughput(flavor: Flavor, max_size: u64, in_order: bool) -> (f64, u64) {
+/// Streams `records` records in transactions of 1..=`max_size` records, acking a record of
+/// the in-flight window whenever it is full (which one: `order`); returns records per
+/// second and how often the checkpoint moved.
+fn tracker_throughput(flavor: Flavor, max_size: u64, order: AckOrder, records: u64) -> (f64, u64) {
     let mut random = Xorshift(0x9e37_79b9_7f4a_7c15);
     let mut tracker = AckTracker::new(CheckpointPosition::at(BinlogPosition::new(
         "binlog.000001",
@@ -57,15 +105,20 @@ fn tracker_throughput(flavor: Flavor, max_size: u64, in_order: bool) -> (f64, u6
     let mut added = 0u64;
     let mut transaction = 0u64;
     let started = Instant::now();
-    while added < RECORDS {
+    while added < records {
         let size = 1 + random.next() % max_size;
         for _ in 0..size {
             if window.len() == WINDOW {
-                let token = if in_order {
-                    window.pop_front()
-                } else {
-                    let pick = (random.next() % WINDOW as u64) as usize;
-                    window.swap_remove_back(pick)
+                let token = match order {
+                    AckOrder::InOrder => window.pop_front(),
+                    AckOrder::NearlyInOrder => {
+                        let pick = (random.next() % NEARLY_IN_ORDER_SPREAD) as usize;
+                        window.remove(pick)
+                    }
+                    AckOrder::Shuffled => {
+                        let pick = (random.next() % WINDOW as u64) as usize;
+                        window.swap_remove_back(pick)
+                    }
                 };
                 let Some(token) = token else {
                     panic!("the window is full");
@@ -99,11 +152,10 @@ fn tracker_throughput(flavor: Flavor, max_size: u64, in_order: bool) -> (f64, u6
         tracker.checkpoint().binlog,
         BinlogPosition::new("binlog.000001", 4 + transaction * 100)
     );
-    (RECORDS as f64 / elapsed.as_secs_f64(), moves)
+    (records as f64 / elapsed.as_secs_f64(), moves)
 }
 
-fn heartbeat_throughput() -> f64 {
-    let count = 2_000_000u64;
+fn heartbeat_throughput(count: u64) -> f64 {
     let mut tracker = AckTracker::new(CheckpointPosition::at(BinlogPosition::new(
         "binlog.000001",
         4,
@@ -157,28 +209,43 @@ fn file_store_commit_latency(runtime: &tokio::runtime::Runtime) -> (Duration, Du
 }
 
 fn main() {
-    for (flavor, max_size, in_order) in [
-        (Flavor::Mariadb, 1, true),
-        (Flavor::Mariadb, 1, false),
-        (Flavor::Mariadb, 10, false),
-        (Flavor::Mysql, 1, false),
-        (Flavor::Mysql, 10, false),
-    ] {
-        let (rate, moves) = tracker_throughput(flavor, max_size, in_order);
-        let order = if in_order {
-            "acks in order".to_owned()
-        } else {
-            format!("acks shuffled in a {WINDOW} window")
-        };
+    let records = env_number("CHECKPOINT_BENCH_RECORDS", DEFAULT_RECORDS);
+    let only = std::env::var("CHECKPOINT_BENCH_ONLY")
+        .ok()
+        .map(|_| env_number("CHECKPOINT_BENCH_ONLY", 0));
+    let runs = |number: u64| only.is_none_or(|only| only == number);
+    let tracker_scenarios = [
+        (Flavor::Mariadb, 1, AckOrder::InOrder),
+        (Flavor::Mariadb, 1, AckOrder::Shuffled),
+        (Flavor::Mariadb, 10, AckOrder::Shuffled),
+        (Flavor::Mysql, 1, AckOrder::Shuffled),
+        (Flavor::Mysql, 10, AckOrder::Shuffled),
+        (Flavor::Mariadb, 1, AckOrder::NearlyInOrder),
+        (Flavor::Mysql, 1, AckOrder::InOrder),
+    ];
+    let mut number = 0;
+    for (flavor, max_size, order) in tracker_scenarios {
+        number += 1;
+        if !runs(number) {
+            continue;
+        }
+        let (rate, moves) = tracker_throughput(flavor, max_size, order, records);
         println!(
-            "ack tracker, {flavor} GTIDs, 1..={max_size} records/transaction, {order}: {:.2} M records/s ({moves} checkpoint moves)",
+            "{number}. ack tracker, {flavor} GTIDs, 1..={max_size} records/transaction, {order}: {:.2} M records/s ({moves} checkpoint moves)",
             rate / 1e6
         );
     }
-    println!(
-        "ack tracker, heartbeats behind one stuck record: {:.2} M heartbeats/s",
-        heartbeat_throughput() / 1e6
-    );
+    number += 1;
+    if runs(number) {
+        println!(
+            "{number}. ack tracker, heartbeats behind one stuck record: {:.2} M heartbeats/s",
+            heartbeat_throughput(records) / 1e6
+        );
+    }
+    number += 1;
+    if !runs(number) {
+        return;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -186,7 +253,7 @@ fn main() {
         .unwrap_or_else(|error| panic!("runtime: {error}"));
     let (median, p99) = file_store_commit_latency(&runtime);
     println!(
-        "file store commit (write, fsync, rename, fsync dir) on {}: median {:?}, p99 {:?}",
+        "{number}. file store commit (write, fsync, rename, fsync dir) on {}: median {:?}, p99 {:?}",
         std::env::temp_dir().display(),
         median,
         p99

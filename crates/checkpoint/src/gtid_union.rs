@@ -2,7 +2,7 @@
 //! tracker to fold merged runs of transactions into its checkpoint without per-transaction
 //! set snapshots.
 
-use outbox_binlog::{Gtid, GtidSet};
+use outbox_binlog::GtidSet;
 
 /// Adds every transaction of `later` to `target`. `later` holds transactions that come after
 /// `target`'s in binlog order, so for MariaDB (last GTID per domain) its entries win. Sets of
@@ -67,17 +67,10 @@ fn coalesce_tail(list: &mut Vec<(u64, u64)>) {
     list.truncate(write + 1);
 }
 
-/// Adds `gtid` to `set` if there is one.
-pub(crate) fn add_optional(set: &mut GtidSet, gtid: Option<&Gtid>) {
-    if let Some(gtid) = gtid {
-        set.add(gtid);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use outbox_binlog::Flavor;
+    use outbox_binlog::{Flavor, Gtid};
     use proptest::prelude::*;
 
     const U: &str = "3e11fa47-71ca-11e1-9e33-c80aa9429562";

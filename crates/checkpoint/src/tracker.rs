@@ -33,6 +33,14 @@
 //! transactions and heartbeats coalesce into such runs), the open transaction, and one bit
 //! per record of those entries that are not fully acked. An idle source sending heartbeats
 //! therefore does not grow it; the pipeline's in-flight limit bounds the rest.
+//! [`AckTracker::tracked_transactions`] is that count of entries. They are stored in a deque
+//! in binlog order; merging a run far from both ends of it is deferred and done in batches,
+//! so the deque holds at most twice that count plus a small constant.
+//!
+//! # Cost
+//! Adding a record and ending a transaction are O(1). An ack of a record in the oldest or
+//! the newest entry (acks come almost in order) is O(1); any other finds its entry by
+//! binary search. Merges and releases are amortised O(1).
 //!
 //! # Resending after a producer is recreated
 //! There is no `nack`. When the relay recreates its producer and resends every unacked
@@ -50,13 +58,17 @@
 //! instead (dropping everything in flight), create a new tracker; acks of the old tracker's
 //! tokens are then [`AckError::UnknownToken`], which the relay may ignore.
 
-use std::collections::BTreeMap;
+mod entries;
+mod gtid_add;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use outbox_binlog::{BinlogPosition, Gtid, GtidSet};
+use outbox_binlog::{BinlogPosition, GtidSet};
 
 use crate::checkpoint::{Checkpoint, CheckpointPosition, SourceIdentity};
-use crate::gtid_union::{add_optional, union_into};
+use crate::gtid_union::union_into;
+use entries::{Entries, Entry, EntryEnd};
+use gtid_add::add_gtid;
 
 /// Distinguishes trackers so a token of one tracker is never mistaken for one of another.
 static NEXT_TRACKER_ID: AtomicU64 = AtomicU64::new(1);
@@ -108,107 +120,6 @@ pub struct ExactlyOnceBoundary {
     pub caught_up: bool,
 }
 
-/// A run of records in binlog order: one transaction, or several merged fully acked ones.
-#[derive(Debug)]
-struct Entry {
-    /// Sequence number of the entry's first record (its records are contiguous).
-    first_sequence: u64,
-    /// How many records the entry covers.
-    record_count: u64,
-    /// How many of them are not acked yet.
-    unacked_count: u64,
-    /// One bit per record (`1` = acked), to tell a double ack from a first one; released once
-    /// the entry is complete (any ack in range is then a double ack).
-    acked_bits: AckBits,
-    /// Where the entry's last transaction ends; `None` while the transaction is open.
-    end: Option<EntryEnd>,
-    /// How many transactions (or heartbeats) the entry stands for (more than 1 once merged),
-    /// so [`AckTracker::completed_transactions`] stays exact.
-    transaction_count: u64,
-}
-
-/// The end of an entry: what the checkpoint becomes when the entry is released.
-///
-/// Entries do not carry a snapshot of the whole GTID set (a clone per transaction); they
-/// carry their own GTIDs, folded into the checkpoint's set on release.
-#[derive(Debug)]
-struct EntryEnd {
-    /// Position after the entry's last transaction.
-    binlog: BinlogPosition,
-    /// The GTID of the entry's last transaction that had one (becomes
-    /// [`CheckpointPosition::gtid`]); `None` if none had one.
-    last_gtid: Option<Gtid>,
-    /// GTIDs of the entry's other (merged, earlier) transactions; empty, without an
-    /// allocation, for a single transaction, and always empty when `last_gtid` is `None`.
-    earlier_gtids: GtidSet,
-    /// Event timestamp after the last transaction (heartbeats' 0 already replaced).
-    timestamp: u32,
-    /// Which server `binlog` belongs to: an index into [`AckTracker::sources`] (0: the
-    /// server the tracker started on), so the position and its server move together.
-    source: usize,
-}
-
-impl EntryEnd {
-    /// Appends `later` (the next entry's end) to this one.
-    fn absorb(&mut self, later: EntryEnd) {
-        // `later` without a last GTID holds only heartbeats or GTID-less transactions (its
-        // `earlier_gtids` is empty then): it keeps this entry's last GTID.
-        if later.last_gtid.is_some() {
-            // Binlog order matters for MariaDB (last GTID per domain wins).
-            add_optional(&mut self.earlier_gtids, self.last_gtid.as_ref());
-            union_into(&mut self.earlier_gtids, later.earlier_gtids);
-            self.last_gtid = later.last_gtid;
-        }
-        self.binlog = later.binlog;
-        self.timestamp = later.timestamp;
-        self.source = later.source;
-    }
-}
-
-/// One bit per record; the first 64 inline, so small transactions allocate nothing.
-#[derive(Debug, Default)]
-struct AckBits {
-    /// Bits of records 0..64.
-    first_word: u64,
-    /// Bits of records 64.., 64 per word.
-    more_words: Vec<u64>,
-}
-
-impl AckBits {
-    /// Ensures record `index` (the next one added) has a bit.
-    fn make_room_for(&mut self, index: u64) {
-        if index >= 64 && index % 64 == 0 {
-            self.more_words.push(0);
-        }
-    }
-
-    /// The word holding record `index`'s bit.
-    fn word_mut(&mut self, index: u64) -> Option<&mut u64> {
-        if index < 64 {
-            return Some(&mut self.first_word);
-        }
-        let word = usize::try_from(index / 64 - 1).ok()?;
-        self.more_words.get_mut(word)
-    }
-}
-
-impl Entry {
-    fn is_complete(&self) -> bool {
-        self.end.is_some() && self.unacked_count == 0
-    }
-
-    fn contains(&self, sequence: u64) -> bool {
-        sequence >= self.first_sequence && sequence - self.first_sequence < self.record_count
-    }
-
-    /// Merges `later` (the complete entry right after this complete one) into this one.
-    fn absorb(&mut self, later: Entry) {
-        self.record_count += later.record_count;
-        self.transaction_count += later.transaction_count;
-        absorb_end(&mut self.end, later.end);
-    }
-}
-
 /// Tracks records in flight and yields the newest position whose whole prefix is acked.
 /// See the module docs for the contract.
 #[derive(Debug)]
@@ -219,15 +130,12 @@ pub struct AckTracker {
     checkpoint: CheckpointPosition,
     /// Set when `checkpoint` moved and [`AckTracker::acked_position`] was not called since.
     checkpoint_moved: bool,
-    /// Entries in binlog order, keyed by `(first_sequence, entry number)`; the entry number
-    /// keeps empty entries (which share their first sequence with the next) apart.
-    entries: BTreeMap<(u64, u64), Entry>,
-    /// Key of the open transaction's entry, if a record was added since the last end.
-    open_entry: Option<(u64, u64)>,
+    /// Entries in binlog order: the ended transactions the checkpoint has not passed yet
+    /// (fully acked runs merged) and, last, the open transaction's entry, if a record was
+    /// added since the last end.
+    entries: Entries,
     /// Next record sequence number to hand out.
     next_sequence: u64,
-    /// Next entry number to hand out.
-    next_entry_number: u64,
     /// Timestamp of the newest ended transaction with a non-zero timestamp.
     read_head_timestamp: u32,
     /// Records added and not yet acked.
@@ -251,10 +159,8 @@ impl AckTracker {
             read_head_timestamp: start.timestamp,
             checkpoint: start,
             checkpoint_moved: false,
-            entries: BTreeMap::new(),
-            open_entry: None,
+            entries: Entries::default(),
             next_sequence: 0,
-            next_entry_number: 0,
             in_flight: 0,
             completed_transactions: 0,
             sources: Vec::new(),
@@ -284,30 +190,7 @@ impl AckTracker {
         let sequence = self.next_sequence;
         self.next_sequence += 1;
         self.in_flight += 1;
-        let key = match self.open_entry {
-            Some(key) => key,
-            None => {
-                let key = (sequence, self.take_entry_number());
-                self.entries.insert(
-                    key,
-                    Entry {
-                        first_sequence: sequence,
-                        record_count: 0,
-                        unacked_count: 0,
-                        acked_bits: AckBits::default(),
-                        end: None,
-                        transaction_count: 1,
-                    },
-                );
-                self.open_entry = Some(key);
-                key
-            }
-        };
-        if let Some(entry) = self.entries.get_mut(&key) {
-            entry.acked_bits.make_room_for(entry.record_count);
-            entry.record_count += 1;
-            entry.unacked_count += 1;
-        }
+        self.entries.add_record(sequence);
         AckToken {
             tracker_id: self.tracker_id,
             sequence,
@@ -334,30 +217,31 @@ impl AckTracker {
             timestamp: self.read_head_timestamp,
             source: self.current_source,
         };
-        let key = match self.open_entry.take() {
-            Some(key) => {
-                if let Some(entry) = self.entries.get_mut(&key) {
-                    entry.end = Some(end);
+        match self.entries.back_mut() {
+            // The open transaction ends; it may be complete already (acked before its end).
+            Some(open) if open.end.is_none() => {
+                open.end = Some(end);
+                if open.unacked_count == 0 {
+                    self.entry_completed(self.entries.back_index());
                 }
-                key
             }
-            None => {
-                let key = (self.next_sequence, self.take_entry_number());
-                self.entries.insert(
-                    key,
-                    Entry {
-                        first_sequence: self.next_sequence,
-                        record_count: 0,
-                        unacked_count: 0,
-                        acked_bits: AckBits::default(),
-                        end: Some(end),
-                        transaction_count: 1,
-                    },
-                );
-                key
+            // No records since the last end, right behind a complete run (an incomplete
+            // entry before it holds the checkpoint back): the run grows, the entries do not.
+            Some(run) if run.is_complete() => {
+                run.transaction_count += 1;
+                if let Some(run_end) = run.end.as_mut() {
+                    run_end.absorb(end);
+                }
             }
-        };
-        self.after_entry_changed(key);
+            // No records since the last end, behind an incomplete entry.
+            Some(_) => {
+                self.entries
+                    .push_ended(Entry::empty(self.next_sequence, end));
+                self.entry_completed(self.entries.back_index());
+            }
+            // Nothing tracked: the checkpoint moves at once.
+            None => self.release(end, 1),
+        }
     }
 
     /// Marks a record delivered. Acks may come in any order.
@@ -365,27 +249,19 @@ impl AckTracker {
         if token.tracker_id != self.tracker_id || token.sequence >= self.next_sequence {
             return Err(AckError::UnknownToken { token });
         }
-        // The last entry whose first sequence is at or before the token's: the entry holding
-        // it, if it is still tracked (released entries were fully acked).
-        let found = self
-            .entries
-            .range(..=(token.sequence, u64::MAX))
-            .next_back()
-            .map(|(key, entry)| (*key, entry.contains(token.sequence)));
-        let key = match found {
-            Some((key, true)) => key,
-            _ => return Err(AckError::DoubleAck { token }),
+        let Some(index) = self.entries.find(token.sequence) else {
+            return Err(AckError::DoubleAck { token });
         };
-        let Some(entry) = self.entries.get_mut(&key) else {
+        let Some(entry) = self.entries.get_mut(index) else {
             return Err(AckError::DoubleAck { token });
         };
         if entry.is_complete() {
             // Every record of a complete entry is acked (its bits are released).
             return Err(AckError::DoubleAck { token });
         }
-        let index = token.sequence - entry.first_sequence;
-        let bit = 1u64 << (index % 64);
-        let Some(word) = entry.acked_bits.word_mut(index) else {
+        let index_in_entry = token.sequence - entry.first_sequence;
+        let bit = 1u64 << (index_in_entry % 64);
+        let Some(word) = entry.acked_bits.word_mut(index_in_entry) else {
             return Err(AckError::DoubleAck { token });
         };
         if *word & bit != 0 {
@@ -395,7 +271,7 @@ impl AckTracker {
         entry.unacked_count -= 1;
         self.in_flight -= 1;
         if entry.unacked_count == 0 && entry.end.is_some() {
-            self.after_entry_changed(key);
+            self.entry_completed(Some(index));
         }
         Ok(())
     }
@@ -423,9 +299,8 @@ impl AckTracker {
     /// transactions and nothing after its checkpoint.
     pub fn records_passed(&self) -> u64 {
         self.entries
-            .keys()
-            .next()
-            .map_or(self.next_sequence, |(first_sequence, _)| *first_sequence)
+            .front()
+            .map_or(self.next_sequence, |entry| entry.first_sequence)
     }
 
     /// The checkpoint a Kafka transaction may be committed with, or `None` while it must
@@ -482,93 +357,43 @@ impl AckTracker {
     /// Transactions the tracker is holding (ended but not yet passed by the checkpoint, plus
     /// the open one): what its memory grows with.
     pub fn tracked_transactions(&self) -> usize {
-        self.entries.len()
+        self.entries.logical_len()
     }
 
-    fn take_entry_number(&mut self) -> u64 {
-        let number = self.next_entry_number;
-        self.next_entry_number += 1;
-        number
+    /// Called when the entry at `index` became complete (ended and fully acked): merges it
+    /// with complete neighbours, then releases complete entries from the front.
+    fn entry_completed(&mut self, index: Option<usize>) {
+        if let Some(index) = index {
+            self.entries.completed(index);
+        }
+        while let Some(entry) = self.entries.pop_front_complete() {
+            if let Some(end) = entry.end {
+                self.release(end, entry.transaction_count);
+            }
+        }
+        self.entries.compact_if_sparse();
     }
 
-    /// Called when the entry at `key` may have become complete (ended and fully acked):
-    /// merges it with complete neighbours, then releases complete entries from the front.
-    fn after_entry_changed(&mut self, key: (u64, u64)) {
-        let Some(entry) = self.entries.get_mut(&key) else {
-            return;
-        };
-        if !entry.is_complete() {
-            return;
+    /// Moves the checkpoint past `end`, the end of `transactions` transactions (or
+    /// heartbeats) whose records are all acked.
+    fn release(&mut self, end: EntryEnd, transactions: u64) {
+        let checkpoint = &mut self.checkpoint;
+        union_into(&mut checkpoint.gtid_set, end.earlier_gtids);
+        if let Some(gtid) = end.last_gtid {
+            add_gtid(&mut checkpoint.gtid_set, &gtid);
+            checkpoint.gtid = Some(gtid);
         }
-        entry.acked_bits = AckBits::default();
-        // Merge into a complete predecessor.
-        let mut key = key;
-        let previous_key = self
-            .entries
-            .range(..key)
-            .next_back()
-            .map(|(k, e)| (*k, e.is_complete()));
-        if let Some((previous_key, true)) = previous_key {
-            if let Some(current) = self.entries.remove(&key) {
-                if let Some(previous) = self.entries.get_mut(&previous_key) {
-                    previous.absorb(current);
-                }
-                key = previous_key;
-            }
-        }
-        // Merge a complete successor into it.
-        let next_key = self
-            .entries
-            .range((std::ops::Bound::Excluded(key), std::ops::Bound::Unbounded))
-            .next()
-            .map(|(k, e)| (*k, e.is_complete()));
-        if let Some((next_key, true)) = next_key {
-            if let Some(next) = self.entries.remove(&next_key) {
-                if let Some(current) = self.entries.get_mut(&key) {
-                    current.absorb(next);
-                }
-            }
-        }
-        self.release_front();
-    }
-
-    /// Moves the checkpoint past complete entries at the front.
-    fn release_front(&mut self) {
-        while let Some(mut front) = self.entries.first_entry() {
-            if !front.get().is_complete() {
-                break;
-            }
-            let entry = front.get_mut();
-            if let Some(end) = entry.end.take() {
-                let checkpoint = &mut self.checkpoint;
-                union_into(&mut checkpoint.gtid_set, end.earlier_gtids);
-                if let Some(gtid) = end.last_gtid {
-                    checkpoint.gtid_set.add(&gtid);
-                    checkpoint.gtid = Some(gtid);
-                }
-                checkpoint.binlog = end.binlog;
-                checkpoint.timestamp = end.timestamp;
-                self.checkpoint_source = end.source;
-                self.checkpoint_moved = true;
-            }
-            self.completed_transactions += entry.transaction_count;
-            front.remove();
-        }
-    }
-}
-
-/// Appends `later` to `earlier` (both are set for complete entries).
-fn absorb_end(earlier: &mut Option<EntryEnd>, later: Option<EntryEnd>) {
-    match (earlier.as_mut(), later) {
-        (Some(earlier), Some(later)) => earlier.absorb(later),
-        (None, later) => *earlier = later,
-        (Some(_), None) => {}
+        checkpoint.binlog = end.binlog;
+        checkpoint.timestamp = end.timestamp;
+        self.checkpoint_source = end.source;
+        self.checkpoint_moved = true;
+        self.completed_transactions += transactions;
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use outbox_binlog::Flavor;
+    use outbox_binlog::{Flavor, Gtid};
 
     use super::*;
 
@@ -704,5 +529,295 @@ mod tests {
             .exactly_once_boundary(&server(2), None, &gtid_only())
             .unwrap();
         assert_eq!(same.checkpoint.position.binlog.position, 900);
+    }
+
+    /// A small xorshift, so the shuffled tests are repeatable.
+    struct Xorshift(u64);
+
+    impl Xorshift {
+        fn below(&mut self, bound: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % bound as u64) as usize
+        }
+    }
+
+    /// The deque's physical size stays within twice the logical bound (plus the slack), and
+    /// the logical count within the module docs' bound (here every transaction has one
+    /// record, so the ended ones with unacked records are at most the records in flight).
+    fn assert_bounded(tracker: &AckTracker) {
+        let logical = tracker.tracked_transactions();
+        assert!(
+            tracker.entries.physical_len() <= 2 * logical + entries::COMPACTION_SLACK,
+            "{} entries stored for {logical} tracked",
+            tracker.entries.physical_len()
+        );
+        assert!(logical <= 2 * tracker.in_flight() + 2, "{logical} tracked");
+        tracker.entries.assert_links_counted();
+    }
+
+    /// One-record transactions acked in a random order within a wide window: the checkpoint
+    /// is always the end of the longest acked prefix, with the GTID of its last transaction.
+    #[test]
+    fn shuffled_acks_across_many_entries_keep_the_prefix_rule_and_the_bound() {
+        const TRANSACTIONS: usize = 20_000;
+        const WINDOW: usize = 2_000;
+        let mut random = Xorshift(0x2545_f491_4f6c_dd1d);
+        let mut tracker = AckTracker::new(at(4));
+        let mut window: Vec<(usize, AckToken)> = Vec::new();
+        let mut unacked = std::collections::BTreeSet::new();
+        let check = |tracker: &AckTracker, unacked: &std::collections::BTreeSet<usize>, ended| {
+            // The last transaction of the acked prefix: before the first unacked one.
+            let prefix_end = unacked.first().copied().unwrap_or(ended);
+            let checkpoint = tracker.checkpoint();
+            match prefix_end.checked_sub(1) {
+                None => assert_eq!(checkpoint, &at(4)),
+                Some(last) => {
+                    assert_eq!(checkpoint.binlog.position, 100 + last as u64);
+                    let gtid = mariadb_gtid(1, last as u64 + 1);
+                    assert_eq!(checkpoint.gtid.as_ref(), Some(&gtid));
+                    assert_eq!(checkpoint.gtid_set.to_string(), gtid.to_string());
+                }
+            }
+            assert_eq!(tracker.records_passed(), prefix_end as u64);
+            assert_bounded(tracker);
+        };
+        for index in 0..TRANSACTIONS {
+            if window.len() == WINDOW {
+                let (acked, token) = window.swap_remove(random.below(WINDOW));
+                tracker.ack(token).unwrap();
+                unacked.remove(&acked);
+                check(&tracker, &unacked, index);
+            }
+            window.push((index, tracker.add_record()));
+            unacked.insert(index);
+            tracker.end_transaction(CheckpointPosition {
+                gtid: Some(mariadb_gtid(1, index as u64 + 1)),
+                ..at(100 + index as u64)
+            });
+            check(&tracker, &unacked, index + 1);
+        }
+        while !window.is_empty() {
+            let (acked, token) = window.swap_remove(random.below(window.len()));
+            tracker.ack(token).unwrap();
+            unacked.remove(&acked);
+            check(&tracker, &unacked, TRANSACTIONS);
+        }
+        assert_eq!(tracker.completed_transactions(), TRANSACTIONS as u64);
+        assert_eq!(tracker.tracked_transactions(), 0);
+        assert_eq!(tracker.entries.physical_len(), 0);
+    }
+
+    /// Transactions completing in the middle of a long deque are merged in a batch once the
+    /// unmerged pairs outnumber the runs, not one removal at a time, and not never.
+    #[test]
+    fn complete_entries_far_from_both_ends_are_compacted() {
+        let mut tracker = AckTracker::new(at(4));
+        let tokens: Vec<AckToken> = (0..1_000u64)
+            .map(|index| {
+                let token = tracker.add_record();
+                tracker.end_transaction(at(100 + index));
+                token
+            })
+            .collect();
+        let mut smallest = tracker.entries.physical_len();
+        for token in &tokens[100..900] {
+            tracker.ack(*token).unwrap();
+            assert_bounded(&tracker);
+            smallest = smallest.min(tracker.entries.physical_len());
+        }
+        // 100 incomplete entries, one run of 800, 100 incomplete.
+        assert_eq!(tracker.tracked_transactions(), 201);
+        assert!(smallest < 1_000, "never compacted");
+        assert_eq!(tracker.checkpoint(), &at(4));
+        for token in &tokens[..100] {
+            tracker.ack(*token).unwrap();
+        }
+        assert_eq!(tracker.checkpoint().binlog.position, 100 + 899);
+        assert_eq!(tracker.tracked_transactions(), 100);
+        assert_eq!(tracker.completed_transactions(), 900);
+        for token in tokens[900..].iter().rev() {
+            tracker.ack(*token).unwrap();
+            assert_bounded(&tracker);
+        }
+        assert_eq!(tracker.checkpoint().binlog.position, 100 + 999);
+        assert_eq!(tracker.entries.physical_len(), 0);
+    }
+
+    /// A stuck first record, then many transactions acked slightly out of order, with empty
+    /// transactions and heartbeats between them: the tracker holds the stuck entry and one
+    /// run, however many transactions pass, and stores not much more.
+    #[test]
+    fn a_stuck_record_followed_by_many_acked_transactions_does_not_grow_the_tracker() {
+        let mut random = Xorshift(0x9e37_79b9_7f4a_7c15);
+        let mut tracker = AckTracker::new(at(4));
+        let stuck = tracker.add_record();
+        tracker.end_transaction(at(10));
+        let mut window: Vec<AckToken> = Vec::new();
+        for index in 0..100_000u64 {
+            match index % 5 {
+                0 => tracker.end_transaction(at(100 + index)),
+                1 => tracker.end_transaction(CheckpointPosition {
+                    gtid: Some(mariadb_gtid(1, index)),
+                    ..at(100 + index)
+                }),
+                _ => {
+                    window.push(tracker.add_record());
+                    tracker.end_transaction(CheckpointPosition {
+                        gtid: Some(mariadb_gtid(1, index)),
+                        ..at(100 + index)
+                    });
+                }
+            }
+            if window.len() == 8 {
+                while !window.is_empty() {
+                    let token = window.swap_remove(random.below(window.len()));
+                    tracker.ack(token).unwrap();
+                }
+            }
+            // The stuck entry, one run, up to 8 unacked transactions and runs between them.
+            assert!(tracker.tracked_transactions() <= 2 + 2 * 8, "at {index}");
+            assert!(tracker.entries.physical_len() <= 2 + 2 * 8, "at {index}");
+        }
+        for token in window {
+            tracker.ack(token).unwrap();
+        }
+        assert_eq!(tracker.tracked_transactions(), 2);
+        assert_eq!(tracker.checkpoint(), &at(4));
+        tracker.ack(stuck).unwrap();
+        assert_eq!(tracker.checkpoint().binlog.position, 100 + 99_999);
+        assert_eq!(
+            tracker.checkpoint().gtid_set.to_string(),
+            "0-1-99999",
+            "the last transaction with a GTID"
+        );
+        assert_eq!(tracker.completed_transactions(), 100_001);
+        assert_eq!(tracker.tracked_transactions(), 0);
+    }
+
+    /// Transaction `index`'s end in the model test: three MariaDB domains in turn (so the
+    /// order GTIDs are folded in matters), none for a heartbeat.
+    fn model_end(index: usize, heartbeat: bool) -> CheckpointPosition {
+        CheckpointPosition {
+            gtid: (!heartbeat).then_some(Gtid::Mariadb {
+                domain_id: (index % 3) as u32,
+                server_id: 1,
+                sequence: index as u64 + 1,
+            }),
+            timestamp: if heartbeat { 0 } else { 1000 + index as u32 },
+            ..at(100 + index as u64)
+        }
+    }
+
+    /// Checks the tracker against the transactions of the model (`records` tokens per
+    /// transaction, `ended` of them ended) and `acked` (per record sequence).
+    fn check_against_model(
+        tracker: &AckTracker,
+        transactions: &[(Vec<u64>, bool)],
+        ended: usize,
+        acked: &[bool],
+    ) {
+        let passed = transactions[..ended]
+            .iter()
+            .take_while(|(records, _)| records.iter().all(|&r| acked[r as usize]))
+            .count();
+        let mut expected = at(4);
+        for (index, (_, heartbeat)) in transactions[..passed].iter().enumerate() {
+            let end = model_end(index, *heartbeat);
+            if let Some(gtid) = end.gtid {
+                expected.gtid_set.add(&gtid);
+                expected.gtid = Some(gtid);
+            }
+            if end.timestamp != 0 {
+                expected.timestamp = end.timestamp;
+            }
+            expected.binlog = end.binlog;
+        }
+        assert_eq!(tracker.checkpoint(), &expected);
+        assert_eq!(tracker.completed_transactions(), passed as u64);
+        let records_passed: usize = transactions[..passed].iter().map(|(r, _)| r.len()).sum();
+        assert_eq!(tracker.records_passed(), records_passed as u64);
+        assert_eq!(
+            tracker.in_flight(),
+            acked.iter().filter(|acked| !**acked).count()
+        );
+        let ended_unacked = transactions[..ended]
+            .iter()
+            .filter(|(records, _)| records.iter().any(|&r| !acked[r as usize]))
+            .count();
+        let logical = tracker.tracked_transactions();
+        assert!(logical <= 2 * ended_unacked + 2, "{logical} tracked");
+        assert!(tracker.entries.physical_len() <= 2 * logical + entries::COMPACTION_SLACK);
+        tracker.entries.assert_links_counted();
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 512, ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// Every path of the deque (merges at either end, batched merges in the middle,
+        /// compaction; the constants are tiny in unit tests) keeps the checkpoint at the end
+        /// of the fully acked prefix, with the right GTID set, timestamp and counts.
+        #[test]
+        fn the_deque_keeps_the_prefix_rule_on_every_path(
+            sizes in proptest::collection::vec(
+                (0usize..5, proptest::bool::weighted(0.2)), 0..80),
+            choices in proptest::collection::vec(0u32..3000, 0..500),
+        ) {
+            let mut tracker = AckTracker::new(at(4));
+            let mut transactions: Vec<(Vec<u64>, bool)> = Vec::new();
+            let mut tokens: Vec<AckToken> = Vec::new();
+            let mut acked: Vec<bool> = Vec::new();
+            let mut pending: Vec<usize> = Vec::new();
+            // The stream: each transaction's records, then its end.
+            let mut stream = sizes.iter().enumerate().flat_map(|(index, &(size, heartbeat))| {
+                let size = if heartbeat { 0 } else { size };
+                std::iter::repeat_n(None, size).chain([Some((index, heartbeat))])
+            });
+            let mut ended = 0;
+            let mut choices = choices.into_iter();
+            loop {
+                let choice = choices.next();
+                let ack = match choice {
+                    Some(choice) if choice % 3 == 0 && !pending.is_empty() => Some(choice / 3),
+                    None if !pending.is_empty() => Some(7),
+                    _ => None,
+                };
+                if let Some(choice) = ack {
+                    let record = pending.swap_remove(choice as usize % pending.len());
+                    tracker.ack(tokens[record]).unwrap();
+                    acked[record] = true;
+                } else {
+                    match stream.next() {
+                        Some(None) => {
+                            if transactions.len() == ended {
+                                transactions.push((Vec::new(), false));
+                            }
+                            let token = tracker.add_record();
+                            transactions[ended].0.push(token.sequence());
+                            pending.push(tokens.len());
+                            tokens.push(token);
+                            acked.push(false);
+                        }
+                        Some(Some((index, heartbeat))) => {
+                            if transactions.len() == ended {
+                                transactions.push((Vec::new(), heartbeat));
+                            }
+                            tracker.end_transaction(model_end(index, heartbeat));
+                            ended += 1;
+                        }
+                        None if choice.is_none() => break,
+                        None => {}
+                    }
+                }
+                check_against_model(&tracker, &transactions, ended, &acked);
+            }
+            proptest::prop_assert_eq!(tracker.tracked_transactions(), 0);
+            for token in tokens {
+                proptest::prop_assert_eq!(tracker.ack(token), Err(AckError::DoubleAck { token }));
+            }
+        }
     }
 }

@@ -276,6 +276,23 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// The same rule over hundreds of transactions with acks spread across many of them, so
+    /// entries complete far from both ends of the tracker's deque (where their merges are
+    /// batched) as well as near them.
+    #[test]
+    fn checkpoint_rule_holds_across_many_out_of_order_entries(
+        transactions in prop::collection::vec((0usize..4, prop::bool::weighted(0.2)), 150..300),
+        choices in prop::collection::vec(any::<u32>(), 600..1500),
+        final_seed in any::<u64>(),
+        mysql in any::<bool>(),
+    ) {
+        run_scenario(&transactions, &choices, final_seed, mysql);
+    }
+}
+
 #[test]
 fn double_ack_and_unknown_tokens_are_errors_and_change_nothing() {
     let mut tracker = AckTracker::new(start_position());

@@ -508,16 +508,25 @@ impl Router {
             .get(aggregate_type.as_ref())
             .or(table.topic.as_ref());
         let template = chosen.unwrap_or(&settings.topic);
-        let topic = match (chosen, &settings.topic_regex) {
-            (None, Some(regex)) => regex.route(&aggregate_type),
-            _ => template.render(&TopicValues {
-                aggregate_type: &aggregate_type,
-                event_type: &event_type,
-                table: &change.table.table,
-                database: &change.table.database,
-            }),
+        let (topic, checked_at_parse) = match (chosen, &settings.topic_regex) {
+            (None, Some(regex)) => (regex.route(&aggregate_type), false),
+            _ => (
+                template.render(&TopicValues {
+                    aggregate_type: &aggregate_type,
+                    event_type: &event_type,
+                    table: &change.table.table,
+                    database: &change.table.database,
+                }),
+                // A template without placeholders renders its literal, legal by parsing.
+                template.as_literal().is_some(),
+            ),
         };
-        if let Err(problem) = check_topic_name(&topic) {
+        let verdict = if checked_at_parse {
+            Ok(())
+        } else {
+            check_topic_name(&topic)
+        };
+        if let Err(problem) = verdict {
             let column = if chosen.is_none() && settings.topic_regex.is_some() {
                 Some(mapping.aggregate_type.clone())
             } else {

@@ -37,9 +37,22 @@ pub enum TopicNameProblem {
 }
 
 /// True for the characters Kafka allows in topic names: `[a-zA-Z0-9._-]`.
-fn is_legal_topic_character(character: char) -> bool {
+const fn is_legal_topic_character(character: char) -> bool {
     character.is_ascii_alphanumeric() || matches!(character, '.' | '_' | '-')
 }
+
+/// [`is_legal_topic_character`] per byte: every legal character is a single ASCII byte, so
+/// a name is legal exactly when each of its bytes is (a table lookup per byte, no UTF-8
+/// decoding per character; the router checks every rendered topic).
+const LEGAL_TOPIC_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        table[byte] = is_legal_topic_character(byte as u8 as char);
+        byte += 1;
+    }
+    table
+};
 
 /// Checks `name` against Kafka's topic name rules: charset `[a-zA-Z0-9._-]`, length
 /// 1..=249, not `.` or `..`.
@@ -47,7 +60,17 @@ pub fn check_topic_name(name: &str) -> Result<(), TopicNameProblem> {
     if name.is_empty() {
         return Err(TopicNameProblem::Empty);
     }
-    if let Some(character) = name.chars().find(|c| !is_legal_topic_character(*c)) {
+    if let Some(position) = name
+        .as_bytes()
+        .iter()
+        .position(|byte| !LEGAL_TOPIC_BYTES[usize::from(*byte)])
+    {
+        // The bytes before it are legal, so ASCII, so whole characters: the first illegal
+        // byte starts the first illegal character.
+        let character = name
+            .get(position..)
+            .and_then(|rest| rest.chars().next())
+            .unwrap_or(char::REPLACEMENT_CHARACTER);
         return Err(TopicNameProblem::IllegalCharacter { character });
     }
     if name.len() > MAX_TOPIC_NAME_LENGTH {
@@ -229,7 +252,8 @@ impl TopicTemplate {
         Ok(template)
     }
 
-    /// The topic name when the template has no placeholders.
+    /// The topic name when the template has no placeholders; always a legal topic name
+    /// ([`TopicTemplate::parse`] refuses the template otherwise).
     pub fn as_literal(&self) -> Option<&str> {
         match self.parts.as_slice() {
             [TemplatePart::Literal(text)] => Some(text),
@@ -335,6 +359,52 @@ mod tests {
             TopicTemplate::parse(&long).unwrap_err(),
             TopicTemplateProblem::IllegalLiteralTopic(TopicNameProblem::TooLong { length: 250 })
         ));
+    }
+
+    /// The rules as written, one character at a time (what `check_topic_name` did before
+    /// it checked bytes).
+    fn reference_check(name: &str) -> Result<(), TopicNameProblem> {
+        if name.is_empty() {
+            return Err(TopicNameProblem::Empty);
+        }
+        if let Some(character) = name.chars().find(|c| !is_legal_topic_character(*c)) {
+            return Err(TopicNameProblem::IllegalCharacter { character });
+        }
+        if name.len() > MAX_TOPIC_NAME_LENGTH {
+            return Err(TopicNameProblem::TooLong { length: name.len() });
+        }
+        if name == "." || name == ".." {
+            return Err(TopicNameProblem::DotOrDotDot);
+        }
+        Ok(())
+    }
+
+    proptest::proptest! {
+        /// Any string, legal characters or not, ASCII or not, long or short: the same
+        /// verdict (and the same first illegal character) as the rules as written.
+        #[test]
+        fn the_byte_table_check_agrees_with_the_rules(
+            name in "([a-zA-Z0-9._-]{0,40}|.{0,3}|[a-z.]{245,252})([^a-zA-Z0-9._-]?[a-z.]{0,3}){0,2}",
+        ) {
+            proptest::prop_assert_eq!(check_topic_name(&name), reference_check(&name));
+        }
+    }
+
+    #[test]
+    fn every_byte_is_classified_as_its_character() {
+        for byte in 0..=255u8 {
+            assert_eq!(
+                LEGAL_TOPIC_BYTES[usize::from(byte)],
+                is_legal_topic_character(byte as char),
+                "{byte}"
+            );
+        }
+        assert_eq!(
+            check_topic_name("orders.\u{1F600}x"),
+            Err(TopicNameProblem::IllegalCharacter {
+                character: '\u{1F600}'
+            })
+        );
     }
 
     #[test]

@@ -1442,3 +1442,80 @@ fn topic_regex_routes_like_debezium() {
     let half: RouteConfig = toml::from_str("topic_regex = \"(.*)\"").unwrap();
     assert!(half.validate().is_err());
 }
+
+/// The topic check has no memory: after any number of legal topics from the same route, an
+/// illegal one is a routing error again, every time; a literal topic (checked when the
+/// config was parsed) routes as written; a regex route's topic is checked per row too.
+#[test]
+fn every_illegal_topic_is_a_routing_error_however_often_the_route_was_legal() {
+    let route: RouteConfig = toml::from_str(
+        "[topic_overrides]\nfixed = \"orders.fixed\"\nplaceholder = \"orders.${event_type}\"",
+    )
+    .unwrap();
+    let regex_route: RouteConfig = toml::from_str(
+        "topic_regex = \"(?<routedByValue>ord.*)\"\ntopic_replacement = \"shop.${routedByValue}\"",
+    )
+    .unwrap();
+    let row = |aggregate_type: &str, event_type: &str| {
+        with_value(
+            with_value(
+                seeds_insert(),
+                "aggregate_type",
+                Value::Text(aggregate_type.into()),
+            ),
+            "event_type",
+            Value::Text(event_type.into()),
+        )
+    };
+    let invalid_topic = |router: &Router, row: &outbox_binlog::RowChange| match router.route(row) {
+        Err(error) => match error.kind {
+            RoutingErrorKind::InvalidTopic { topic, problem } => Some((topic, problem)),
+            other => panic!("unexpected {other:?}"),
+        },
+        Ok(_) => None,
+    };
+    let router = seeds_router(&route);
+    let regex_router = seeds_router(&regex_route);
+    for round in 0..3 {
+        assert_eq!(
+            common::record(&router, &row("order", "Created")).topic,
+            "outbox.event.order"
+        );
+        assert_eq!(
+            invalid_topic(&router, &row("or der", "Created")),
+            Some((
+                "outbox.event.or der".to_owned(),
+                TopicNameProblem::IllegalCharacter { character: ' ' }
+            )),
+            "round {round}"
+        );
+        assert_eq!(
+            common::record(&router, &row("fixed", "a b")).topic,
+            "orders.fixed"
+        );
+        assert_eq!(
+            common::record(&router, &row("placeholder", "Created")).topic,
+            "orders.Created"
+        );
+        assert_eq!(
+            invalid_topic(&router, &row("placeholder", "Créé")),
+            Some((
+                "orders.Créé".to_owned(),
+                TopicNameProblem::IllegalCharacter { character: 'é' }
+            )),
+            "round {round}"
+        );
+        assert_eq!(
+            common::record(&regex_router, &row("order", "Created")).topic,
+            "shop.order"
+        );
+        assert_eq!(
+            invalid_topic(&regex_router, &row("ord/er", "Created")),
+            Some((
+                "shop.ord/er".to_owned(),
+                TopicNameProblem::IllegalCharacter { character: '/' }
+            )),
+            "round {round}"
+        );
+    }
+}
