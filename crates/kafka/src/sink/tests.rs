@@ -1130,46 +1130,45 @@ fn assert_big_records_whole(read: &[TextRecord], topic: &str, count: u32) {
     }
 }
 
+/// [`run_big_records`], then checks that every record was delivered and reported once and
+/// arrived whole; the run's counters.
+async fn assert_big_records_delivered_whole(
+    topic: &str,
+    count: u32,
+    errors: &[RDKafkaRespErr],
+    dead_letters: bool,
+) -> Arc<SinkMetrics> {
+    let (result, tickets, read, metrics) =
+        run_big_records(topic, count, errors, dead_letters).await;
+    assert_eq!(result.unwrap().delivered, u64::from(count));
+    assert_eq!(tickets, (0..count).collect::<Vec<_>>());
+    assert_big_records_whole(&read, topic, count);
+    metrics
+}
+
 /// A big payload rejected by the broker (within the resend budget) comes back with the
 /// failed delivery report and is resent whole, though the sink dropped its own copy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rejected_big_payload_is_resent_whole_from_the_failed_report() {
-    let topic = "sink.big.rejected";
-    let (result, tickets, read, metrics) = run_big_records(
-        topic,
-        2,
-        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 2],
-        true,
-    )
-    .await;
-    assert_eq!(result.unwrap().delivered, 2);
-    assert_eq!(tickets, vec![0, 1]);
+    let rejections = [RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 2];
+    let metrics =
+        assert_big_records_delivered_whole("sink.big.rejected", 2, &rejections, true).await;
     assert!(
         metrics.records_resent.get() > 0,
         "the rejected record was resent"
     );
-    assert_big_records_whole(&read, topic, 2);
 }
 
 /// A fatal producer error: the producer is purged (every purged record's report brings its
 /// big payload back) and rebuilt, and every record is resent whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn big_payloads_survive_a_producer_rebuild() {
-    let topic = "sink.big.fatal";
-    let (result, tickets, read, metrics) = run_big_records(
-        topic,
-        4,
-        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER; 3],
-        false,
-    )
-    .await;
-    assert_eq!(result.unwrap().delivered, 4);
-    assert_eq!(tickets, vec![0, 1, 2, 3]);
+    let fatal = [RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER; 3];
+    let metrics = assert_big_records_delivered_whole("sink.big.fatal", 4, &fatal, false).await;
     assert!(
         metrics.producer_recreations.get() > 0,
         "the producer was rebuilt"
     );
-    assert_big_records_whole(&read, topic, 4);
 }
 
 /// The restart error of a lost payload is one the pipeline restarts from the checkpoint
