@@ -303,26 +303,26 @@ impl TextRecord {
 /// Reads `topic` from its start with a consumer that shares no code with the sink, until
 /// `count` records arrived or 10 s passed; what arrived by then.
 async fn read_topic(brokers: &str, topic: &str, count: usize) -> Vec<TextRecord> {
+    read_topic_until(brokers, topic, ReadStop::Count(count)).await
+}
+
+/// Reads `topic` from its start until `stop` or 10 s passed; what arrived by then.
+async fn read_topic_until(brokers: &str, topic: &str, stop: ReadStop) -> Vec<TextRecord> {
     let text = |bytes: Option<Vec<u8>>| bytes.map(|b| String::from_utf8_lossy(&b).into_owned());
-    read_all(
-        brokers,
-        &[topic],
-        ReadStop::Count(count),
-        Duration::from_secs(10),
-    )
-    .await
-    .unwrap_or_default()
-    .into_iter()
-    .map(|record| TextRecord {
-        key: text(record.key),
-        value: text(record.value),
-        headers: record
-            .headers
-            .into_iter()
-            .map(|(name, value)| (name, text(value).unwrap_or_default()))
-            .collect(),
-    })
-    .collect()
+    read_all(brokers, &[topic], stop, Duration::from_secs(10))
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .map(|record| TextRecord {
+            key: text(record.key),
+            value: text(record.value),
+            headers: record
+                .headers
+                .into_iter()
+                .map(|(name, value)| (name, text(value).unwrap_or_default()))
+                .collect(),
+        })
+        .collect()
 }
 
 /// A sink run of one record to `topic` with dead letters on, against a mock cluster
@@ -1024,6 +1024,9 @@ async fn waiting_to_create_the_dead_letter_topic_honours_shutdown() {
 
 /// A record whose payload is above [`super::task::HAND_OVER_PAYLOAD_BYTES`] (so the sink
 /// drops its copy once librdkafka holds one), distinct per `n`.
+/// Partitions of the big-record tests' topic.
+const BIG_RECORD_PARTITIONS: u32 = 4;
+
 fn big_record(topic: &str, n: u32) -> OutboundRecord {
     let mut payload = format!("big-{n}:").into_bytes();
     payload.resize(
@@ -1032,6 +1035,10 @@ fn big_record(topic: &str, n: u32) -> OutboundRecord {
     );
     OutboundRecord {
         payload: Some(payload),
+        // A partition each: the mock cluster keeps about 5 MB per partition and deletes
+        // the oldest records beyond that, which a rebuild's duplicates of several 1 MiB
+        // records in one partition would exceed.
+        partition: Some((n % BIG_RECORD_PARTITIONS) as i32),
         ..record(topic, n)
     }
 }
@@ -1051,7 +1058,9 @@ async fn run_big_records(
     Arc<SinkMetrics>,
 ) {
     let cluster = MockCluster::new(1).unwrap();
-    cluster.create_topic(topic, 1, 1).unwrap();
+    cluster
+        .create_topic(topic, BIG_RECORD_PARTITIONS as i32, 1)
+        .unwrap();
     cluster.create_topic("outbox.dlq", 1, 1).unwrap();
     cluster.request_errors(RDKafkaApiKey::Produce, errors);
     let brokers = cluster.bootstrap_servers();
@@ -1091,7 +1100,22 @@ async fn run_big_records(
     };
     let mut tickets = delivered.lock().unwrap().clone();
     tickets.sort_unstable();
-    let read = read_topic(&brokers, topic, count as usize).await;
+    // Everything was acked before the sink returned, and a rebuild's resends may have
+    // landed twice (in another order): read until every event's id was seen, not the first
+    // `count` records (1 MiB records may come in slow fetches; a missing one fails the
+    // check after the read's 10 s).
+    let all_seen: outbox_testkit::consume::ReadPredicate =
+        Arc::new(move |records: &[outbox_testkit::consume::ConsumedRecord]| {
+            (0..count).all(|n| {
+                let id = format!("event-{n}");
+                records.iter().any(|record| {
+                    record.headers.iter().any(|(name, value)| {
+                        name == "id" && value.as_deref() == Some(id.as_bytes())
+                    })
+                })
+            })
+        });
+    let read = read_topic_until(&brokers, topic, ReadStop::When(all_seen)).await;
     (result, tickets, read, metrics)
 }
 
