@@ -24,7 +24,6 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
 use anyhow::{bail, Context, Result};
-
 use clap::Parser;
 use outbox_testkit::connect::{DebeziumConnect, DEBEZIUM_SERVER_VERSION_ARG};
 use outbox_testkit::kafka::KafkaBroker;
@@ -276,6 +275,21 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
         .await?;
     }
 
+    // The broker's CPU over each drain (the harness broker only: the mock cluster's
+    // process is not looked at, so `before` is `None` with it).
+    let broker_before = || {
+        mock.is_none()
+            .then(|| measure::broker_cpu_seconds(broker))
+            .flatten()
+    };
+    let with_broker_cpu = |figure: measure::Figure, before: Option<f64>| match (
+        before,
+        measure::broker_cpu_seconds(broker),
+    ) {
+        (Some(before), Some(after)) => figure.with_broker_cpu(after - before),
+        _ => figure,
+    };
+
     let latency_wanted = options.latency_seconds > 0;
     let mut rounds = Vec::new();
     // The last round's relay and Debezium stream on into the latency phase (caught up, on
@@ -295,20 +309,6 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
         if mock.is_none() {
             measure::create_topics(broker, &bare_prefix, options.partitions, &topic_config).await?;
         }
-        // The broker's CPU over each drain (the harness broker only: the mock cluster's
-        // process is not looked at).
-        let broker_before = || {
-            mock.is_none()
-                .then(|| measure::broker_cpu_seconds(broker))
-                .flatten()
-        };
-        let with_broker_cpu = |figure: measure::Figure, before: Option<f64>| match (
-            before,
-            measure::broker_cpu_seconds(broker),
-        ) {
-            (Some(before), Some(after)) if mock.is_none() => figure.with_broker_cpu(after - before),
-            _ => figure,
-        };
         let before = broker_before();
         let bare_producer = measure::bare_producer(
             scratch.path(),

@@ -873,7 +873,7 @@ pub async fn bare_producer(
     brokers: &str,
     prefix: &str,
     workload: &crate::workload::Workload,
-    shape_linger_ms: Option<u64>,
+    linger_ms: Option<u64>,
 ) -> Result<Figure> {
     let mut dir = RelayDir {
         dir: tempfile::Builder::new()
@@ -895,7 +895,7 @@ pub async fn bare_producer(
             commit_interval_ms: None,
             max_in_flight_bytes: None,
             max_in_flight: None,
-            linger_ms: shape_linger_ms,
+            linger_ms,
         },
     )?;
     let args = [

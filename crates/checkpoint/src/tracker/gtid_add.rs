@@ -31,19 +31,8 @@ pub(super) fn add_gtid(set: &mut GtidSet, gtid: &Gtid) {
             }
             set.add(gtid);
         }
-        (
-            GtidSet::Mariadb(map),
-            Gtid::Mariadb {
-                domain_id,
-                server_id,
-                sequence,
-            },
-        ) => match map.get_mut(domain_id) {
-            Some(last) => *last = (*server_id, *sequence),
-            None => {
-                map.insert(*domain_id, (*server_id, *sequence));
-            }
-        },
+        // MariaDB (`GtidSet::add` allocates nothing for it), a bigger MySQL set, or a
+        // GTID of the other flavor.
         _ => set.add(gtid),
     }
 }
