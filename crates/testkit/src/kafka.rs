@@ -211,6 +211,10 @@ impl KafkaBroker {
                     _ => KafkaBroker::start().await?,
                 };
                 broker.shared = true;
+                // A static is never dropped: its directory goes when the process exits.
+                if let Some(dir) = &broker.dir {
+                    crate::process::remove_when_process_exits(dir.path())?;
+                }
                 Ok(broker)
             })
             .await

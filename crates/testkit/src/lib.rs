@@ -151,7 +151,12 @@ fn find_program(name: &'static str) -> Result<PathBuf, TestkitError> {
 /// The template data directory, installed once per test process.
 fn template_datadir() -> Result<&'static Path, TestkitError> {
     static TEMPLATE: OnceLock<Result<tempfile::TempDir, String>> = OnceLock::new();
-    let result = TEMPLATE.get_or_init(|| install_template().map_err(|e| e.to_string()));
+    let result = TEMPLATE.get_or_init(|| {
+        let dir = install_template().map_err(|e| e.to_string())?;
+        // A static is never dropped: its directory goes when the process exits.
+        process::remove_when_process_exits(dir.path()).map_err(|e| e.to_string())?;
+        Ok(dir)
+    });
     match result {
         Ok(dir) => Ok(dir.path()),
         Err(message) => Err(TestkitError::Io {

@@ -247,6 +247,46 @@ pub(crate) fn small_jvm_flags(max_heap: &str) -> Vec<String> {
     ]
 }
 
+/// Removes `dir` once this test process has ended, however it ends, unless
+/// `OUTBOX_TEST_KEEP` is set.
+///
+/// For directories kept in a `static` (the shared broker's, the MariaDB template): statics
+/// are never dropped, so their `TempDir` never cleans up, and a test suite of ~80 binaries
+/// would leave a broker's data (every record its tests wrote) and a template data directory
+/// behind per binary, until the disk fills (a CI run failed with `No space left on device`).
+/// Like [`JvmProcess`]'s watchdog: a `sh` blocks reading a pipe only this process holds; the
+/// pipe closes when the process exits, and the `sh` then waits a second (the JVM watchdog
+/// kills the broker first) and removes the directory.
+pub(crate) fn remove_when_process_exits(dir: &Path) -> Result<(), HarnessError> {
+    if std::env::var_os("OUTBOX_TEST_KEEP").is_some() {
+        return Ok(());
+    }
+    static PIPES: std::sync::Mutex<Vec<ChildStdin>> = std::sync::Mutex::new(Vec::new());
+    let mut reaper = Command::new("sh")
+        .arg("-c")
+        .arg(r#"read -r _; sleep 1; rm -rf -- "$1""#)
+        .arg("remove-when-process-exits")
+        .arg(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(io_err(format!(
+            "spawning the remover of {} for the process's exit",
+            dir.display()
+        )))?;
+    if let Some(pipe) = reaper.stdin.take() {
+        // Held until the process exits; a poisoned lock still holds the pipes.
+        let mut pipes = PIPES
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        pipes.push(pipe);
+    }
+    // Not waited for: it outlives this process by design (init reaps it).
+    drop(reaper);
+    Ok(())
+}
+
 /// A Java child process with its output in a log file, paired with a watchdog: a `sh` that
 /// blocks reading a pipe only this test process holds, and kills the JVM (SIGKILL) once the
 /// pipe closes. The pipe closes when this value is dropped *or when the test process dies in
