@@ -16,9 +16,74 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, Timestamp, TopicPartitionList};
 
-use crate::measure::{end_offsets, topics_of};
+use crate::measure::{end_offsets, records_in, topics_of};
 use crate::stats::quantile;
 use crate::workload::Workload;
+
+/// How long a side frozen through another side's phase may take to catch up before its own.
+const CATCH_UP_LIMIT: Duration = Duration::from_secs(180);
+
+/// A process stopped with SIGSTOP so that another side's latency phase has the machine to
+/// itself; continued (SIGCONT) when dropped, also when the bench fails in between.
+pub struct FrozenProcess {
+    /// The stopped process.
+    pid: u32,
+}
+
+impl FrozenProcess {
+    /// Stops `pid` (`what` names it in errors).
+    pub fn freeze(pid: u32, what: &str) -> Result<FrozenProcess> {
+        send_signal(pid, "STOP").with_context(|| format!("freezing {what} (pid {pid})"))?;
+        Ok(FrozenProcess { pid })
+    }
+}
+
+impl Drop for FrozenProcess {
+    fn drop(&mut self) {
+        if let Err(error) = send_signal(self.pid, "CONT") {
+            eprintln!("continuing process {}: {error:#}", self.pid);
+        }
+    }
+}
+
+fn send_signal(pid: u32, signal: &str) -> Result<()> {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .context("running kill")?;
+    if !status.success() {
+        bail!("kill -{signal} {pid} exited with {status}");
+    }
+    Ok(())
+}
+
+/// Waits until the topics of `prefix` hold a record for every outbox row on the server (the
+/// drained log and every earlier latency phase): a side that was frozen through another
+/// side's phase works off its backlog first, so the backlog does not count as its latency.
+pub async fn wait_caught_up(db_url: &str, brokers: &str, prefix: &str) -> Result<()> {
+    let mut conn = mysql_async::Conn::from_url(db_url)
+        .await
+        .context("connecting to count the outbox rows")?;
+    let rows: Option<u64> = conn
+        .query_first("SELECT COUNT(*) FROM shop.outbox")
+        .await
+        .context("counting the outbox rows")?;
+    conn.disconnect().await.context("disconnecting")?;
+    let rows = rows.unwrap_or(0);
+    let topics = topics_of(prefix);
+    let started = Instant::now();
+    loop {
+        let held = records_in(brokers, &topics).await?;
+        if held >= rows {
+            return Ok(());
+        }
+        if started.elapsed() > CATCH_UP_LIMIT {
+            bail!("{held} of {rows} events in {prefix}'s topics {CATCH_UP_LIMIT:?} after the thaw");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
 
 /// Commits in the first this-long of the phase are not counted (connections and the
 /// producer's first metadata warm up).

@@ -292,7 +292,7 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
 
     let latency_wanted = options.latency_seconds > 0;
     let mut rounds = Vec::new();
-    // The last round's relay and Debezium stream on into the latency phase (caught up, on
+    // The last round's relay and Debezium stream on into the latency phases (caught up, on
     // LogAppendTime topics), so neither starts twice.
     let mut streaming_relay = None;
     let mut streaming_debezium = None;
@@ -416,6 +416,13 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
     drop(mock);
 
     let (relay_latency, debezium_latency, relay_exactly_once_latency) = if latency_wanted {
+        // Each side's latency phase has the machine to itself: the Debezium worker streaming
+        // on from the last round is frozen through the relays' phases (each relay stops
+        // after its own), then continued and caught up before Debezium's phase.
+        let frozen_debezium = match streaming_debezium.as_ref().and_then(|(c, _)| c.pid()) {
+            Some(pid) => Some(latency::FrozenProcess::freeze(pid, "the Debezium worker")?),
+            None => None,
+        };
         let at_least_once_latency = if options.delivery.at_least_once() {
             let streaming_relay = match streaming_relay {
                 Some(streaming) => streaming,
@@ -442,6 +449,7 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
         } else {
             None
         };
+        drop(frozen_debezium);
         let debezium_latency = match streaming_debezium {
             Some(streaming) => {
                 Some(debezium_latency(options, &db, broker, &workload, streaming, &progress).await?)
@@ -599,6 +607,10 @@ async fn debezium_latency(
     (connect, prefix): (DebeziumConnect, String),
     progress: &Progress,
 ) -> Result<latency::Latency> {
+    progress.say("latency: Debezium catching up after the relays' phases");
+    latency::wait_caught_up(&db.url(), &broker.bootstrap(), &prefix)
+        .await
+        .with_context(|| format!("Debezium's log: {}", connect.log_path().display()))?;
     progress.say(format!(
         "latency: Debezium, {} events/s for {} s",
         options.latency_rate, options.latency_seconds

@@ -116,37 +116,13 @@ pub async fn create_topics(
     Ok(())
 }
 
-/// Records in `topics` now: the sum of the partitions' high watermarks.
+/// Records in `topics` now: the sum of the partitions' high minus low watermarks.
 pub async fn records_in(brokers: &str, topics: &[String]) -> Result<u64> {
-    let brokers = brokers.to_string();
-    let topics = topics.to_vec();
-    tokio::task::spawn_blocking(move || -> Result<u64> {
-        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
-            .set("group.id", "outbox-relay-bench-watermarks")
-            .create()
-            .context("creating the watermark consumer")?;
-        let mut total = 0u64;
-        for topic in &topics {
-            let metadata = consumer
-                .fetch_metadata(Some(topic), Duration::from_secs(10))
-                .with_context(|| format!("metadata of {topic}"))?;
-            let partitions = metadata
-                .topics()
-                .first()
-                .map(|t| t.partitions().len())
-                .unwrap_or(0);
-            for partition in 0..partitions {
-                let (low, high) = consumer
-                    .fetch_watermarks(topic, partition as i32, Duration::from_secs(10))
-                    .with_context(|| format!("watermarks of {topic}/{partition}"))?;
-                total += u64::try_from(high - low).unwrap_or(0);
-            }
-        }
-        Ok(total)
-    })
-    .await
-    .context("the watermark task")?
+    let watermarks = partition_watermarks(brokers, topics).await?;
+    Ok(watermarks
+        .iter()
+        .map(|(_, _, low, high)| u64::try_from(high - low).unwrap_or(0))
+        .sum())
 }
 
 /// Records in `topics` a `read_committed` consumer reads from the beginning: reads until
@@ -205,9 +181,21 @@ pub async fn committed_records_in(brokers: &str, topics: &[String], expected: u6
 
 /// Every partition of `topics` with its high watermark now.
 pub async fn end_offsets(brokers: &str, topics: &[String]) -> Result<Vec<(String, i32, i64)>> {
+    let watermarks = partition_watermarks(brokers, topics).await?;
+    Ok(watermarks
+        .into_iter()
+        .map(|(topic, partition, _, high)| (topic, partition, high))
+        .collect())
+}
+
+/// Every partition of `topics` with its low and high watermarks now.
+async fn partition_watermarks(
+    brokers: &str,
+    topics: &[String],
+) -> Result<Vec<(String, i32, i64, i64)>> {
     let brokers = brokers.to_string();
     let topics = topics.to_vec();
-    tokio::task::spawn_blocking(move || -> Result<Vec<(String, i32, i64)>> {
+    tokio::task::spawn_blocking(move || -> Result<Vec<(String, i32, i64, i64)>> {
         let consumer: BaseConsumer = rdkafka::ClientConfig::new()
             .set("bootstrap.servers", &brokers)
             .set("group.id", "outbox-relay-bench-watermarks")
@@ -224,10 +212,10 @@ pub async fn end_offsets(brokers: &str, topics: &[String]) -> Result<Vec<(String
                 .map(|t| t.partitions().len())
                 .unwrap_or(0);
             for partition in 0..partitions as i32 {
-                let (_, high) = consumer
+                let (low, high) = consumer
                     .fetch_watermarks(topic, partition, Duration::from_secs(10))
                     .with_context(|| format!("watermarks of {topic}/{partition}"))?;
-                out.push((topic.clone(), partition, high));
+                out.push((topic.clone(), partition, low, high));
             }
         }
         Ok(out)

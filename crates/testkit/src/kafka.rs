@@ -6,8 +6,8 @@
 //! * [`KafkaBroker::start`] starts a **private** broker and returns once it answers a metadata
 //!   request. Use one only where a test stops, kills, freezes or restarts its broker.
 //! * [`KafkaBroker::shared`] is the broker all other tests of one test process share. It is
-//!   started on first use and lives until the process exits (a watchdog kills it then, see
-//!   [`crate::process`]). Tests sharing it must use topic names no other test uses:
+//!   started on first use and lives until the process exits (a watchdog kills it then and
+//!   another removes its directory, see [`crate::process`]). Tests sharing it must use topic names no other test uses:
 //!   [`crate::ScratchMariadb::tag`] gives each test a unique prefix. When
 //!   `OUTBOX_TEST_KAFKA_BOOTSTRAP` is set, the shared broker is that cluster instead (started
 //!   by you, e.g. to watch it with your own tools); nothing is started then.
