@@ -6,14 +6,35 @@ use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::metadata::Metadata;
 use rdkafka::producer::Producer;
 
 use super::producer::create_kafka_client;
-use super::producer::RelayProducer;
+use super::producer::{RelayProducer, SinkProducer};
 use super::{KafkaSinkSettings, ShutdownSignal, SinkError, SinkObserver};
 use crate::backoff::Backoff;
 use crate::internal_events::{InternalEvent, TopicCreated};
 use crate::kafka_context::RelayClientContext;
+
+/// A producer the sink can ask for the cluster's metadata, off the runtime (a clone goes to
+/// a blocking task): the at-least-once sink's [`SinkProducer`] and the exactly-once sink's
+/// [`RelayProducer`].
+pub(super) trait MetadataSource: Clone + Send + 'static {
+    /// The cluster's metadata (every topic), waiting at most `timeout`. Blocks.
+    fn fetch_metadata(&self, timeout: Duration) -> Result<Metadata, KafkaError>;
+}
+
+impl MetadataSource for RelayProducer {
+    fn fetch_metadata(&self, timeout: Duration) -> Result<Metadata, KafkaError> {
+        self.client().fetch_metadata(None, timeout)
+    }
+}
+
+impl MetadataSource for SinkProducer {
+    fn fetch_metadata(&self, timeout: Duration) -> Result<Metadata, KafkaError> {
+        self.client().fetch_metadata(None, timeout)
+    }
+}
 
 /// Knows which topics exist; checks and creates them before the first send.
 pub(super) struct TopicManager {
@@ -69,7 +90,7 @@ impl TopicManager {
     pub(super) async fn ensure(
         &mut self,
         topic: &str,
-        producer: &RelayProducer,
+        producer: &impl MetadataSource,
         metrics: &dyn SinkObserver,
     ) -> Result<(), SinkError> {
         let mut backoff = Backoff::new(self.retry_initial, self.retry_max);
@@ -202,7 +223,7 @@ enum CreateFailure {
 /// failure; gives up with [`SinkError::Unreachable`] after `settings.startup_attempts`.
 /// `false` when shutdown was requested meanwhile.
 pub(super) async fn reach_cluster_at_startup<S: ShutdownSignal>(
-    producer: &RelayProducer,
+    producer: &impl MetadataSource,
     settings: &KafkaSinkSettings,
     shutdown: &mut S,
 ) -> Result<bool, SinkError> {
@@ -219,9 +240,7 @@ pub(super) async fn reach_cluster_at_startup<S: ShutdownSignal>(
         let probe = {
             let producer = producer.clone();
             let timeout = settings.admin_timeout;
-            tokio::task::spawn_blocking(move || {
-                producer.client().fetch_metadata(None, timeout).map(|_| ())
-            })
+            tokio::task::spawn_blocking(move || producer.fetch_metadata(timeout).map(|_| ()))
         };
         let outcome = tokio::select! {
             _ = shutdown.recv() => return Ok(false),
@@ -255,14 +274,14 @@ pub(super) async fn reach_cluster_at_startup<S: ShutdownSignal>(
 
 /// Checks the cluster metadata for `topic` without triggering broker auto-creation.
 async fn topic_exists(
-    producer: &RelayProducer,
+    producer: &impl MetadataSource,
     topic: &str,
     timeout: Duration,
 ) -> Result<bool, KafkaError> {
     let producer = producer.clone();
     let topic = topic.to_owned();
     let lookup = tokio::task::spawn_blocking(move || {
-        let metadata = producer.client().fetch_metadata(None, timeout)?;
+        let metadata = producer.fetch_metadata(timeout)?;
         Ok::<bool, KafkaError>(
             metadata
                 .topics()
