@@ -143,11 +143,12 @@ pub(super) type DeliveryOutcome = (u64, u64, Result<(), DeliveryFailure>);
 pub(super) struct DeliveryFailure {
     /// What librdkafka reported.
     pub(super) error: KafkaError,
-    /// The record's payload as librdkafka held it, for a big one
-    /// ([`HAND_OVER_PAYLOAD_BYTES`], [`enqueue`] asked with `return_payload`): the sink drops
-    /// its own copy of a big payload once librdkafka copied it, and needs this one to resend
-    /// or dead-letter the record. `None` for a small payload (the sink kept its copy), a
-    /// tombstone, or when the report came without the message (the producer went away).
+    /// The record's payload as librdkafka held it, for a big one (at least
+    /// [`HAND_OVER_PAYLOAD_BYTES`], from the sink's producer; from [`enqueue_with_future`]
+    /// only when asked with `return_payload`): the sink drops its own copy of a big payload
+    /// once librdkafka copied it, and needs this one to resend or dead-letter the record.
+    /// `None` for a small payload (the sink kept its copy), a tombstone, or when the report
+    /// came without the message (the producer went away).
     pub(super) payload: Option<Vec<u8>>,
 }
 
@@ -217,7 +218,7 @@ const _: () = assert!(
 
 /// The at-least-once sink's producer: a [`BaseProducer`] whose delivery reports go into the
 /// sink's report channel ([`SinkProducerContext`]), served by a poll thread of its own
-/// (`kafka-sink-reports`). Cloning shares it; dropping the last clone stops and joins the
+/// (`sink-reports`). Cloning shares it; dropping the last clone stops and joins the
 /// thread, then the producer purges and flushes (up to 500 ms: drop it off the runtime).
 #[derive(Clone)]
 pub(super) struct SinkProducer {
@@ -285,7 +286,8 @@ pub(super) fn create_sink_producer(
         let producer = Arc::clone(&producer);
         let stop = Arc::clone(&stop);
         std::thread::Builder::new()
-            .name("kafka-sink-reports".into())
+            // Linux keeps 15 bytes of a thread name.
+            .name("sink-reports".into())
             .spawn(move || {
                 while !stop.load(Ordering::Acquire) {
                     producer.poll(POLL_INTERVAL);
