@@ -43,7 +43,8 @@
 //! abandoned (never reported), which keeps them out of the checkpoint.
 //!
 //! # Layout
-//! * `producer`: the librdkafka properties, client construction, and enqueueing one record;
+//! * `producer`: the librdkafka properties, client construction, and enqueueing one record
+//!   (the at-least-once sink's producer reports every delivery into one channel);
 //! * `classify`: what a delivery error means (retry, rebuild, permanent);
 //! * `dead_lettering`: the dead-letter policy applied to a permanent failure;
 //! * `rebuild`: replacing the producer without reordering (purge, drain, rebuild) and the

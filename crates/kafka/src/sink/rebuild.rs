@@ -11,10 +11,10 @@
 
 use std::time::Duration;
 
-use rdkafka::producer::{Producer, PurgeConfig};
+use rdkafka::producer::PurgeConfig;
 use tokio::time::Instant;
 
-use super::producer::RelayProducer;
+use super::producer::SinkProducer;
 
 /// A requested producer replacement, from the request until the new producer exists.
 pub(super) struct Rebuild {
@@ -47,7 +47,7 @@ impl Rebuild {
 /// purged from the old producer can never land after its resend through the new one); every
 /// purged record gets its delivery report promptly. Runs off the runtime: `rd_kafka_purge`
 /// waits for librdkafka's threads.
-pub(super) async fn purge_producer(producer: &RelayProducer) {
+pub(super) async fn purge_producer(producer: &SinkProducer) {
     let producer = producer.clone();
     let purge = tokio::task::spawn_blocking(move || {
         producer.purge(PurgeConfig::default().queue().inflight());

@@ -7,16 +7,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::Producer;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
 
 use super::classify::{classify_delivery_error, FailureKind};
 use super::dead_lettering::{on_permanent_failure, Pending, PermanentAction};
 use super::pending::PendingRecords;
-use super::producer::{create_kafka_client, enqueue, DeliveryOutcome, RelayProducer};
+use super::producer::{create_sink_producer, enqueue, DeliveryOutcome, SinkProducer};
 use super::rebuild::{purge_producer, stall_deadline, Rebuild};
 use super::topics::{reach_cluster_at_startup, TopicManager};
 use super::{KafkaSinkSettings, ShutdownSignal, SinkError, SinkItem, SinkObserver, SinkSummary};
@@ -25,7 +23,6 @@ use crate::internal_events::{
     DeliveryFailedTransient, InFlightChanged, InternalEvent, OldestUnackedChanged,
     ProducerRecreated, ProducerStalled, RecordAcked, RecordResent,
 };
-use crate::kafka_context::RelayClientContext;
 
 /// Sends records from `input` until it closes (and everything is acked) or shutdown fires
 /// (and the drain deadline passes); calls `on_delivered` with each acked record's ticket.
@@ -43,22 +40,28 @@ where
     S: ShutdownSignal,
 {
     let metrics: &dyn SinkObserver = &*observer;
-    let mut producer: RelayProducer =
-        create_kafka_client(&settings.client_properties, RelayClientContext::default())
-            .map_err(SinkError::Client)?;
+    // Every producer's delivery reports, tagged with its generation: one channel for the
+    // sink's life, drained in bulk by the loop below.
+    let (report_sender, mut reports) = mpsc::unbounded_channel::<DeliveryOutcome>();
+    let mut generation: u64 = 0;
+    let mut producer: SinkProducer = create_sink_producer(
+        &settings.client_properties,
+        generation,
+        report_sender.clone(),
+    )
+    .map_err(SinkError::Client)?;
     if !reach_cluster_at_startup(&producer, &settings, &mut shutdown).await? {
         return Ok(SinkSummary::default());
     }
-    let mut generation: u64 = 0;
     let mut topics = TopicManager::new(&settings)?;
     let mut pending: PendingRecords<T> = PendingRecords::new();
     // Records acked out of order leave a slot each behind the oldest unacked one (see
     // `pending`): while one record is stuck (its partition's leader down, say) the others'
     // slots pile up, so input stops at this span too.
     let max_pending_span = settings.max_in_flight.saturating_mul(PENDING_SPAN_FACTOR);
-    let mut deliveries: FuturesUnordered<
-        futures_util::future::BoxFuture<'static, DeliveryOutcome>,
-    > = FuturesUnordered::new();
+    // Records the current producer holds whose delivery report has not come yet: a rebuild
+    // waits for all of them (the old per-record futures' count).
+    let mut unreported: usize = 0;
     let mut waiting_for_resend: BTreeSet<u64> = BTreeSet::new();
     let mut backoff = Backoff::new(settings.retry_initial_backoff, settings.retry_max_backoff);
     let mut resend_timer: Option<Pin<Box<Sleep>>> = None;
@@ -68,7 +71,7 @@ where
     let mut drain_deadline: Option<Instant> = None;
     let mut summary = SinkSummary::default();
 
-    loop {
+    'sink: loop {
         OldestUnackedChanged {
             since_ms: pending.oldest().map(|item| item.accepted_at_ms),
         }
@@ -83,7 +86,7 @@ where
             }
         }
         let drained = rebuild.as_ref().is_some_and(|request| {
-            deliveries.is_empty()
+            unreported == 0
                 || request
                     .drain_until
                     .is_some_and(|until| Instant::now() >= until)
@@ -96,13 +99,16 @@ where
                     resending: pending.len(),
                 }
                 .emit(metrics);
-                let fresh =
-                    create_kafka_client(&settings.client_properties, RelayClientContext::default())
-                        .map_err(SinkError::Client)?;
+                let fresh = create_sink_producer(
+                    &settings.client_properties,
+                    generation + 1,
+                    report_sender.clone(),
+                )
+                .map_err(SinkError::Client)?;
                 let old = std::mem::replace(&mut producer, fresh);
-                // Reports the old producer still owes (past the drain deadline only) are
-                // dropped with it: their records are resent below.
-                deliveries = FuturesUnordered::new();
+                // Reports the old producer still owes (past the drain deadline only) come
+                // with its generation and are ignored: their records are resent below.
+                unreported = 0;
                 // Dropping a producer flushes for up to 500 ms: not on the runtime.
                 tokio::task::spawn_blocking(move || drop(old));
                 generation += 1;
@@ -147,98 +153,113 @@ where
         };
         tokio::select! {
             biased;
-            Some((sequence, sent_generation, outcome)) = deliveries.next(), if !deliveries.is_empty() => {
-                let outcome = match outcome {
-                    Ok(()) => Ok(()),
-                    Err(failure) => {
-                        // A handed-over payload comes back with its failed report; without
-                        // it the record can be neither resent nor dead-lettered.
-                        if let Some(item) = pending.get_mut(sequence) {
-                            take_payload_back(item, failure.payload);
-                            if item.payload_with_producer {
-                                return Err(payload_lost(&item.record.topic, &failure.error));
+            Some(first) = reports.recv() => {
+                // Every report ready now is handled in this pass, each as it would be alone.
+                let mut report = first;
+                loop {
+                    let (sequence, sent_generation, outcome) = report;
+                    // A report of a replaced producer is ignored: that producer was purged
+                    // and drained, or dropped past the drain deadline, and its records are
+                    // resent through the new one.
+                    if sent_generation == generation {
+                        unreported = unreported.saturating_sub(1);
+                        let outcome = match outcome {
+                            Ok(()) => Ok(()),
+                            Err(failure) => {
+                                // A handed-over payload comes back with its failed report; without
+                                // it the record can be neither resent nor dead-lettered.
+                                if let Some(item) = pending.get_mut(sequence) {
+                                    take_payload_back(item, failure.payload);
+                                    if item.payload_with_producer {
+                                        return Err(payload_lost(&item.record.topic, &failure.error));
+                                    }
+                                }
+                                Err(failure.error)
                             }
-                        }
-                        Err(failure.error)
-                    }
-                };
-                match outcome {
-                    Ok(()) => {
-                        if let Some(done) = pending.remove(sequence) {
-                            waiting_for_resend.remove(&sequence);
-                            let acked = RecordAcked { publish_latency: done.sent_at.map(|sent| sent.elapsed()), event_timestamp: done.origin.event_timestamp };
-                            on_delivered(done.ticket);
-                            summary.delivered += 1;
-                            acked.emit(metrics);
-                            InFlightChanged { in_flight: pending.len() }.emit(metrics);
-                            backoff.reset();
-                        }
-                    }
-                    Err(error) if sent_generation == generation && pending.contains(sequence) => {
-                        if let Some(item) = pending.get_mut(sequence) {
-                            item.sent_at = None;
-                        }
-                        // The report's own code first: with enable.gapless.guarantee a broker's
-                        // permanent rejection also makes the producer fatal
-                        // (_GAPLESS_GUARANTEE), but the record is still rejected for good
-                        // and must be dead-lettered, not resent forever.
-                        let fatal = producer.client().fatal_error();
-                        let kind = match (classify_delivery_error(&error), &fatal) {
-                            (FailureKind::Permanent, _) => FailureKind::Permanent,
-                            (_, Some(_)) => FailureKind::Fatal,
-                            (kind, None) => kind,
                         };
-                        match kind {
-                            FailureKind::Permanent => {
-                                let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, metrics)?;
-                                if matches!(action, PermanentAction::DeadLettered)
-                                    && !ensure_dead_letter_topic(&mut topics, &settings, &producer, metrics, &shutdown).await?
-                                {
-                                    // Shutdown came first: the dead letter stays unsent and unreported.
-                                    drain_deadline.get_or_insert_with(|| Instant::now() + settings.drain_timeout);
-                                    continue;
-                                }
-                                match (&fatal, rebuild.is_some()) {
-                                    (_, true) => {
-                                        // Resent with everything else once the new producer exists.
-                                    }
-                                    (Some((code, message)), false) => {
-                                        // The producer is unusable after it: rebuild before the resend.
-                                        rebuild = Some(Rebuild::new(format!("fatal {code:?} after a permanent rejection: {message}"), "fatal", backoff.next_delay()));
-                                    }
-                                    (None, false) => {
-                                        queue_resend(&mut waiting_for_resend, &mut resend_timer, &mut backoff, sequence);
-                                    }
+                        match outcome {
+                            Ok(()) => {
+                                if let Some(done) = pending.remove(sequence) {
+                                    waiting_for_resend.remove(&sequence);
+                                    let acked = RecordAcked { publish_latency: done.sent_at.map(|sent| sent.elapsed()), event_timestamp: done.origin.event_timestamp };
+                                    on_delivered(done.ticket);
+                                    summary.delivered += 1;
+                                    acked.emit(metrics);
+                                    InFlightChanged { in_flight: pending.len() }.emit(metrics);
+                                    backoff.reset();
                                 }
                             }
-                            _ if rebuild.is_some() => {
-                                // A report of the producer being replaced (purged, or failed with
-                                // it): its record is resent once the new producer exists.
+                            Err(error) if pending.contains(sequence) => {
+                                if let Some(item) = pending.get_mut(sequence) {
+                                    item.sent_at = None;
+                                }
+                                // The report's own code first: with enable.gapless.guarantee a broker's
+                                // permanent rejection also makes the producer fatal
+                                // (_GAPLESS_GUARANTEE), but the record is still rejected for good
+                                // and must be dead-lettered, not resent forever.
+                                let fatal = producer.client().fatal_error();
+                                let kind = match (classify_delivery_error(&error), &fatal) {
+                                    (FailureKind::Permanent, _) => FailureKind::Permanent,
+                                    (_, Some(_)) => FailureKind::Fatal,
+                                    (kind, None) => kind,
+                                };
+                                match kind {
+                                    FailureKind::Permanent => {
+                                        let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, metrics)?;
+                                        if matches!(action, PermanentAction::DeadLettered)
+                                            && !ensure_dead_letter_topic(&mut topics, &settings, &producer, metrics, &shutdown).await?
+                                        {
+                                            // Shutdown came first: the dead letter stays unsent and unreported.
+                                            drain_deadline.get_or_insert_with(|| Instant::now() + settings.drain_timeout);
+                                            continue 'sink;
+                                        }
+                                        match (&fatal, rebuild.is_some()) {
+                                            (_, true) => {
+                                                // Resent with everything else once the new producer exists.
+                                            }
+                                            (Some((code, message)), false) => {
+                                                // The producer is unusable after it: rebuild before the resend.
+                                                rebuild = Some(Rebuild::new(format!("fatal {code:?} after a permanent rejection: {message}"), "fatal", backoff.next_delay()));
+                                            }
+                                            (None, false) => {
+                                                queue_resend(&mut waiting_for_resend, &mut resend_timer, &mut backoff, sequence);
+                                            }
+                                        }
+                                    }
+                                    _ if rebuild.is_some() => {
+                                        // A report of the producer being replaced (purged, or failed with
+                                        // it): its record is resent once the new producer exists.
+                                    }
+                                    FailureKind::Fatal => {
+                                        let reason = fatal.map(|(code, message)| format!("fatal {code:?}: {message}")).unwrap_or_else(|| format!("fatal: {error}"));
+                                        rebuild = Some(Rebuild::new(reason, "fatal", backoff.next_delay()));
+                                    }
+                                    FailureKind::Transient => {
+                                        // librdkafka retries without a time limit, so a failure it
+                                        // reports is one it gave up on, while younger records of the
+                                        // same partition may still be in the producer: resending this one
+                                        // alone could put it behind them. Replace the whole producer.
+                                        let delay = backoff.next_delay();
+                                        let topic = pending.get(sequence).map(|p| p.record.topic.as_str()).unwrap_or("");
+                                        DeliveryFailedTransient { topic, error: &error, retry_in: delay, waiting: pending.len() }.emit(metrics);
+                                        rebuild = Some(Rebuild::new(format!("delivery failed: {error}"), "failure", delay));
+                                    }
+                                }
                             }
-                            FailureKind::Fatal => {
-                                let reason = fatal.map(|(code, message)| format!("fatal {code:?}: {message}")).unwrap_or_else(|| format!("fatal: {error}"));
-                                rebuild = Some(Rebuild::new(reason, "fatal", backoff.next_delay()));
-                            }
-                            FailureKind::Transient => {
-                                // librdkafka retries without a time limit, so a failure it
-                                // reports is one it gave up on, while younger records of the
-                                // same partition may still be in the producer: resending this one
-                                // alone could put it behind them. Replace the whole producer.
-                                let delay = backoff.next_delay();
-                                let topic = pending.get(sequence).map(|p| p.record.topic.as_str()).unwrap_or("");
-                                DeliveryFailedTransient { topic, error: &error, retry_in: delay, waiting: pending.len() }.emit(metrics);
-                                rebuild = Some(Rebuild::new(format!("delivery failed: {error}"), "failure", delay));
+                            Err(_) => {
+                                // A failure of a record no longer pending: nothing waits for it.
                             }
                         }
                     }
-                    Err(_) => {
-                        // A failure from a replaced producer generation: the record was resent.
+                    match reports.try_recv() {
+                        Ok(next) => report = next,
+                        Err(_) => break,
                     }
                 }
             }
             _ = rebuild_drain_sleep => {
                 // The loop top replaces the producer now that the drain deadline passed.
-                tracing::warn!(unreported = deliveries.len(), "the replaced Kafka producer did not report every purged record in time; dropping it and resending them");
+                tracing::warn!(unreported, "the replaced Kafka producer did not report every purged record in time; dropping it and resending them");
             }
             _ = stall_sleep => {
                 let oldest = pending.values().find(|item| item.sent_at.is_some());
@@ -270,11 +291,11 @@ where
                         // Its old producer was dropped before it reported the record.
                         return Err(payload_lost(&item.record.topic, &KafkaError::Canceled));
                     }
-                    match enqueue(&producer, &item.record, sequence, generation, is_big(&item.record)) {
-                        Ok(delivery) => {
+                    match enqueue(&producer, &item.record, sequence) {
+                        Ok(()) => {
                             hand_over_big_payload(item);
                             item.sent_at = Some(Instant::now());
-                            deliveries.push(delivery);
+                            unreported += 1;
                             RecordResent.emit(metrics);
                             if rejected_before {
                                 waiting_for_resend.extend(due[index + 1..].iter().copied());
@@ -336,11 +357,10 @@ where
                         let sequence = pending.next_sequence();
                         let mut permanent_at_enqueue: Option<KafkaError> = None;
                         let mut sent_at = None;
-                        let big = is_big(&item.record);
-                        match enqueue(&producer, &item.record, sequence, generation, big) {
-                            Ok(delivery) => {
+                        match enqueue(&producer, &item.record, sequence) {
+                            Ok(()) => {
                                 sent_at = Some(Instant::now());
-                                deliveries.push(delivery);
+                                unreported += 1;
                             }
                             Err(error) if classify_delivery_error(&error) == FailureKind::Permanent => {
                                 // E.g. larger than message.max.bytes: the producer refuses at once.
@@ -453,7 +473,7 @@ fn queue_resend(
 async fn ensure_dead_letter_topic<S: ShutdownSignal>(
     topics: &mut TopicManager,
     settings: &KafkaSinkSettings,
-    producer: &RelayProducer,
+    producer: &SinkProducer,
     metrics: &dyn SinkObserver,
     shutdown: &S,
 ) -> Result<bool, SinkError> {

@@ -1208,3 +1208,66 @@ fn a_lost_big_payload_restarts_from_the_checkpoint() {
     let permanent = SinkError::TopicMissing { topic: "t".into() };
     assert!(!permanent.restarts_from_checkpoint());
 }
+
+/// The sink's producer reports every record through its one channel with the record's
+/// sequence and the producer's generation (how the sink tells a replaced producer's late
+/// reports from the current one's), and a failed report of a big record hands its payload
+/// back while a small one's does not (the sink kept that copy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sink_producer_reports_sequence_generation_and_big_payloads_through_one_channel() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster
+        .create_topic("sink.reports", BIG_RECORD_PARTITIONS as i32, 1)
+        .unwrap();
+    let mut settings = settings(&cluster.bootstrap_servers());
+    settings
+        .client_properties
+        .push(("message.max.bytes".into(), "8000000".into()));
+    let (sender, mut reports) = mpsc::unbounded_channel();
+    let producer =
+        super::producer::create_sink_producer(&settings.client_properties, 7, sender).unwrap();
+    super::producer::enqueue(&producer, &record("sink.reports", 0), 41).unwrap();
+    let (sequence, generation, outcome) =
+        tokio::time::timeout(Duration::from_secs(30), reports.recv())
+            .await
+            .expect("a report within 30 s")
+            .expect("the channel is open");
+    assert_eq!((sequence, generation), (41, 7));
+    assert!(outcome.is_ok(), "{outcome:?}");
+
+    // With the broker down both records stay in the producer until the purge fails them.
+    cluster.broker_down(1).unwrap();
+    let big = big_record("sink.reports", 1);
+    super::producer::enqueue(&producer, &big, 42).unwrap();
+    super::producer::enqueue(&producer, &record("sink.reports", 2), 43).unwrap();
+    let purging = producer.clone();
+    tokio::task::spawn_blocking(move || {
+        purging.purge(rdkafka::producer::PurgeConfig::default().queue().inflight())
+    })
+    .await
+    .unwrap();
+    let mut failed = BTreeMap::new();
+    for _ in 0..2 {
+        let (sequence, generation, outcome) =
+            tokio::time::timeout(Duration::from_secs(30), reports.recv())
+                .await
+                .expect("a report within 30 s")
+                .expect("the channel is open");
+        assert_eq!(generation, 7);
+        let failure = outcome.expect_err("a purged record fails");
+        failed.insert(sequence, failure.payload);
+    }
+    assert_eq!(
+        failed.get(&42),
+        Some(&big.payload),
+        "the big payload comes back whole"
+    );
+    assert_eq!(
+        failed.get(&43),
+        Some(&None),
+        "a small payload stays with the sink"
+    );
+    tokio::task::spawn_blocking(move || drop(producer))
+        .await
+        .unwrap();
+}

@@ -43,7 +43,7 @@ use tokio::time::Instant;
 
 use super::classify::{classify_delivery_error, FailureKind};
 use super::dead_lettering::{dead_letter_replacing, permanent_error};
-use super::producer::{create_kafka_client, enqueue, DeliveryOutcome, RelayProducer};
+use super::producer::{create_kafka_client, enqueue_with_future, DeliveryOutcome, RelayProducer};
 use super::task::sleep_until_or_forever;
 use super::topics::{reach_cluster_at_startup, TopicManager};
 use super::{
@@ -601,7 +601,7 @@ async fn send_with_room(
     local: u64,
 ) -> Result<futures_util::future::BoxFuture<'static, DeliveryOutcome>, KafkaError> {
     loop {
-        match enqueue(producer, record, local, 0, false) {
+        match enqueue_with_future(producer, record, local, 0, false) {
             Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)) => {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
