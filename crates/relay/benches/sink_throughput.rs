@@ -80,7 +80,7 @@ fn main() {
                     timestamp_ms: None,
                     partition: None,
                 };
-                tx.send(SinkItem { record, ticket: n, origin: Default::default() }).await.expect("sink alive");
+                tx.send(vec![SinkItem { record, ticket: n, origin: Default::default() }]).await.expect("sink alive");
             }
             drop(tx);
             let summary = sink.await.expect("join").expect("sink ok");

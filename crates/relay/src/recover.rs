@@ -78,15 +78,15 @@ struct XaRecords {
     prepared: std::collections::HashMap<String, Vec<SinkItem<u64>>>,
 }
 
-/// Sends one record to the sink, numbering it.
+/// Sends one record to the sink (as a batch of one: the sink takes batches), numbering it.
 fn send_record(
-    records: &mpsc::Sender<SinkItem<u64>>,
+    records: &mpsc::Sender<Vec<SinkItem<u64>>>,
     scan: &mut RecoveryScan,
     mut item: SinkItem<u64>,
 ) -> anyhow::Result<()> {
     item.ticket = scan.records;
     scan.records += 1;
-    if records.blocking_send(item).is_err() {
+    if records.blocking_send(vec![item]).is_err() {
         anyhow::bail!("the Kafka sink stopped while records were still being read");
     }
     Ok(())
@@ -270,7 +270,7 @@ fn scan_files(
     router: Router,
     after: Option<BinlogPosition>,
     publish_until: Option<BinlogPosition>,
-    records: mpsc::Sender<SinkItem<u64>>,
+    records: mpsc::Sender<Vec<SinkItem<u64>>>,
     mut progress: FileProgress,
 ) -> anyhow::Result<RecoveryScan> {
     let mut scan = RecoveryScan::default();

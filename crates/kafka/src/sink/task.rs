@@ -26,10 +26,13 @@ use crate::internal_events::{
 
 /// Sends records from `input` until it closes (and everything is acked) or shutdown fires
 /// (and the drain deadline passes); calls `on_delivered` with each acked record's ticket.
+/// `input` carries batches of records in order (one channel message per batch; an empty
+/// one is allowed and ignored): a pass takes the records of a batch one after the other
+/// while the limits allow, and keeps the rest, in order, for later passes.
 /// Counts in `observer`'s collectors and tells it about deliveries and retries.
 pub async fn run_kafka_sink<T, F, S>(
     settings: KafkaSinkSettings,
-    mut input: mpsc::Receiver<SinkItem<T>>,
+    mut input: mpsc::Receiver<Vec<SinkItem<T>>>,
     mut on_delivered: F,
     observer: Arc<dyn SinkObserver>,
     mut shutdown: S,
@@ -66,6 +69,10 @@ where
     let mut backoff = Backoff::new(settings.retry_initial_backoff, settings.retry_max_backoff);
     let mut resend_timer: Option<Pin<Box<Sleep>>> = None;
     let mut input_open = true;
+    // Records taken from the input in a batch and not accepted yet (the limits stopped the
+    // batch part way): the next pass that may accept input starts with them, in order. Not
+    // unacked yet: at shutdown they are dropped unreported, as records still in the channel.
+    let mut held: std::vec::IntoIter<SinkItem<T>> = Vec::new().into_iter();
     // Set from the moment the producer must be replaced until the new one exists.
     let mut rebuild: Option<Rebuild> = None;
     let mut drain_deadline: Option<Instant> = None;
@@ -333,64 +340,75 @@ where
                 drain_deadline = Some(Instant::now() + settings.drain_timeout);
                 tracing::info!(in_flight = pending.len(), "sink draining records in flight");
             }
-            received = input.recv(), if accepting => {
+            received = next_batch(&mut held, &mut input), if accepting => {
                 match received {
                     None => input_open = false,
-                    Some(item) => {
-                        // Unacked from now on, also while its topic is checked or created.
-                        let accepted_at_ms = crate::unix_millis_now();
-                        if pending.is_empty() {
-                            OldestUnackedChanged { since_ms: Some(accepted_at_ms) }.emit(metrics);
-                        }
-                        let known = topics.is_known(&item.record.topic);
-                        if !known {
-                            let mut shutdown_for_topic = shutdown.clone();
-                            tokio::select! {
-                                ensured = topics.ensure(&item.record.topic, &producer, metrics) => ensured?,
-                                _ = shutdown_for_topic.recv() => {
-                                    // The record was never sent: not reported, so not checkpointed.
-                                    drain_deadline = Some(Instant::now() + settings.drain_timeout);
-                                    continue;
-                                }
+                    Some(batch) => held = batch,
+                }
+                // The batch's records one after the other, each as a pass of its own would
+                // take it, while the limits allow; the rest waits in `held`.
+                for item in held.by_ref() {
+                    // Unacked from now on, also while its topic is checked or created.
+                    let accepted_at_ms = crate::unix_millis_now();
+                    if pending.is_empty() {
+                        OldestUnackedChanged { since_ms: Some(accepted_at_ms) }.emit(metrics);
+                    }
+                    let known = topics.is_known(&item.record.topic);
+                    if !known {
+                        let mut shutdown_for_topic = shutdown.clone();
+                        tokio::select! {
+                            ensured = topics.ensure(&item.record.topic, &producer, metrics) => ensured?,
+                            _ = shutdown_for_topic.recv() => {
+                                // The record was never sent: not reported, so not checkpointed.
+                                drain_deadline = Some(Instant::now() + settings.drain_timeout);
+                                continue 'sink;
                             }
                         }
-                        let sequence = pending.next_sequence();
-                        let mut permanent_at_enqueue: Option<KafkaError> = None;
-                        let mut sent_at = None;
-                        match enqueue(&producer, &item.record, sequence) {
-                            Ok(()) => {
-                                sent_at = Some(Instant::now());
-                                unreported += 1;
-                            }
-                            Err(error) if classify_delivery_error(&error) == FailureKind::Permanent => {
-                                // E.g. larger than message.max.bytes: the producer refuses at once.
-                                permanent_at_enqueue = Some(error);
-                            }
-                            Err(error) => {
-                                waiting_for_resend.insert(sequence);
-                                if resend_timer.is_none() {
-                                    let delay = backoff.next_delay();
-                                    DeliveryFailedTransient { topic: &item.record.topic, error: &error, retry_in: delay, waiting: waiting_for_resend.len() }.emit(metrics);
-                                    resend_timer = Some(Box::pin(tokio::time::sleep(delay)));
-                                }
+                    }
+                    let sequence = pending.next_sequence();
+                    let mut permanent_at_enqueue: Option<KafkaError> = None;
+                    let mut sent_at = None;
+                    match enqueue(&producer, &item.record, sequence) {
+                        Ok(()) => {
+                            sent_at = Some(Instant::now());
+                            unreported += 1;
+                        }
+                        Err(error) if classify_delivery_error(&error) == FailureKind::Permanent => {
+                            // E.g. larger than message.max.bytes: the producer refuses at once.
+                            permanent_at_enqueue = Some(error);
+                        }
+                        Err(error) => {
+                            waiting_for_resend.insert(sequence);
+                            if resend_timer.is_none() {
+                                let delay = backoff.next_delay();
+                                DeliveryFailedTransient { topic: &item.record.topic, error: &error, retry_in: delay, waiting: waiting_for_resend.len() }.emit(metrics);
+                                resend_timer = Some(Box::pin(tokio::time::sleep(delay)));
                             }
                         }
-                        let mut entry = Pending { record: item.record, ticket: item.ticket, origin: item.origin, permanent_failures: 0, first_failure_ms: 0, sent_at, accepted_at_ms, payload_with_producer: false };
-                        if sent_at.is_some() {
-                            hand_over_big_payload(&mut entry);
+                    }
+                    let mut entry = Pending { record: item.record, ticket: item.ticket, origin: item.origin, permanent_failures: 0, first_failure_ms: 0, sent_at, accepted_at_ms, payload_with_producer: false };
+                    if sent_at.is_some() {
+                        hand_over_big_payload(&mut entry);
+                    }
+                    pending.push(entry);
+                    InFlightChanged { in_flight: pending.len() }.emit(metrics);
+                    if let Some(error) = permanent_at_enqueue {
+                        let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, metrics)?;
+                        if matches!(action, PermanentAction::DeadLettered)
+                            && !ensure_dead_letter_topic(&mut topics, &settings, &producer, metrics, &shutdown).await?
+                        {
+                            drain_deadline.get_or_insert_with(|| Instant::now() + settings.drain_timeout);
+                            continue 'sink;
                         }
-                        pending.push(entry);
-                        InFlightChanged { in_flight: pending.len() }.emit(metrics);
-                        if let Some(error) = permanent_at_enqueue {
-                            let action = on_permanent_failure(&mut pending, sequence, error, &settings.dead_letter, metrics)?;
-                            if matches!(action, PermanentAction::DeadLettered)
-                                && !ensure_dead_letter_topic(&mut topics, &settings, &producer, metrics, &shutdown).await?
-                            {
-                                drain_deadline.get_or_insert_with(|| Instant::now() + settings.drain_timeout);
-                                continue;
-                            }
-                            queue_resend(&mut waiting_for_resend, &mut resend_timer, &mut backoff, sequence);
-                        }
+                        queue_resend(&mut waiting_for_resend, &mut resend_timer, &mut backoff, sequence);
+                    }
+                    // The same limits as `accepting` (a rebuild only starts from a report).
+                    let accepts_more = drain_deadline.is_none()
+                        && waiting_for_resend.is_empty()
+                        && pending.len() < settings.max_in_flight
+                        && pending.span() < max_pending_span;
+                    if !accepts_more {
+                        break;
                     }
                 }
             }
@@ -482,6 +500,18 @@ async fn ensure_dead_letter_topic<S: ShutdownSignal>(
         ensured = topics.ensure(&settings.dead_letter.topic, producer, metrics) => ensured.map(|()| true),
         _ = shutdown.recv() => Ok(false),
     }
+}
+
+/// The records to take next: those kept from the last batch, else the next batch from
+/// `input` (`None` once it closed and nothing is kept).
+async fn next_batch<T>(
+    held: &mut std::vec::IntoIter<SinkItem<T>>,
+    input: &mut mpsc::Receiver<Vec<SinkItem<T>>>,
+) -> Option<std::vec::IntoIter<SinkItem<T>>> {
+    if held.len() > 0 {
+        return Some(std::mem::take(held));
+    }
+    input.recv().await.map(Vec::into_iter)
 }
 
 /// Sleeps until `deadline`, or forever without one.

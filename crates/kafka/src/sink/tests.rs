@@ -72,7 +72,12 @@ fn record(topic: &str, n: u32) -> OutboundRecord {
     }
 }
 
-/// Runs the sink over `count` records; returns the delivered tickets (in ack order).
+/// Records per input batch in [`run_with`]: not a divisor of the tests' counts, so the last
+/// batch is a short one.
+const RUN_WITH_BATCH: u32 = 7;
+
+/// Runs the sink over `count` records, fed in batches of [`RUN_WITH_BATCH`]; returns the
+/// delivered tickets (in ack order).
 async fn run_with(
     settings: KafkaSinkSettings,
     topic: &str,
@@ -93,16 +98,15 @@ async fn run_with(
     ));
     let topic = topic.to_owned();
     let feeder = tokio::spawn(async move {
-        for n in 0..count {
-            if tx
-                .send(SinkItem {
+        for first in (0..count).step_by(RUN_WITH_BATCH as usize) {
+            let batch = (first..count.min(first + RUN_WITH_BATCH))
+                .map(|n| SinkItem {
                     record: record(&topic, n),
                     ticket: n,
                     origin: RecordOrigin::default(),
                 })
-                .await
-                .is_err()
-            {
+                .collect();
+            if tx.send(batch).await.is_err() {
                 break;
             }
         }
@@ -175,6 +179,71 @@ async fn keeps_many_records_in_flight_up_to_the_limit() {
     let max = sampled_max.load(std::sync::atomic::Ordering::Relaxed);
     assert!(max <= 8, "in flight reached {max} with a limit of 8");
     assert!(max >= 4, "only {max} in flight: sends are not pipelined");
+}
+
+/// A batch larger than what may be in flight is split: the sink takes what fits, keeps the
+/// rest for later passes, never holds more than `max_in_flight` unacked records, and sends
+/// the whole batch in its order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_larger_than_the_in_flight_limit_is_split_and_keeps_its_order() {
+    let cluster = MockCluster::new(1).unwrap();
+    // One partition: its acks, and what a reader finds, come in sending order.
+    cluster.create_topic("sink.split", 1, 1).unwrap();
+    let metrics = new_metrics();
+    let mut limited = settings(&cluster.bootstrap_servers());
+    limited.max_in_flight = 4;
+    let (tx, rx) = mpsc::channel(1);
+    let controller = shutdown_controller();
+    // Each ticket with the in-flight gauge as the ack finds it: the gauge is set after every
+    // record taken and every ack, so its largest value is the most records ever unacked.
+    let delivered = Arc::new(Mutex::new(Vec::new()));
+    let sink = {
+        let delivered = delivered.clone();
+        let gauge = metrics.clone();
+        tokio::spawn(run_kafka_sink(
+            limited,
+            rx,
+            move |ticket: u32| {
+                delivered
+                    .lock()
+                    .unwrap()
+                    .push((ticket, gauge.in_flight.get()))
+            },
+            metrics.clone(),
+            controller.subscribe(),
+        ))
+    };
+    let batch = (0..40)
+        .map(|n| SinkItem {
+            record: record("sink.split", n),
+            ticket: n,
+            origin: RecordOrigin::default(),
+        })
+        .collect();
+    tx.send(batch).await.unwrap();
+    drop(tx);
+    let summary = tokio::time::timeout(Duration::from_secs(60), sink)
+        .await
+        .expect("sink finishes")
+        .unwrap()
+        .unwrap();
+    assert_eq!(summary.delivered, 40);
+    let delivered = delivered.lock().unwrap().clone();
+    let tickets: Vec<u32> = delivered.iter().map(|(ticket, _)| *ticket).collect();
+    assert_eq!(tickets, (0..40).collect::<Vec<_>>());
+    let most = delivered.iter().map(|(_, in_flight)| *in_flight).max();
+    assert!(
+        most.is_some_and(|most| (1..=4).contains(&most)),
+        "in flight reached {most:?} with a limit of 4"
+    );
+    assert_eq!(metrics.in_flight.get(), 0);
+    let ids: Vec<String> = read_topic(&cluster.bootstrap_servers(), "sink.split", 40)
+        .await
+        .iter()
+        .map(|record| record.header("id").unwrap_or_default().to_owned())
+        .collect();
+    let expected: Vec<String> = (0..40).map(|n| format!("event-{n}")).collect();
+    assert_eq!(ids, expected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -585,18 +654,18 @@ async fn a_record_above_message_max_bytes_is_dead_lettered_with_a_prefix() {
     ));
     let mut big = record("sink.big", 0);
     big.payload = Some(vec![b'z'; 50_000]);
-    tx.send(SinkItem {
+    tx.send(vec![SinkItem {
         record: big,
         ticket: 0,
         origin: RecordOrigin::default(),
-    })
+    }])
     .await
     .unwrap();
-    tx.send(SinkItem {
+    tx.send(vec![SinkItem {
         record: record("sink.big", 1),
         ticket: 1,
         origin: RecordOrigin::default(),
-    })
+    }])
     .await
     .unwrap();
     drop(tx);
@@ -727,11 +796,11 @@ async fn run_records(
         controller.subscribe(),
     ));
     for (ticket, record) in (0u32..).zip(records) {
-        tx.send(SinkItem {
+        tx.send(vec![SinkItem {
             record,
             ticket,
             origin: RecordOrigin::default(),
-        })
+        }])
         .await
         .unwrap();
     }
@@ -807,13 +876,13 @@ async fn first_record_rejected(error: RDKafkaRespErr, count: usize) -> Rejection
         ticket: n,
         origin: RecordOrigin::default(),
     };
-    tx.send(send(0)).await.unwrap();
+    tx.send(vec![send(0)]).await.unwrap();
     let waited = std::time::Instant::now();
     while delivered.lock().unwrap().is_empty() && waited.elapsed() < Duration::from_secs(20) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for n in 1..=3 {
-        tx.send(send(n)).await.unwrap();
+        tx.send(vec![send(n)]).await.unwrap();
     }
     drop(tx);
     let result = match tokio::time::timeout(Duration::from_secs(30), sink).await {
@@ -922,9 +991,9 @@ async fn a_stalled_record_lands_before_a_younger_record_of_its_key() {
         ticket: n,
         origin: RecordOrigin::default(),
     };
-    tx.send(on_key(0)).await.unwrap();
+    tx.send(vec![on_key(0)]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    tx.send(on_key(1)).await.unwrap();
+    tx.send(vec![on_key(1)]).await.unwrap();
     // The errors clear as soon as the sink reacts to A's missing ack (a timeout report
     // before, the stall watchdog now), while B is still young.
     let waited = std::time::Instant::now();
@@ -988,7 +1057,7 @@ async fn waiting_to_create_the_dead_letter_topic_honours_shutdown() {
         ticket,
         origin: RecordOrigin::default(),
     };
-    tx.send(item(record("sink.unreachable", 0), 0))
+    tx.send(vec![item(record("sink.unreachable", 0), 0)])
         .await
         .unwrap();
     let waited = std::time::Instant::now();
@@ -1001,7 +1070,7 @@ async fn waiting_to_create_the_dead_letter_topic_honours_shutdown() {
     cluster.broker_down(1).unwrap();
     let mut big = record("sink.unreachable", 1);
     big.payload = Some(vec![b'z'; 50_000]);
-    tx.send(item(big, 1)).await.unwrap();
+    tx.send(vec![item(big, 1)]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let asked = std::time::Instant::now();
     controller.send_replace(true);
@@ -1089,7 +1158,7 @@ async fn run_big_records(
             ticket: n,
             origin: RecordOrigin::default(),
         };
-        if tx.send(item).await.is_err() {
+        if tx.send(vec![item]).await.is_err() {
             break;
         }
     }

@@ -266,7 +266,7 @@ struct OpenBatch {
 #[allow(clippy::too_many_arguments)]
 pub async fn run_transactional_sink<T, F, B, S>(
     settings: TransactionalSinkSettings,
-    mut input: mpsc::Receiver<SinkItem<T>>,
+    mut input: mpsc::Receiver<Vec<SinkItem<T>>>,
     mut on_delivered: F,
     mut boundary: B,
     progress: Arc<Notify>,
@@ -338,6 +338,9 @@ where
     let mut last_idle_commit: Option<Instant> = None;
     // Taken from the input and not yet sent (see the top of the loop).
     let mut next_item: Option<SinkItem<T>> = None;
+    // The rest of the input batch `next_item` came from, in order: each becomes `next_item`
+    // in a pass of its own, under the same conditions as a record from the channel.
+    let mut held: std::vec::IntoIter<SinkItem<T>> = Vec::new().into_iter();
     // A record rejected before, sent alone: nothing else is sent until its report.
     let mut sending_alone: Option<u64> = None;
 
@@ -569,7 +572,7 @@ where
             _ = sleep_until_or_forever(batch_due_at) => {}
             _ = sleep_until_or_forever(idle_at), if !stopping => {}
             _ = progress.notified(), if boundary_missed || !batch.open => {}
-            received = input.recv(), if accepting => {
+            received = next_held_or_received(&mut held, &mut input), if accepting => {
                 match received {
                     Some(item) => next_item = Some(item),
                     None => input_open = false,
@@ -580,6 +583,20 @@ where
     InFlightChanged { in_flight: 0 }.emit(metrics);
     tokio::task::spawn_blocking(move || drop(producer));
     Ok(summary)
+}
+
+/// The next record: the next of the batch taken last, else the first of the next non-empty
+/// batch from `input` (`None` once it closed).
+async fn next_held_or_received<T>(
+    held: &mut std::vec::IntoIter<SinkItem<T>>,
+    input: &mut mpsc::Receiver<Vec<SinkItem<T>>>,
+) -> Option<SinkItem<T>> {
+    loop {
+        if let Some(item) = held.next() {
+            return Some(item);
+        }
+        *held = input.recv().await?.into_iter();
+    }
 }
 
 /// Bytes a record adds to a batch.

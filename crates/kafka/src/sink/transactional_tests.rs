@@ -99,10 +99,10 @@ fn boundary_of(
 }
 
 /// Registers `count` records of one binlog transaction, ends it at `end` when given, and
-/// sends them to the sink.
+/// sends them to the sink in one batch.
 async fn feed_transaction(
     tracker: &Arc<Mutex<AckTracker>>,
-    input: &mpsc::Sender<SinkItem<TestTicket>>,
+    input: &mpsc::Sender<Vec<SinkItem<TestTicket>>>,
     topic: &str,
     first: u64,
     count: u64,
@@ -116,16 +116,16 @@ async fn feed_transaction(
         }
         tokens
     };
-    for (n, token) in (first..).zip(tokens) {
-        input
-            .send(SinkItem {
-                record: record(topic, n),
-                ticket: TestTicket(token),
-                origin: RecordOrigin::default(),
-            })
-            .await
-            .unwrap();
-    }
+    // The transaction's records as one input batch, as the router hands them on.
+    let batch = (first..)
+        .zip(tokens)
+        .map(|(n, token)| SinkItem {
+            record: record(topic, n),
+            ticket: TestTicket(token),
+            origin: RecordOrigin::default(),
+        })
+        .collect();
+    input.send(batch).await.unwrap();
 }
 
 /// Header `id`s of everything `topic` holds for a `read_committed` reader (Kafka's
@@ -145,7 +145,7 @@ fn start_sink(
     settings: TransactionalSinkSettings,
     tracker: &Arc<Mutex<AckTracker>>,
 ) -> (
-    mpsc::Sender<SinkItem<TestTicket>>,
+    mpsc::Sender<Vec<SinkItem<TestTicket>>>,
     Arc<Notify>,
     tokio::task::JoinHandle<Result<TransactionalSummary, SinkError>>,
     watch::Sender<bool>,

@@ -14,12 +14,10 @@ use tokio::sync::{mpsc, Notify};
 use super::committer::{run_committer, CommitterSettings};
 use super::error::RelayError;
 use super::identity::{initial_position, source_identity};
-use super::router_task::{run_router, RouterTaskContext};
+use super::router_task::{run_router, RouterTaskContext, SinkBatch};
 use super::source::{run_source, SourceItem, SourceSettings};
 use super::startup::{connect_source, ConnectedSource};
-use super::tracking::{
-    delivery_acker, exactly_once_boundary, RecordTicket, RecordTransactions, SharedTracker,
-};
+use super::tracking::{delivery_acker, exactly_once_boundary, RecordTransactions, SharedTracker};
 use super::RelaySummary;
 use crate::budget::InFlightBudget;
 use crate::config::{DeliveryMode, RelayConfig};
@@ -29,7 +27,7 @@ use crate::replay::{ReplayCounter, SentThrough};
 use crate::shutdown::ShutdownController;
 use crate::sink::{
     run_kafka_sink, run_transactional_sink, KafkaSinkSettings, RejectedRecords, SinkError,
-    SinkItem, TransactionalSinkSettings,
+    TransactionalSinkSettings,
 };
 use crate::tasks::spawn_named;
 
@@ -130,7 +128,11 @@ pub(super) async fn run_pipeline(
     // the byte budget: 102 MiB resident instead of ~30).
     let batch_capacity = capacity.div_ceil(super::source::MAX_BATCH_ITEMS).max(1);
     let (items_tx, items_rx) = mpsc::channel::<SourceItem>(batch_capacity);
-    let (records_tx, records_rx) = mpsc::channel::<SinkItem<RecordTicket>>(capacity);
+    // The router hands the sink batches of up to SINK_BATCH_ITEMS records likewise.
+    let sink_batch_capacity = capacity
+        .div_ceil(super::router_task::SINK_BATCH_ITEMS)
+        .max(1);
+    let (records_tx, records_rx) = mpsc::channel::<SinkBatch>(sink_batch_capacity);
     let budget = InFlightBudget::new(config.pipeline.max_in_flight_bytes);
 
     // The source has its own stop signal: a failing source or router stops reading, but the

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_binlog::{StreamItem, XaBoundary};
+use outbox_binlog::{BinlogPosition, StreamItem, XaBoundary};
 use outbox_checkpoint::CheckpointPosition;
 use outbox_router::{RouteOutcome, Router};
 use tokio::sync::{mpsc, Notify};
@@ -53,6 +53,17 @@ pub(super) struct RouterTaskContext {
     pub(super) replay: ReplayCounter,
 }
 
+/// The most records the router hands the sink in one channel message: a source batch's
+/// worth ([`super::source::MAX_BATCH_ITEMS`]). The router -> sink channel holds
+/// `channel_capacity / SINK_BATCH_ITEMS` batches (`pipeline/attempt.rs`), so it holds about
+/// `channel_capacity` records at most, as when it counted records; an XA transaction's
+/// released records go in batches of this size too.
+pub(super) const SINK_BATCH_ITEMS: usize = super::source::MAX_BATCH_ITEMS;
+
+/// Records handed to the sink in one channel send, in order, never empty: one wake-up of
+/// the sink per source batch instead of one per record.
+pub(super) type SinkBatch = Vec<SinkItem<RecordTicket>>;
+
 /// A held XA record, released for sending: it gets its ack token now (so the checkpoint
 /// waits for it) and keeps its budget permit; `xa_release` is the prepared transaction's
 /// shared release, `None` for a one-phase XA commit.
@@ -78,7 +89,7 @@ pub(super) fn held_record_to_sink_item(
 pub(super) async fn run_router(
     context: RouterTaskContext,
     mut items: mpsc::Receiver<SourceItem>,
-    records: mpsc::Sender<SinkItem<RecordTicket>>,
+    records: mpsc::Sender<SinkBatch>,
     mut shutdown: Shutdown,
 ) -> Result<(), RelayError> {
     let RouterTaskContext {
@@ -97,17 +108,24 @@ pub(super) async fn run_router(
     // `completed_transactions` once the checkpoint passes them.
     let mut ended_transactions: u64 = 0;
     let mut records_in_open_transaction: u64 = 0;
-    let mut end_transaction = |position: CheckpointPosition, records: &mut u64| {
-        ended_transactions += 1;
-        if *records > 0 {
-            // Before `end_transaction`, so the committer never sees the end without it.
-            lock_records(&record_transactions).push_back(ended_transactions);
-            sent_through.advance(&position.binlog);
-        }
-        *records = 0;
-        lock_tracker(&tracker).end_transaction(position);
-        progress.notify_one();
-    };
+    // The newest transaction end whose records are registered but may still wait in
+    // `outgoing`: `sent_through` advances to it only once they went to the sink (crate::replay
+    // counts what was handed on for sending).
+    let mut handed_through: Option<BinlogPosition> = None;
+    let mut end_transaction =
+        |position: CheckpointPosition,
+         records: &mut u64,
+         handed_through: &mut Option<BinlogPosition>| {
+            ended_transactions += 1;
+            if *records > 0 {
+                // Before `end_transaction`, so the committer never sees the end without it.
+                lock_records(&record_transactions).push_back(ended_transactions);
+                *handed_through = Some(position.binlog.clone());
+            }
+            *records = 0;
+            lock_tracker(&tracker).end_transaction(position);
+            progress.notify_one();
+        };
     let mut xa = XaHolds::new(max_in_flight_bytes);
     let mut xa_ticker = tokio::time::interval(Duration::from_secs(1));
     xa_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -115,6 +133,9 @@ pub(super) async fn run_router(
     // are registered under one lock and sent at the transaction's end or the batch's end,
     // whichever comes first.
     let mut pending: Vec<PendingRecord> = Vec::new();
+    // Records registered with the tracker, in order, not yet handed to the sink: sent as one
+    // batch at the source batch's end (or when SINK_BATCH_ITEMS are waiting).
+    let mut outgoing: SinkBatch = Vec::new();
     loop {
         let batch = tokio::select! {
             _ = shutdown.recv() => return Ok(()),
@@ -137,17 +158,25 @@ pub(super) async fn run_router(
             },
         };
         for (item, budget) in batch {
-            if !matches!(item, StreamItem::Row(_))
-                && !send_pending(
+            if !matches!(item, StreamItem::Row(_)) {
+                register_pending(
                     &tracker,
-                    &records,
-                    &mut shutdown,
                     &mut pending,
+                    &mut outgoing,
                     &mut records_in_open_transaction,
-                )
-                .await
-            {
-                return Ok(());
+                );
+                if outgoing.len() >= SINK_BATCH_ITEMS
+                    && !send_outgoing(
+                        &records,
+                        &mut shutdown,
+                        &mut outgoing,
+                        &sent_through,
+                        &mut handed_through,
+                    )
+                    .await
+                {
+                    return Ok(());
+                }
             }
             match item {
                 StreamItem::Row(mut row) => {
@@ -173,12 +202,18 @@ pub(super) async fn run_router(
                         Err(error) if !dead_letter.dead_letters("routing") => {
                             // What was routed before it still goes to the sink, which
                             // delivers it before stopping (as without batching).
-                            send_pending(
+                            register_pending(
                                 &tracker,
+                                &mut pending,
+                                &mut outgoing,
+                                &mut records_in_open_transaction,
+                            );
+                            send_outgoing(
                                 &records,
                                 &mut shutdown,
-                                &mut pending,
-                                &mut records_in_open_transaction,
+                                &mut outgoing,
+                                &sent_through,
+                                &mut handed_through,
                             )
                             .await;
                             return Err(RelayError::Routing(Box::new(error)));
@@ -257,12 +292,21 @@ pub(super) async fn run_router(
                                         ));
                                         for held in prepared.records {
                                             records_in_open_transaction += 1;
-                                            let item = held_record_to_sink_item(
+                                            outgoing.push(held_record_to_sink_item(
                                                 &tracker,
                                                 held,
                                                 Some(release.clone()),
-                                            );
-                                            if !send_to_sink(&records, &mut shutdown, item).await {
+                                            ));
+                                            if outgoing.len() >= SINK_BATCH_ITEMS
+                                                && !send_outgoing(
+                                                    &records,
+                                                    &mut shutdown,
+                                                    &mut outgoing,
+                                                    &sent_through,
+                                                    &mut handed_through,
+                                                )
+                                                .await
+                                            {
                                                 return Ok(());
                                             }
                                         }
@@ -285,8 +329,17 @@ pub(super) async fn run_router(
                             // A one-phase XA commit: the held records are this transaction's.
                             for held in xa.take_open() {
                                 records_in_open_transaction += 1;
-                                let item = held_record_to_sink_item(&tracker, held, None);
-                                if !send_to_sink(&records, &mut shutdown, item).await {
+                                outgoing.push(held_record_to_sink_item(&tracker, held, None));
+                                if outgoing.len() >= SINK_BATCH_ITEMS
+                                    && !send_outgoing(
+                                        &records,
+                                        &mut shutdown,
+                                        &mut outgoing,
+                                        &sent_through,
+                                        &mut handed_through,
+                                    )
+                                    .await
+                                {
                                     return Ok(());
                                 }
                             }
@@ -309,6 +362,7 @@ pub(super) async fn run_router(
                     end_transaction(
                         CheckpointPosition::after_commit(&commit),
                         &mut records_in_open_transaction,
+                        &mut handed_through,
                     )
                 }
                 StreamItem::Heartbeat(heartbeat) => {
@@ -316,17 +370,25 @@ pub(super) async fn run_router(
                     end_transaction(
                         CheckpointPosition::at_heartbeat(&heartbeat),
                         &mut records_in_open_transaction,
+                        &mut handed_through,
                     )
                 }
             }
         }
-        // A batch cut inside a transaction: its records go on now, the end follows.
-        if !send_pending(
+        // A batch cut inside a transaction: its records go on now, the end follows. Every
+        // record routed from the batch goes to the sink in one send.
+        register_pending(
             &tracker,
+            &mut pending,
+            &mut outgoing,
+            &mut records_in_open_transaction,
+        );
+        if !send_outgoing(
             &records,
             &mut shutdown,
-            &mut pending,
-            &mut records_in_open_transaction,
+            &mut outgoing,
+            &sent_through,
+            &mut handed_through,
         )
         .await
         {
@@ -335,7 +397,7 @@ pub(super) async fn run_router(
     }
 }
 
-/// A routed record of the open transaction, waiting for [`send_pending`].
+/// A routed record of the open transaction, waiting for [`register_pending`].
 struct PendingRecord {
     /// The record (or a routing error's dead letter).
     record: OutboundRecord,
@@ -346,50 +408,52 @@ struct PendingRecord {
 }
 
 /// Registers the pending records with the tracker in order under one lock (they are all of
-/// the open transaction), counts them in `records_in_open_transaction`, and sends them to
-/// the sink in order; false when the relay is stopping (or the sink is gone).
-async fn send_pending(
+/// the open transaction), counts them in `records_in_open_transaction`, and moves them to
+/// `outgoing`, behind the records registered before them.
+fn register_pending(
     tracker: &SharedTracker,
-    records: &mpsc::Sender<SinkItem<RecordTicket>>,
-    shutdown: &mut Shutdown,
     pending: &mut Vec<PendingRecord>,
+    outgoing: &mut SinkBatch,
     records_in_open_transaction: &mut u64,
-) -> bool {
+) {
     if pending.is_empty() {
-        return true;
+        return;
     }
-    let items: Vec<SinkItem<RecordTicket>> = {
-        let mut tracker = lock_tracker(tracker);
-        pending
-            .drain(..)
-            .map(|pending| SinkItem {
-                record: pending.record,
-                ticket: RecordTicket {
-                    token: tracker.add_record(),
-                    budget: pending.budget,
-                    xa_release: None,
-                },
-                origin: pending.origin,
-            })
-            .collect()
-    };
-    *records_in_open_transaction += items.len() as u64;
-    for item in items {
-        if !send_to_sink(records, shutdown, item).await {
+    *records_in_open_transaction += pending.len() as u64;
+    let mut tracker = lock_tracker(tracker);
+    outgoing.extend(pending.drain(..).map(|pending| SinkItem {
+        record: pending.record,
+        ticket: RecordTicket {
+            token: tracker.add_record(),
+            budget: pending.budget,
+            xa_release: None,
+        },
+        origin: pending.origin,
+    }));
+}
+
+/// Hands the `outgoing` records to the sink as one batch (none when there are none), then
+/// advances `sent_through` to `handed_through`, whose records are all sent now; false when
+/// the relay is stopping (or the sink is gone): the records stay unsent and unreported.
+async fn send_outgoing(
+    records: &mpsc::Sender<SinkBatch>,
+    shutdown: &mut Shutdown,
+    outgoing: &mut SinkBatch,
+    sent_through: &SentThrough,
+    handed_through: &mut Option<BinlogPosition>,
+) -> bool {
+    if !outgoing.is_empty() {
+        let batch = std::mem::take(outgoing);
+        let sent = tokio::select! {
+            _ = shutdown.recv() => false,
+            sent = records.send(batch) => sent.is_ok(),
+        };
+        if !sent {
             return false;
         }
     }
-    true
-}
-
-/// Sends one record to the sink; false when the relay is stopping (or the sink is gone).
-pub(super) async fn send_to_sink(
-    records: &mpsc::Sender<SinkItem<RecordTicket>>,
-    shutdown: &mut Shutdown,
-    item: SinkItem<RecordTicket>,
-) -> bool {
-    tokio::select! {
-        _ = shutdown.recv() => false,
-        sent = records.send(item) => sent.is_ok(),
+    if let Some(position) = handed_through.take() {
+        sent_through.advance(&position);
     }
+    true
 }
