@@ -34,13 +34,18 @@
 //!   request is bounded (`admin_timeout`), and waiting for a topic (the first record's, or
 //!   the dead-letter topic's when a record is dead-lettered) gives way to shutdown: the
 //!   record then stays unreported.
+//! * The input carries batches of records in order (`Vec<SinkItem>`, one channel message
+//!   each): the at-least-once sink takes a batch's records one after the other while the
+//!   limits below allow and keeps the rest, in order, for later passes (a batch may be
+//!   split, never reordered); the exactly-once sink takes them one per pass.
 //! * At most `max_in_flight` records are unacked at any time; the bounded input channel
 //!   then applies backpressure upstream.
 //!
 //! # Shutdown
 //! When the shutdown signal fires the sink takes no new input and waits up to
 //! `drain_timeout` for the records in flight; those still unacked at the deadline are
-//! abandoned (never reported), which keeps them out of the checkpoint.
+//! abandoned (never reported), which keeps them out of the checkpoint. Records of a batch
+//! not taken yet are dropped unreported, as those still in the channel.
 //!
 //! # Layout
 //! * `producer`: the librdkafka properties, client construction, and enqueueing one record

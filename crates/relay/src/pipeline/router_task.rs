@@ -157,6 +157,9 @@ pub(super) async fn run_router(
                 None => return Ok(()),
             },
         };
+        // At most one record per item (XA releases beyond it flush at SINK_BATCH_ITEMS): one
+        // allocation for the batch's records instead of growing by doubling.
+        outgoing.reserve(batch.len().min(SINK_BATCH_ITEMS));
         for (item, budget) in batch {
             if !matches!(item, StreamItem::Row(_)) {
                 register_pending(
