@@ -124,13 +124,22 @@ pub(super) async fn run_source(
                 // What the last large event's rows left goes back first: the source holds
                 // no budget it does not use while it waits for more.
                 drop(credit.take());
-                let Some(reserved) =
-                    reserve_handing_on(&settings.budget, bytes, &items, &mut shutdown, &mut batch)
-                        .await
-                else {
-                    return Ok(());
+                credit = match settings.budget.reserve(bytes).now_or_never() {
+                    Some(reserved) => reserved,
+                    None => {
+                        let waited = wait_for_budget(
+                            &settings.budget,
+                            bytes,
+                            &items,
+                            &mut shutdown,
+                            &mut batch,
+                        );
+                        let Some(reserved) = waited.await else {
+                            return Ok(());
+                        };
+                        reserved
+                    }
                 };
-                credit = reserved;
                 metrics
                     .in_flight_bytes
                     .set(i64::try_from(settings.budget.reserved_bytes()).unwrap_or(i64::MAX));
@@ -158,28 +167,37 @@ pub(super) async fn run_source(
                         let bytes = row_change_bytes(row);
                         // From the credit of the row's large event, if any; the rest (all
                         // of it for a row of a small event) is reserved now.
-                        let (mut permit, missing) =
-                            settings.budget.take_from_credit(&mut credit, bytes);
-                        if missing > 0 {
-                            let Some(more) = reserve_handing_on(
-                                &settings.budget,
-                                missing,
-                                &items,
-                                &mut shutdown,
-                                &mut batch,
-                            )
-                            .await
-                            else {
-                                return Ok(());
+                        let (taken, missing) = match credit {
+                            None => (None, bytes),
+                            Some(_) => settings.budget.take_from_credit(&mut credit, bytes),
+                        };
+                        let permit = if missing == 0 {
+                            taken
+                        } else {
+                            let more = match settings.budget.reserve(missing).now_or_never() {
+                                Some(more) => more,
+                                None => {
+                                    let waited = wait_for_budget(
+                                        &settings.budget,
+                                        missing,
+                                        &items,
+                                        &mut shutdown,
+                                        &mut batch,
+                                    );
+                                    let Some(more) = waited.await else {
+                                        return Ok(());
+                                    };
+                                    more
+                                }
                             };
-                            permit = match (permit, more) {
+                            match (taken, more) {
                                 (Some(mut taken), Some(more)) => {
                                     taken.merge(more);
                                     Some(taken)
                                 }
                                 (taken, more) => taken.or(more),
-                            };
-                        }
+                            }
+                        };
                         metrics.in_flight_bytes.set(
                             i64::try_from(settings.budget.reserved_bytes()).unwrap_or(i64::MAX),
                         );
@@ -297,20 +315,17 @@ pub(super) async fn run_source(
     }
 }
 
-/// Reserves `bytes` of the budget: at once when they fit; otherwise only acks free budget,
-/// and the rows batched here hold some, so they are handed on first and then the source
-/// waits. `None` when the relay is stopping or the router is gone; `Some(None)` only if
-/// the budget was closed (never).
-async fn reserve_handing_on(
+/// Reserves `bytes` of the budget that did not fit at once: only acks free budget, and the
+/// rows batched here hold some, so they are handed on first, then the source waits.
+/// `None` when the relay is stopping or the router is gone; `Some(None)` only if the
+/// budget was closed (never).
+async fn wait_for_budget(
     budget: &InFlightBudget,
     bytes: usize,
     items: &mpsc::Sender<SourceItem>,
     shutdown: &mut Shutdown,
     batch: &mut Vec<BudgetedItem>,
 ) -> Option<Option<BudgetPermit>> {
-    if let Some(permit) = budget.reserve(bytes).now_or_never() {
-        return Some(permit);
-    }
     if !hand_on(items, shutdown, batch).await {
         return None;
     }
