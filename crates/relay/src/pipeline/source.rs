@@ -46,9 +46,11 @@ pub(super) struct SourceSettings {
 }
 
 /// Rows events of this many raw bytes or more reserve their size in the budget before they
-/// are decoded (see the module docs; events smaller than that cost at most this much beyond
-/// the budget while their row waits). 1 MiB: where the sink starts handing payloads over
-/// to librdkafka, and far above the rows of usual outbox events, which thus pay nothing.
+/// are decoded (see the module docs). A smaller event is decoded first and its rows reserve
+/// afterwards, as before: while one of its rows waits, its raw and decoded bytes (about
+/// twice its size, so under 2 MiB) are held beyond the budget. 1 MiB: where the sink starts
+/// handing payloads over to librdkafka, and far above the rows of usual outbox events,
+/// which thus pay nothing for it.
 pub(super) const RESERVE_BEFORE_DECODING_BYTES: usize = 1 << 20;
 
 /// The most stream items the source hands the router in one [`SourceItem::Batch`]: a
