@@ -126,22 +126,12 @@ pub(super) async fn run_source(
                 // What the last large event's rows left goes back first: the source holds
                 // no budget it does not use while it waits for more.
                 drop(credit.take());
-                credit = match settings.budget.reserve(bytes).now_or_never() {
-                    Some(reserved) => reserved,
-                    None => {
-                        let waited = wait_for_budget(
-                            &settings.budget,
-                            bytes,
-                            &items,
-                            &mut shutdown,
-                            &mut batch,
-                        );
-                        let Some(reserved) = waited.await else {
-                            return Ok(());
-                        };
-                        reserved
-                    }
+                let reserved =
+                    reserve_budget(&settings.budget, bytes, &items, &mut shutdown, &mut batch);
+                let Some(reserved) = reserved.await else {
+                    return Ok(());
                 };
+                credit = reserved;
                 metrics
                     .in_flight_bytes
                     .set(i64::try_from(settings.budget.reserved_bytes()).unwrap_or(i64::MAX));
@@ -176,21 +166,15 @@ pub(super) async fn run_source(
                         let permit = if missing == 0 {
                             taken
                         } else {
-                            let more = match settings.budget.reserve(missing).now_or_never() {
-                                Some(more) => more,
-                                None => {
-                                    let waited = wait_for_budget(
-                                        &settings.budget,
-                                        missing,
-                                        &items,
-                                        &mut shutdown,
-                                        &mut batch,
-                                    );
-                                    let Some(more) = waited.await else {
-                                        return Ok(());
-                                    };
-                                    more
-                                }
+                            let more = reserve_budget(
+                                &settings.budget,
+                                missing,
+                                &items,
+                                &mut shutdown,
+                                &mut batch,
+                            );
+                            let Some(more) = more.await else {
+                                return Ok(());
                             };
                             match (taken, more) {
                                 (Some(mut taken), Some(more)) => {
@@ -317,17 +301,20 @@ pub(super) async fn run_source(
     }
 }
 
-/// Reserves `bytes` of the budget that did not fit at once: only acks free budget, and the
-/// rows batched here hold some, so they are handed on first, then the source waits.
+/// Reserves `bytes` of the budget: at once when they fit; otherwise only acks free budget,
+/// and the rows batched here hold some, so they are handed on first, then the source waits.
 /// `None` when the relay is stopping or the router is gone; `Some(None)` only if the
 /// budget was closed (never).
-async fn wait_for_budget(
+async fn reserve_budget(
     budget: &InFlightBudget,
     bytes: usize,
     items: &mpsc::Sender<SourceItem>,
     shutdown: &mut Shutdown,
     batch: &mut Vec<BudgetedItem>,
 ) -> Option<Option<BudgetPermit>> {
+    if let Some(reserved) = budget.reserve(bytes).now_or_never() {
+        return Some(reserved);
+    }
     if !hand_on(items, shutdown, batch).await {
         return None;
     }
