@@ -293,6 +293,38 @@ impl Decoder {
         self.group != Group::Idle || self.payload.is_some()
     }
 
+    /// Whether pushing `event` may yield rows, judged from its header and table id alone
+    /// (nothing decoded, no checksum computed): a rows event whose table id maps to a
+    /// watched table, or to no TABLE_MAP known here (`push` then says what is wrong), or a
+    /// compressed transaction (TRANSACTION_PAYLOAD). False for every other event and for
+    /// rows of a table the filter does not watch. The live reader asks this before it
+    /// decodes a large event, so its caller can reserve memory for the rows first.
+    pub(crate) fn may_yield_rows(&self, event: &[u8]) -> bool {
+        let Some(header) = EventHeader::read(event) else {
+            return false;
+        };
+        match header.event_type_raw() {
+            code::TRANSACTION_PAYLOAD => true,
+            code::WRITE_ROWS_V1
+            | code::UPDATE_ROWS_V1
+            | code::DELETE_ROWS_V1
+            | code::WRITE_ROWS
+            | code::UPDATE_ROWS
+            | code::DELETE_ROWS => {
+                let body = event.get(HEADER_LEN..).unwrap_or_default();
+                match rows::read_table_id(body, self.table_id_bytes) {
+                    Ok(table_id) => !matches!(
+                        self.tables.get(&table_id),
+                        Some(MappedTable { plan: None, .. })
+                    ),
+                    // Malformed: decoding it fails and says why.
+                    Err(_) => true,
+                }
+            }
+            _ => false,
+        }
+    }
+
     /// The binlog file the decoder is currently in.
     pub(crate) fn current_file(&self) -> &str {
         &self.current_file

@@ -45,7 +45,7 @@ pub use internal_events::{
 };
 #[doc(hidden)]
 pub use live::pull_raw_events;
-pub use live::{BinlogReader, ReaderConfig, StartPosition, DEFAULT_READ_AHEAD_EVENTS};
+pub use live::{BinlogReader, NextItem, ReaderConfig, StartPosition, DEFAULT_READ_AHEAD_EVENTS};
 pub use tls::{connect_to_server, TlsMode, TlsOptions, TlsSession, TlsVersion};
 pub use types::{
     BinlogPosition, ColumnNames, Commit, DateTime, Flavor, Heartbeat, JsonText, Row, RowChange,

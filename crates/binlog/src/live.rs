@@ -40,6 +40,18 @@
 //! per socket read, none per event) and measures silence: it restarts with every read, so a
 //! large event that takes longer than `idle_timeout` to arrive still gets through.
 //!
+//! # Large events
+//! Decoding an event copies its rows' values out of the raw bytes, so while a decoded row
+//! waits for room downstream both copies are live. A caller that bounds the memory of rows
+//! in flight (the relay's `pipeline.max_in_flight_bytes`) calls
+//! [`BinlogReader::next_item_or_large_event`] instead of `next_item`: it stops before
+//! decoding an event at or above a size limit that may yield rows (a rows event of a
+//! watched table, or a compressed transaction), returning its raw size, so the caller can
+//! reserve that much first. Until the next call the reader holds only that event's raw
+//! bytes (inline reading reads nothing more; a read-ahead task keeps reading up to its
+//! channel's capacity). Which events may yield rows is read from the event header and
+//! table id alone (`Decoder::may_yield_rows`); nothing is skipped or reordered.
+//!
 //! # Cancellation
 //! [`BinlogReader::next_item`] is cancel-safe: it may be dropped at any `.await` (e.g. in a
 //! `tokio::select!` with a shutdown signal). Partly read packets stay in the connection's
@@ -78,6 +90,8 @@ mod ddl_scan;
 mod fake_server;
 #[cfg(test)]
 mod fixture_stream_tests;
+#[cfg(test)]
+mod large_event_tests;
 mod raw_pull;
 mod read_ahead;
 mod replication_connection;
@@ -202,6 +216,20 @@ impl fmt::Display for StartPosition {
     }
 }
 
+/// What [`BinlogReader::next_item_or_large_event`] found next.
+#[derive(Debug)]
+pub enum NextItem {
+    /// The next item, as [`BinlogReader::next_item`] returns it.
+    Item(StreamItem),
+    /// The next event to decode may yield rows and is at least the limit asked for. Nothing
+    /// of it is decoded yet: the reader holds its raw bytes and the next call decodes it.
+    LargeRowsEvent {
+        /// The event's size as the server sent it (common header, body, checksum): about
+        /// what its rows take once decoded (less for a compressed transaction).
+        bytes: usize,
+    },
+}
+
 /// A live replication stream from one server. See the module docs.
 pub struct BinlogReader {
     /// How to reach the server (also for side connections) and its address for errors.
@@ -233,6 +261,10 @@ pub struct BinlogReader {
     /// True while the event at `next_event_index` waits for a column-name lookup (the
     /// decoder is inside it, so its boundary is not a resume point yet).
     event_waits_for_column_names: bool,
+    /// True once the event at `next_event_index` was announced as a large rows event
+    /// ([`NextItem::LargeRowsEvent`]): the next call decodes it instead of announcing it
+    /// again. Cleared whenever `next_event_index` moves to another event.
+    large_event_announced: bool,
     /// Normal connection for information_schema lookups and error explanations; kept
     /// open, reopened when lost.
     side_connection: Option<Conn>,
@@ -370,6 +402,7 @@ impl BinlogReader {
             },
             decoded_items: VecDeque::new(),
             event_waits_for_column_names: false,
+            large_event_announced: false,
             side_connection: server_gtids_at_start.as_ref().map(|_| side),
             server_gtids_at_start: server_gtids_at_start.flatten(),
             handed_out_boundary: match &resolved {
@@ -410,6 +443,27 @@ impl BinlogReader {
     /// [`BinlogError::DuplicateServerId`] when another replica with our `server_id` took
     /// over (module docs).
     pub async fn next_item(&mut self) -> Result<StreamItem, BinlogError> {
+        loop {
+            // With no limit no event is announced; the loop only satisfies the type.
+            if let NextItem::Item(item) = self.next_item_or_large_event(usize::MAX).await? {
+                return Ok(item);
+            }
+        }
+    }
+
+    /// Like [`BinlogReader::next_item`], but stops before decoding a large event that may
+    /// yield rows (see `# Large events` in the module docs): when the next event to decode
+    /// is `limit` bytes or more and is a rows event of a watched table (or a compressed
+    /// transaction), returns [`NextItem::LargeRowsEvent`] with its raw size instead,
+    /// having decoded nothing of it. The reader then holds that event's raw bytes only,
+    /// and reads nothing further until called again; the next call decodes it, whatever
+    /// `limit` (an event is announced once). So a caller that bounds the memory of rows
+    /// in flight can reserve the event's size first and never holds a decoded copy of a
+    /// row it has no room for. Cancel-safe, fails like `next_item`.
+    pub async fn next_item_or_large_event(
+        &mut self,
+        limit: usize,
+    ) -> Result<NextItem, BinlogError> {
         if let Some((transient, message)) = &self.failure {
             let position = self.position_text();
             let server = self.endpoint.address.clone();
@@ -434,7 +488,7 @@ impl BinlogReader {
         loop {
             if let Some(item) = self.decoded_items.pop_front() {
                 self.note_handed_out(&item);
-                return Ok(item);
+                return Ok(NextItem::Item(item));
             }
             let Some(event) = self.read_ahead_batch.get(self.next_event_index) else {
                 if let Err(error) = self.next_batch().await {
@@ -442,10 +496,18 @@ impl BinlogReader {
                 }
                 continue;
             };
+            if event.len() >= limit
+                && !self.large_event_announced
+                && self.decoder.may_yield_rows(event)
+            {
+                self.large_event_announced = true;
+                return Ok(NextItem::LargeRowsEvent { bytes: event.len() });
+            }
             match self.decoder.push(event, &mut self.decoded_items) {
                 Ok(PushOutcome::Consumed) => {
                     self.next_event_index += 1;
                     self.event_waits_for_column_names = false;
+                    self.large_event_announced = false;
                 }
                 Ok(PushOutcome::NeedColumnNames(table)) => {
                     // The index stays: if this future is dropped during the lookup, the
@@ -501,6 +563,7 @@ impl BinlogReader {
     async fn next_batch(&mut self) -> Result<(), BinlogError> {
         let decoded_batch = std::mem::take(&mut self.read_ahead_batch);
         self.next_event_index = 0;
+        self.large_event_announced = false;
         self.read_ahead.recycle(decoded_batch);
         self.items_handed_out.flush();
         let message = match self.read_ahead.next_message(self.idle_timeout).await {

@@ -7,6 +7,12 @@
 //! the sink ticket, and is released when Kafka acknowledged it (or when the row was skipped
 //! or dropped at shutdown). A row larger than the whole budget waits until everything else
 //! was released and then takes the whole budget: it passes, alone.
+//!
+//! For a large rows event the source reserves the event's raw size *before* the reader
+//! decodes it (a credit, see `pipeline/source.rs`), so a row waiting for budget is held only
+//! as raw bytes; its rows then take their shares out of that credit
+//! ([`InFlightBudget::take_from_credit`]), reserving more only where a row's estimate
+//! exceeds what is left.
 
 use std::sync::Arc;
 
@@ -30,8 +36,16 @@ pub struct InFlightBudget {
 /// A reservation of budget; released on drop.
 #[derive(Debug)]
 pub struct BudgetPermit {
-    /// Held only to be dropped.
-    _permit: OwnedSemaphorePermit,
+    /// The reserved units: held to be dropped, split when a row takes its share of a
+    /// reservation made before it was decoded, merged when a row's share needed more.
+    permit: OwnedSemaphorePermit,
+}
+
+impl BudgetPermit {
+    /// Adds `other` (of the same budget) to this reservation: one permit per row.
+    pub fn merge(&mut self, other: BudgetPermit) {
+        self.permit.merge(other.permit);
+    }
 }
 
 impl InFlightBudget {
@@ -48,15 +62,58 @@ impl InFlightBudget {
     /// than the budget takes the whole budget). `None` only if the budget was closed, which
     /// this crate never does.
     pub async fn reserve(&self, bytes: usize) -> Option<BudgetPermit> {
-        let units = (bytes as u64).div_ceil(BYTES_PER_UNIT).max(1);
-        let units = u32::try_from(units)
-            .unwrap_or(u32::MAX)
-            .min(self.total_units);
         let permit = Arc::clone(&self.units)
-            .acquire_many_owned(units)
+            .acquire_many_owned(self.units_for(bytes))
             .await
             .ok()?;
-        Some(BudgetPermit { _permit: permit })
+        Some(BudgetPermit { permit })
+    }
+
+    /// Takes a row's reservation of `bytes` out of `credit` (budget reserved before the
+    /// row was decoded, from its event's raw size) as far as the credit reaches. Returns
+    /// what was taken and the bytes still to [`InFlightBudget::reserve`] for the row (0
+    /// when the credit covered it); what the row does not need stays in `credit`. Like
+    /// `reserve`, a row never needs more than the whole budget, so a credit of the whole
+    /// budget covers any row.
+    pub fn take_from_credit(
+        &self,
+        credit: &mut Option<BudgetPermit>,
+        bytes: usize,
+    ) -> (Option<BudgetPermit>, usize) {
+        let needed = self.units_for(bytes);
+        let Some(held) = credit.as_mut() else {
+            return (None, bytes);
+        };
+        let available = u32::try_from(held.permit.num_permits()).unwrap_or(u32::MAX);
+        if available > needed {
+            let taken = held
+                .permit
+                .split(needed as usize)
+                .map(|permit| BudgetPermit { permit });
+            if taken.is_some() {
+                return (taken, 0);
+            }
+        }
+        // The credit does not reach past the row: the row takes all of it.
+        let missing = u64::from(needed.saturating_sub(available)) * BYTES_PER_UNIT;
+        (
+            credit.take(),
+            usize::try_from(missing).unwrap_or(usize::MAX),
+        )
+    }
+
+    /// The budget in bytes.
+    pub fn total_bytes(&self) -> u64 {
+        u64::from(self.total_units) * BYTES_PER_UNIT
+    }
+
+    /// The units a reservation of `bytes` takes: rounded up, at least one, at most the
+    /// whole budget.
+    fn units_for(&self, bytes: usize) -> u32 {
+        let units = (bytes as u64).div_ceil(BYTES_PER_UNIT).max(1);
+        u32::try_from(units)
+            .unwrap_or(u32::MAX)
+            .min(self.total_units)
     }
 
     /// Bytes currently reserved (in whole KiB), for the in-flight bytes gauge.
@@ -122,6 +179,52 @@ mod tests {
         let tiny = budget.reserve(0).await.unwrap();
         assert_eq!(budget.reserved_bytes(), 1024);
         drop(tiny);
+    }
+
+    #[tokio::test]
+    async fn rows_take_their_shares_from_a_credit_reserved_before_decoding() {
+        let budget = InFlightBudget::new(100 * 1024);
+        // Reserved from a large event's raw size, before its rows exist.
+        let mut credit = budget.reserve(50 * 1024).await;
+        assert_eq!(budget.reserved_bytes(), 50 * 1024);
+        // A row within the credit takes its share; the rest stays in the credit and
+        // nothing more is reserved.
+        let (first, missing) = budget.take_from_credit(&mut credit, 20 * 1024);
+        assert_eq!(missing, 0);
+        let first = first.expect("taken from the credit");
+        assert_eq!(budget.reserved_bytes(), 50 * 1024);
+        // A row beyond what is left takes all of it and names what it still needs.
+        let (second, missing) = budget.take_from_credit(&mut credit, 40 * 1024);
+        assert!(credit.is_none(), "the credit is used up");
+        assert_eq!(missing, 10 * 1024);
+        let mut second = second.expect("the rest of the credit");
+        second.merge(budget.reserve(missing).await.unwrap());
+        assert_eq!(budget.reserved_bytes(), 60 * 1024);
+        // Without a credit a row reserves all of it.
+        let (none, missing) = budget.take_from_credit(&mut credit, 5 * 1024);
+        assert!(none.is_none());
+        assert_eq!(missing, 5 * 1024);
+        // Every share goes back when its row is acked (dropped).
+        drop(first);
+        assert_eq!(budget.reserved_bytes(), 40 * 1024);
+        drop(second);
+        assert_eq!(budget.reserved_bytes(), 0);
+
+        // A credit of the whole budget (an event larger than the budget) covers any row,
+        // however large: it passes alone, and what it leaves goes back with the credit.
+        let mut credit = budget.reserve(1 << 30).await;
+        assert_eq!(budget.reserved_bytes(), 100 * 1024);
+        let (huge, missing) = budget.take_from_credit(&mut credit, 1 << 30);
+        assert_eq!(missing, 0);
+        assert!(credit.is_none());
+        drop(huge);
+        let mut credit = budget.reserve(1 << 30).await;
+        let (small, missing) = budget.take_from_credit(&mut credit, 1024);
+        assert_eq!(missing, 0);
+        drop(credit);
+        assert_eq!(budget.reserved_bytes(), 1024);
+        drop(small);
+        assert_eq!(budget.reserved_bytes(), 0);
     }
 
     #[test]

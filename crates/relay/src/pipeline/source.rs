@@ -1,12 +1,19 @@
 //! The source task: reads the binlog into the router's channel, reserving each row's bytes
 //! in the in-flight budget first, and reconnects after transient errors from the reader's
 //! resume point (moving to another server by GTID set after a failover, or refusing).
+//!
+//! A rows event of [`RESERVE_BEFORE_DECODING_BYTES`] or more (or of the whole budget, when
+//! that is smaller) reserves its raw size *before* the reader decodes it
+//! ([`BinlogReader::next_item_or_large_event`]): while it waits for budget only its raw
+//! bytes are held, never a decoded copy beside them. Its rows take their shares out of that
+//! reservation (the credit); what they leave is released at the transaction's end or at
+//! the next large event.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use outbox_binlog::{BinlogReader, GtidSet, ReaderConfig, StartPosition, StreamItem};
+use outbox_binlog::{BinlogReader, GtidSet, NextItem, ReaderConfig, StartPosition, StreamItem};
 use outbox_checkpoint::SourceIdentity;
 use tokio::sync::mpsc;
 
@@ -37,6 +44,14 @@ pub(super) struct SourceSettings {
     /// every commit's GTID it hands on, so it can move to another server by GTID.
     pub(super) start_gtids: GtidSet,
 }
+
+/// Rows events of this many raw bytes or more reserve their size in the budget before they
+/// are decoded (see the module docs). A smaller event is decoded first and its rows reserve
+/// afterwards, as before: while one of its rows waits, its raw and decoded bytes (about
+/// twice its size, so under 2 MiB) are held beyond the budget. 1 MiB: where the sink starts
+/// handing payloads over to librdkafka, and far above the rows of usual outbox events,
+/// which thus pay nothing for it.
+pub(super) const RESERVE_BEFORE_DECODING_BYTES: usize = 1 << 20;
 
 /// The most stream items the source hands the router in one [`SourceItem::Batch`]: a
 /// transaction longer than this goes in several batches (it is never buffered whole).
@@ -76,14 +91,23 @@ pub(super) async fn run_source(
     let mut handed_out_gtids = settings.start_gtids.clone();
     // Items read and not yet handed on (see `SourceItem::Batch` for when they go).
     let mut batch: Vec<BudgetedItem> = Vec::new();
+    // Budget reserved for the last large rows event before it was decoded; its rows take
+    // their shares from it (module docs).
+    let mut credit: Option<BudgetPermit> = None;
+    let large_event_bytes = usize::try_from(settings.budget.total_bytes())
+        .unwrap_or(usize::MAX)
+        .min(RESERVE_BEFORE_DECODING_BYTES);
     loop {
         // An item the reader has ready (decoded, or in its read-ahead) joins the batch at
-        // once (`next_item` is cancel-safe); when none is, the batch goes on before the
-        // source waits for the server, so nothing sits in it while the stream is idle.
+        // once (`next_item_or_large_event` is cancel-safe); when none is, the batch goes on
+        // before the source waits for the server, so nothing sits in it while the stream is
+        // idle.
         let ready = if batch.is_empty() || shutdown.is_shutdown() {
             None
         } else {
-            reader.next_item().now_or_never()
+            reader
+                .next_item_or_large_event(large_event_bytes)
+                .now_or_never()
         };
         let next = match ready {
             Some(next) => next,
@@ -93,12 +117,26 @@ pub(super) async fn run_source(
                 }
                 tokio::select! {
                     _ = shutdown.recv() => return Ok(()),
-                    next = reader.next_item() => next,
+                    next = reader.next_item_or_large_event(large_event_bytes) => next,
                 }
             }
         };
         match next {
-            Ok(item) => {
+            Ok(NextItem::LargeRowsEvent { bytes }) => {
+                // What the last large event's rows left goes back first: the source holds
+                // no budget it does not use while it waits for more.
+                drop(credit.take());
+                let reserved =
+                    reserve_budget(&settings.budget, bytes, &items, &mut shutdown, &mut batch);
+                let Some(reserved) = reserved.await else {
+                    return Ok(());
+                };
+                credit = reserved;
+                metrics
+                    .in_flight_bytes
+                    .set(i64::try_from(settings.budget.reserved_bytes()).unwrap_or(i64::MAX));
+            }
+            Ok(NextItem::Item(item)) => {
                 match &item {
                     StreamItem::Row(_) => RowRead.emit(&metrics),
                     StreamItem::Commit(commit) => {
@@ -119,18 +157,31 @@ pub(super) async fn run_source(
                 let permit = match &item {
                     StreamItem::Row(row) => {
                         let bytes = row_change_bytes(row);
-                        // Reserved at once when it fits. Otherwise only acks free budget,
-                        // and the rows batched here hold some: hand them on first.
-                        let permit = match settings.budget.reserve(bytes).now_or_never() {
-                            Some(permit) => permit,
-                            None => {
-                                if !hand_on(&items, &mut shutdown, &mut batch).await {
-                                    return Ok(());
+                        // From the credit of the row's large event, if any; the rest (all
+                        // of it for a row of a small event) is reserved now.
+                        let (taken, missing) = match credit {
+                            None => (None, bytes),
+                            Some(_) => settings.budget.take_from_credit(&mut credit, bytes),
+                        };
+                        let permit = if missing == 0 {
+                            taken
+                        } else {
+                            let more = reserve_budget(
+                                &settings.budget,
+                                missing,
+                                &items,
+                                &mut shutdown,
+                                &mut batch,
+                            );
+                            let Some(more) = more.await else {
+                                return Ok(());
+                            };
+                            match (taken, more) {
+                                (Some(mut taken), Some(more)) => {
+                                    taken.merge(more);
+                                    Some(taken)
                                 }
-                                tokio::select! {
-                                    _ = shutdown.recv() => return Ok(()),
-                                    permit = settings.budget.reserve(bytes) => permit,
-                                }
+                                (taken, more) => taken.or(more),
                             }
                         };
                         metrics.in_flight_bytes.set(
@@ -138,7 +189,11 @@ pub(super) async fn run_source(
                         );
                         permit
                     }
-                    StreamItem::Commit(_) | StreamItem::Heartbeat(_) => None,
+                    StreamItem::Commit(_) | StreamItem::Heartbeat(_) => {
+                        // A large event's rows all came before its transaction's end.
+                        credit = None;
+                        None
+                    }
                 };
                 batch.push((item, permit));
                 if batch.len() >= MAX_BATCH_ITEMS
@@ -148,6 +203,7 @@ pub(super) async fn run_source(
                 }
             }
             Err(error) if error.is_transient() => {
+                credit = None;
                 // Rows of the open transaction read before the break go on as before (the
                 // reader reads them again after the reconnect: duplicates, never loss), and
                 // before any `MovedTo`.
@@ -242,6 +298,29 @@ pub(super) async fn run_source(
                 return Err(RelayError::Source(error));
             }
         }
+    }
+}
+
+/// Reserves `bytes` of the budget: at once when they fit; otherwise only acks free budget,
+/// and the rows batched here hold some, so they are handed on first, then the source waits.
+/// `None` when the relay is stopping or the router is gone; `Some(None)` only if the
+/// budget was closed (never).
+async fn reserve_budget(
+    budget: &InFlightBudget,
+    bytes: usize,
+    items: &mpsc::Sender<SourceItem>,
+    shutdown: &mut Shutdown,
+    batch: &mut Vec<BudgetedItem>,
+) -> Option<Option<BudgetPermit>> {
+    if let Some(reserved) = budget.reserve(bytes).now_or_never() {
+        return Some(reserved);
+    }
+    if !hand_on(items, shutdown, batch).await {
+        return None;
+    }
+    tokio::select! {
+        _ = shutdown.recv() => None,
+        permit = budget.reserve(bytes) => Some(permit),
     }
 }
 
