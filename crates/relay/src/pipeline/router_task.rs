@@ -168,15 +168,14 @@ pub(super) async fn run_router(
                     &mut outgoing,
                     &mut records_in_open_transaction,
                 );
-                if outgoing.len() >= SINK_BATCH_ITEMS
-                    && !send_outgoing(
-                        &records,
-                        &mut shutdown,
-                        &mut outgoing,
-                        &sent_through,
-                        &mut handed_through,
-                    )
-                    .await
+                if !send_outgoing_when_full(
+                    &records,
+                    &mut shutdown,
+                    &mut outgoing,
+                    &sent_through,
+                    &mut handed_through,
+                )
+                .await
                 {
                     return Ok(());
                 }
@@ -300,15 +299,14 @@ pub(super) async fn run_router(
                                                 held,
                                                 Some(release.clone()),
                                             ));
-                                            if outgoing.len() >= SINK_BATCH_ITEMS
-                                                && !send_outgoing(
-                                                    &records,
-                                                    &mut shutdown,
-                                                    &mut outgoing,
-                                                    &sent_through,
-                                                    &mut handed_through,
-                                                )
-                                                .await
+                                            if !send_outgoing_when_full(
+                                                &records,
+                                                &mut shutdown,
+                                                &mut outgoing,
+                                                &sent_through,
+                                                &mut handed_through,
+                                            )
+                                            .await
                                             {
                                                 return Ok(());
                                             }
@@ -333,15 +331,14 @@ pub(super) async fn run_router(
                             for held in xa.take_open() {
                                 records_in_open_transaction += 1;
                                 outgoing.push(held_record_to_sink_item(&tracker, held, None));
-                                if outgoing.len() >= SINK_BATCH_ITEMS
-                                    && !send_outgoing(
-                                        &records,
-                                        &mut shutdown,
-                                        &mut outgoing,
-                                        &sent_through,
-                                        &mut handed_through,
-                                    )
-                                    .await
+                                if !send_outgoing_when_full(
+                                    &records,
+                                    &mut shutdown,
+                                    &mut outgoing,
+                                    &sent_through,
+                                    &mut handed_through,
+                                )
+                                .await
                                 {
                                     return Ok(());
                                 }
@@ -433,6 +430,19 @@ fn register_pending(
         },
         origin: pending.origin,
     }));
+}
+
+/// [`send_outgoing`] once `outgoing` holds [`SINK_BATCH_ITEMS`] records (a transaction or
+/// XA release longer than that goes in several batches); true when it is not full yet.
+async fn send_outgoing_when_full(
+    records: &mpsc::Sender<SinkBatch>,
+    shutdown: &mut Shutdown,
+    outgoing: &mut SinkBatch,
+    sent_through: &SentThrough,
+    handed_through: &mut Option<BinlogPosition>,
+) -> bool {
+    outgoing.len() < SINK_BATCH_ITEMS
+        || send_outgoing(records, shutdown, outgoing, sent_through, handed_through).await
 }
 
 /// Hands the `outgoing` records to the sink as one batch (none when there are none), then
