@@ -175,6 +175,9 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
         noise_tables: options.noise_tables,
     };
     let events = workload.events();
+    // Before the broker starts: its flags and the Connect worker's.
+    outbox_testkit::process::use_jvm_profile(options.jvm_flags.profile())
+        .context("choosing the JVM flags")?;
     progress.say("starting a scratch MariaDB and the Apache Kafka broker");
     let (db, broker) = tokio::join!(
         ScratchMariadb::start_with(ScratchOptions {
@@ -474,7 +477,13 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
         drain_broker: if options.mock_cluster {
             "an out-of-process rdkafka mock cluster".into()
         } else {
-            "Apache Kafka 4.4 (one broker)".into()
+            format!(
+                "Apache Kafka 4.4 (one broker, JVM flags: {})",
+                match options.jvm_flags {
+                    options::JvmFlags::Harness => "harness",
+                    options::JvmFlags::KafkaScripts => "kafka-scripts",
+                }
+            )
         },
         write_seconds,
         cores: std::thread::available_parallelism().map_or(0, |n| n.get()),

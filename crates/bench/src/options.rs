@@ -54,6 +54,12 @@ pub struct BenchOptions {
     /// Skip Debezium (no JVM worker; ratios to Debezium are then absent).
     #[arg(long)]
     pub skip_debezium: bool,
+    /// The JVM flags of the broker and Debezium's Connect worker: `harness` (the test
+    /// harness's: C1 only, serial collector, heap from 64 MiB) or `kafka-scripts` (Kafka's
+    /// start scripts': G1, full tiered compilation, fixed heap). On 2 cores and drains of a
+    /// few seconds `harness` costs both JVMs less CPU (docs/benchmarks.md, "Session 11").
+    #[arg(long, value_enum, default_value_t = JvmFlags::Harness)]
+    pub jvm_flags: JvmFlags,
     /// Drain the bare producer and outbox-relay into an out-of-process librdkafka mock
     /// cluster instead of the Apache Kafka broker (Debezium, which needs a real broker, is
     /// then skipped; the latency phase stays on Apache Kafka).
@@ -95,6 +101,26 @@ pub struct BenchOptions {
     /// Keep going quietly: no progress lines on stderr.
     #[arg(long)]
     pub quiet: bool,
+}
+
+/// `--jvm-flags`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JvmFlags {
+    /// The test harness's flags ([`outbox_testkit::process::JvmProfile::Test`]).
+    Harness,
+    /// Kafka's start scripts' flags ([`outbox_testkit::process::JvmProfile::Production`]).
+    KafkaScripts,
+}
+
+impl JvmFlags {
+    /// The testkit's profile for these flags.
+    pub fn profile(self) -> outbox_testkit::process::JvmProfile {
+        match self {
+            JvmFlags::Harness => outbox_testkit::process::JvmProfile::Test,
+            JvmFlags::KafkaScripts => outbox_testkit::process::JvmProfile::Production,
+        }
+    }
 }
 
 /// `--delivery`.

@@ -9,6 +9,12 @@
 //! * [`CheckpointCommitter::commit_if_due`] commits a pending position whose interval has
 //!   passed; call it when [`CheckpointCommitter::next_due`] is reached, so a pending position
 //!   is stored even if no further offer comes.
+//! * [`CheckpointCommitter::commit_caught_up`] commits a pending position at once, for a
+//!   caller that knows no further position is coming soon (everything read is acked): a
+//!   drained backlog is stored right away instead of waiting out the interval. At most one
+//!   such commit per spacing (a slow trickle keeps the caller caught up most of the time),
+//!   and never after a failed commit (the failing store waits for the interval); call it
+//!   again when [`CheckpointCommitter::caught_up_due`] is reached.
 //! * [`CheckpointCommitter::flush`] always stores the newest offered position if it is not
 //!   stored yet (shutdown).
 //! * Monotonic: a position older than the newest offered one is ignored (counted as
@@ -90,6 +96,13 @@ pub struct CheckpointCommitter {
     sent_through: Option<BinlogPosition>,
     /// `sent_through` as last stored, so an unchanged one is not stored again.
     stored_sent_through: Option<BinlogPosition>,
+    /// When [`CheckpointCommitter::commit_caught_up`] last tried a commit: the next one
+    /// waits for its spacing from then (commits by count or interval do not delay it).
+    last_caught_up_commit_at: Option<Instant>,
+    /// Whether the last commit failed: [`CheckpointCommitter::commit_caught_up`] then waits
+    /// for the interval like every other retry, so a failing store is not hammered at the
+    /// caught-up spacing.
+    last_commit_failed: bool,
 }
 
 impl CheckpointCommitter {
@@ -115,6 +128,8 @@ impl CheckpointCommitter {
             leader_epoch: None,
             sent_through: None,
             stored_sent_through: None,
+            last_caught_up_commit_at: None,
+            last_commit_failed: false,
         }
     }
 
@@ -255,6 +270,42 @@ impl CheckpointCommitter {
             .then(|| self.last_commit_at + self.policy.max_interval)
     }
 
+    /// Commits the pending position now, whatever the policy's interval and count, unless
+    /// the previous call's commit was less than `spacing` ago: for a caller that knows no
+    /// further position is coming soon (the relay caught up: every record read is acked), so
+    /// the newest position need not wait out `policy.max_interval`. `spacing` bounds how
+    /// often this commits while a slow trickle keeps the caller caught up. Does nothing after
+    /// a failed commit (the retry waits for the interval). Returns whether a commit happened.
+    pub async fn commit_caught_up(
+        &mut self,
+        spacing: Duration,
+    ) -> Result<bool, CheckpointStoreError> {
+        let now = Instant::now();
+        let due = self.pending.is_some()
+            && !self.last_commit_failed
+            && self
+                .last_caught_up_commit_at
+                .is_none_or(|at| now >= at + spacing.min(self.policy.max_interval));
+        if !due {
+            return Ok(false);
+        }
+        self.last_caught_up_commit_at = Some(now);
+        self.commit_pending().await
+    }
+
+    /// When [`CheckpointCommitter::commit_caught_up`] with `spacing` will commit (now, or
+    /// `spacing` after its last commit); `None` when nothing is pending or the last commit
+    /// failed.
+    pub fn caught_up_due(&self, spacing: Duration) -> Option<Instant> {
+        if self.pending.is_none() || self.last_commit_failed {
+            return None;
+        }
+        Some(match self.last_caught_up_commit_at {
+            Some(at) => at + spacing.min(self.policy.max_interval),
+            None => Instant::now(),
+        })
+    }
+
     /// Stores the newest offered position if it is not stored yet (shutdown). Returns whether
     /// a commit happened.
     pub async fn flush(&mut self) -> Result<bool, CheckpointStoreError> {
@@ -285,6 +336,7 @@ impl CheckpointCommitter {
         // commit is retried then, not on every offer.
         self.pending_transactions = 0;
         self.last_commit_at = Instant::now();
+        self.last_commit_failed = result.is_err();
         match result {
             Ok(()) => {
                 CheckpointCommitted {

@@ -124,6 +124,88 @@ async fn commits_by_time() {
     assert_eq!(store.committed_offsets(), vec![20, 40]);
 }
 
+/// A caught-up caller stores the newest position at once, at most once per spacing (commits
+/// by count do not delay it); a failed commit falls back to the interval.
+#[tokio::test(start_paused = true)]
+async fn a_caught_up_commit_goes_out_at_once_at_most_once_per_spacing() {
+    let spacing = Duration::from_millis(100);
+    let (store, mut committer) = recording_committer(policy(Duration::from_secs(60), 1_000), None);
+    assert_eq!(committer.caught_up_due(spacing), None, "nothing pending");
+    assert!(!committer.offer(at(10)).await.unwrap(), "by policy not due");
+    assert!(
+        committer.commit_caught_up(spacing).await.unwrap(),
+        "at once"
+    );
+    assert_eq!(store.committed_offsets(), vec![10]);
+    assert_eq!(committer.caught_up_due(spacing), None);
+    // The next one within the spacing waits for it.
+    tokio::time::advance(Duration::from_millis(40)).await;
+    assert!(!committer.offer(at(20)).await.unwrap());
+    let due = committer.caught_up_due(spacing).unwrap();
+    assert!(
+        !committer.commit_caught_up(spacing).await.unwrap(),
+        "too soon"
+    );
+    tokio::time::sleep_until(due).await;
+    assert!(!committer.offer(at(30)).await.unwrap(), "by policy not due");
+    assert!(committer.commit_caught_up(spacing).await.unwrap());
+    assert_eq!(
+        store.committed_offsets(),
+        vec![10, 30],
+        "the newest offered"
+    );
+    // A commit by count does not restart the spacing: after it, the caught-up one still
+    // waits only for the spacing since the last caught-up commit.
+    tokio::time::advance(Duration::from_millis(60)).await;
+    assert!(committer.offer_transactions(at(40), 1_000).await.unwrap());
+    assert!(!committer.offer(at(50)).await.unwrap());
+    assert!(
+        !committer.commit_caught_up(spacing).await.unwrap(),
+        "too soon"
+    );
+    tokio::time::advance(Duration::from_millis(40)).await;
+    assert!(committer.commit_caught_up(spacing).await.unwrap());
+    assert_eq!(store.committed_offsets(), vec![10, 30, 40, 50]);
+    // A failing store is retried by the interval only, not at the spacing.
+    *store.failing.lock().unwrap() = true;
+    tokio::time::advance(spacing).await;
+    assert!(!committer.offer(at(60)).await.unwrap());
+    assert!(committer.commit_caught_up(spacing).await.is_err());
+    assert_eq!(
+        committer.caught_up_due(spacing),
+        None,
+        "failed: wait for the interval"
+    );
+    *store.failing.lock().unwrap() = false;
+    tokio::time::advance(spacing * 5).await;
+    assert!(!committer.commit_caught_up(spacing).await.unwrap());
+    tokio::time::advance(Duration::from_secs(60)).await;
+    assert!(
+        committer.commit_if_due().await.unwrap(),
+        "the interval retries"
+    );
+    assert_eq!(store.committed_offsets(), vec![10, 30, 40, 50, 60]);
+    // After a successful retry, caught-up commits go out again.
+    assert!(!committer.offer(at(70)).await.unwrap());
+    assert!(committer.commit_caught_up(spacing).await.unwrap());
+    assert_eq!(store.committed_offsets(), vec![10, 30, 40, 50, 60, 70]);
+}
+
+/// On a running clock: the first caught-up commit is due "now", and a call after that
+/// instant commits (a regression: the due time was re-read from the clock at each call, so
+/// it always lay just ahead and the relay waited out the whole interval while waking every
+/// millisecond).
+#[tokio::test]
+async fn the_first_caught_up_commit_is_due_on_a_running_clock() {
+    let spacing = Duration::from_millis(100);
+    let (store, mut committer) = recording_committer(policy(Duration::from_secs(60), 1_000), None);
+    assert!(!committer.offer(at(10)).await.unwrap());
+    let due = committer.caught_up_due(spacing).unwrap();
+    tokio::time::sleep_until(due + Duration::from_millis(2)).await;
+    assert!(committer.commit_caught_up(spacing).await.unwrap());
+    assert_eq!(store.committed_offsets(), vec![10]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn flush_forces_the_final_commit_once() {
     let (store, mut committer) = recording_committer(CommitPolicy::default(), None);

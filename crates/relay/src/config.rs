@@ -588,7 +588,9 @@ pub struct PipelineConfig {
     /// acked and exits.
     #[serde(default = "default_shutdown_timeout_ms")]
     pub shutdown_timeout_ms: u64,
-    /// Longest time between checkpoint commits while records are acked.
+    /// Longest time between checkpoint commits while records are acked. Once every record
+    /// read is acked (the relay caught up: a backlog drained, a quiet moment), the newest
+    /// position is stored at once, at most once per tenth of this.
     #[serde(default = "default_commit_interval_ms")]
     pub commit_interval_ms: u64,
     /// Commit early once this many transactions were acked since the last commit.

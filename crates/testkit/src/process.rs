@@ -43,6 +43,10 @@ pub enum HarnessError {
         /// The end of that log.
         tail: String,
     },
+    /// The harness was set up in the wrong order (e.g. a JVM profile chosen after the first
+    /// JVM started).
+    #[error("{0}")]
+    Setup(String),
     /// A Kafka client operation (admin, metadata, consumer) failed.
     #[error("{what}: {source}")]
     Kafka {
@@ -232,19 +236,65 @@ logger.kafka.name = org.apache.kafka
 logger.kafka.level = INFO
 ";
 
-/// JVM flags for the harness's small, short-lived Java processes on a 2-core machine: a
-/// fixed small heap, the serial collector (no GC threads competing with the tests) and the
-/// client compiler only (quick start-up; these processes never run long enough to profit
-/// from C2).
+/// Which JVM flags the harness's broker and Kafka Connect worker start with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JvmProfile {
+    /// For tests (the default): a small heap that starts at 64 MiB, the serial collector (no
+    /// GC threads competing with the tests) and the client compiler only (quick start-up;
+    /// these processes never run long enough to profit from C2). Slower per record than a
+    /// production JVM.
+    Test,
+    /// For benchmarks: the flags Kafka's own start scripts give the broker and Kafka Connect
+    /// (`kafka-run-class.sh`'s performance options: G1 with a 20 ms pause goal, full tiered
+    /// compilation) and a fixed heap (`-Xms` = `-Xmx`, as `kafka-server-start.sh` sets it),
+    /// so the broker and Debezium's worker run as they do in production.
+    Production,
+}
+
+/// The profile every JVM the harness starts from now on uses; [`JvmProfile::Test`] until
+/// [`use_jvm_profile`] is called.
+static JVM_PROFILE: std::sync::OnceLock<JvmProfile> = std::sync::OnceLock::new();
+
+/// Sets the JVM profile of the broker and Connect workers this process starts; call it
+/// before the first one starts. Fails when a profile was set already or a JVM already
+/// started with the default.
+pub fn use_jvm_profile(profile: JvmProfile) -> Result<(), HarnessError> {
+    JVM_PROFILE.set(profile).map_err(|_| {
+        HarnessError::Setup(format!(
+            "the JVM profile is {:?} already: set {profile:?} before the first broker or worker starts",
+            jvm_profile()
+        ))
+    })
+}
+
+/// The profile in use (fixed from the first JVM started on).
+fn jvm_profile() -> JvmProfile {
+    *JVM_PROFILE.get_or_init(|| JvmProfile::Test)
+}
+
+/// JVM flags for the harness's Java processes on a 2-core machine with at most `max_heap`
+/// of heap, by [`JvmProfile`].
 pub(crate) fn small_jvm_flags(max_heap: &str) -> Vec<String> {
-    vec![
-        format!("-Xmx{max_heap}"),
-        "-Xms64m".into(),
-        "-XX:+UseSerialGC".into(),
-        "-XX:TieredStopAtLevel=1".into(),
-        "-XX:-UsePerfData".into(),
-        "-Djava.awt.headless=true".into(),
-    ]
+    match jvm_profile() {
+        JvmProfile::Test => vec![
+            format!("-Xmx{max_heap}"),
+            "-Xms64m".into(),
+            "-XX:+UseSerialGC".into(),
+            "-XX:TieredStopAtLevel=1".into(),
+            "-XX:-UsePerfData".into(),
+            "-Djava.awt.headless=true".into(),
+        ],
+        JvmProfile::Production => vec![
+            format!("-Xmx{max_heap}"),
+            format!("-Xms{max_heap}"),
+            "-server".into(),
+            "-XX:+UseG1GC".into(),
+            "-XX:MaxGCPauseMillis=20".into(),
+            "-XX:InitiatingHeapOccupancyPercent=35".into(),
+            "-XX:+ExplicitGCInvokesConcurrent".into(),
+            "-Djava.awt.headless=true".into(),
+        ],
+    }
 }
 
 /// Removes `dir` once this test process has ended, however it ends, unless

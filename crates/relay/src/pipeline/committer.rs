@@ -111,9 +111,23 @@ impl IdleCommitLimiter {
     }
 }
 
+/// The least time between two commits of a caught-up relay (every transaction read acked,
+/// see [`run_committer`]): a tenth of `commit_interval_ms` (100 ms by default). A drained
+/// backlog or a quiet moment is checkpointed at once rather than up to a whole interval
+/// later, and a slow trickle of events, which keeps the relay caught up most of the time,
+/// costs at most ten such commits per interval.
+fn caught_up_commit_spacing(policy: &CommitPolicy) -> Duration {
+    policy.max_interval / 10
+}
+
 /// Feeds the tracker's acked positions to a [`CheckpointCommitter`] (which batches them by
 /// `pipeline.commit_interval_ms` / `commit_max_transactions`); on `stop`, flushes the newest
 /// one and returns the last stored checkpoint.
+///
+/// When the relay has caught up (every transaction read is acked: a backlog drained, or a
+/// quiet moment between events), the newest position is stored at once instead of waiting
+/// out the interval or the transaction count, at most once per
+/// [`caught_up_commit_spacing`].
 ///
 /// A failing store is retried at the next due time (the relay keeps running: the replay
 /// after a crash grows, nothing is lost); a regression (another relay writing the same
@@ -141,8 +155,21 @@ pub(super) async fn run_committer(
     let record_transactions = settings.record_transactions.clone();
     let mut lag_ticker = tokio::time::interval(Duration::from_secs(1));
     lag_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let caught_up_spacing = caught_up_commit_spacing(&settings.policy);
+    // Whether every transaction read was acked at the last look (see the `caught_up`
+    // below): then a pending position held back by the caught-up spacing is due when it
+    // ends.
+    let mut was_caught_up = false;
     loop {
-        let due = committer.next_due();
+        let caught_up_due = if was_caught_up {
+            committer.caught_up_due(caught_up_spacing)
+        } else {
+            None
+        };
+        let due = match (committer.next_due(), caught_up_due) {
+            (Some(interval), Some(caught_up)) => Some(interval.min(caught_up)),
+            (interval, caught_up) => interval.or(caught_up),
+        };
         let due_sleep = async {
             match due {
                 Some(at) => tokio::time::sleep_until(at).await,
@@ -210,8 +237,12 @@ pub(super) async fn run_committer(
         };
         let outcome = match (outcome, stopping) {
             (Ok(_), true) => committer.flush().await,
+            // Everything read is acked: the newest position need not wait out the
+            // interval (a drained backlog is stored at once).
+            (Ok(false), false) if caught_up => committer.commit_caught_up(caught_up_spacing).await,
             (other, _) => other,
         };
+        was_caught_up = caught_up;
         match outcome {
             Ok(_) => {}
             // Definite: a regression, another process fenced this one's Kafka store, or a
@@ -350,6 +381,113 @@ mod tests {
             (new_server, gtid_only_binlog_position()),
             "the new server's position is stored under its own name, GTID-only"
         );
+        stop.trigger();
+        committer.await.unwrap().unwrap();
+    }
+
+    /// A store keeping its commits in memory, so the test can run on paused time.
+    #[derive(Debug, Default)]
+    struct MemoryStore {
+        commits: Mutex<Vec<Checkpoint>>,
+    }
+
+    impl outbox_checkpoint::CheckpointStore for MemoryStore {
+        fn describe(&self) -> String {
+            "memory store".to_owned()
+        }
+        fn load(&self) -> outbox_checkpoint::StoreFuture<'_, Option<Checkpoint>> {
+            Box::pin(async { Ok(self.commits.lock().unwrap().last().cloned()) })
+        }
+        fn commit<'a>(
+            &'a self,
+            checkpoint: &'a Checkpoint,
+        ) -> outbox_checkpoint::StoreFuture<'a, ()> {
+            Box::pin(async move {
+                self.commits.lock().unwrap().push(checkpoint.clone());
+                Ok(())
+            })
+        }
+        fn set<'a>(&'a self, checkpoint: &'a Checkpoint) -> outbox_checkpoint::StoreFuture<'a, ()> {
+            self.commit(checkpoint)
+        }
+        fn reset(&self) -> outbox_checkpoint::StoreFuture<'_, ()> {
+            Box::pin(async {
+                self.commits.lock().unwrap().clear();
+                Ok(())
+            })
+        }
+    }
+
+    /// Once every transaction read is acked, the newest position is stored at once, not after
+    /// the interval or the transaction count, and at most once per tenth of the interval;
+    /// while a record is unacked, nothing is stored early.
+    #[tokio::test(start_paused = true)]
+    async fn a_caught_up_relay_stores_its_position_after_a_tenth_of_the_interval() {
+        let store = Arc::new(MemoryStore::default());
+        let shared: SharedCheckpointStore = store.clone();
+        let tracker: SharedTracker = Arc::new(Mutex::new(AckTracker::new(position(4))));
+        let progress = Arc::new(Notify::new());
+        let stop = ShutdownController::new();
+        let interval = Duration::from_secs(60);
+        let committer = tokio::spawn(run_committer(
+            CommitterSettings {
+                identity: SourceIdentity {
+                    flavor: outbox_binlog::Flavor::Mariadb,
+                    server_id: 1,
+                    server_uuid: None,
+                },
+                policy: CommitPolicy {
+                    max_interval: interval,
+                    max_transactions: 10_000,
+                },
+                resumed_from: None,
+                record_transactions: Arc::new(Mutex::new(VecDeque::from([1, 2]))),
+                leader_epoch: None,
+                sent_through: SentThrough::default(),
+                resumed_sent_through: None,
+            },
+            shared,
+            tracker.clone(),
+            progress.clone(),
+            Metrics::new(),
+            stop.subscribe(),
+        ));
+        let stored = |store: &MemoryStore| -> Vec<u64> {
+            let commits = store.commits.lock().unwrap();
+            commits.iter().map(|c| c.position.binlog.position).collect()
+        };
+        // A transaction with a record: not acked yet, so not caught up.
+        let token = {
+            let mut tracker = lock_tracker(&tracker);
+            let token = tracker.add_record();
+            tracker.end_transaction(position(500));
+            token
+        };
+        progress.notify_one();
+        tokio::time::sleep(interval / 2).await;
+        assert!(stored(&store).is_empty(), "nothing acked, nothing stored");
+        // Acked: everything read is acked, and the last commit (none: the committer's
+        // start) is more than the spacing ago, so the position goes out at once.
+        lock_tracker(&tracker).ack(token).unwrap();
+        progress.notify_one();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(stored(&store), vec![500], "stored once caught up");
+        // The next one waits for the spacing (a tenth of the interval) from that commit.
+        {
+            let mut tracker = lock_tracker(&tracker);
+            let token = tracker.add_record();
+            tracker.end_transaction(position(900));
+            tracker.ack(token).unwrap();
+        }
+        progress.notify_one();
+        tokio::time::sleep(interval / 20).await;
+        assert_eq!(
+            stored(&store),
+            vec![500],
+            "within the spacing of the last commit"
+        );
+        tokio::time::sleep(interval / 20 + Duration::from_millis(10)).await;
+        assert_eq!(stored(&store), vec![500, 900]);
         stop.trigger();
         committer.await.unwrap().unwrap();
     }
