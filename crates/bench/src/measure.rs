@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use outbox_testkit::connect::{DebeziumConnect, DebeziumOptions};
@@ -213,6 +213,70 @@ pub async fn end_offsets(brokers: &str, topics: &[String]) -> Result<Vec<(String
     })
     .await
     .context("the watermark task")?
+}
+
+/// The relay's log line (`outbox_relay::internal_events`) written when its binlog stream is
+/// up: the drain clock's start.
+const STREAMING_LOG_LINE: &str = "binlog source connected";
+
+/// The UTC time a log line of the relay's human format starts with
+/// (`2026-12-04T13:31:00.581331Z`, possibly wrapped in ANSI colour codes).
+fn parse_log_timestamp(line: &str) -> Option<SystemTime> {
+    let mut clean = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // An escape sequence `ESC [ ... m`.
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            clean.push(c);
+        }
+    }
+    let token = clean.split_whitespace().next()?.strip_suffix('Z')?;
+    let (date, time) = token.split_once('T')?;
+    let mut date_parts = date.splitn(3, '-').map(str::parse::<i64>);
+    let (year, month, day) = (
+        date_parts.next()?.ok()?,
+        date_parts.next()?.ok()?,
+        date_parts.next()?.ok()?,
+    );
+    let (clock, fraction) = time.split_once('.').unwrap_or((time, ""));
+    let mut clock_parts = clock.splitn(3, ':').map(str::parse::<u64>);
+    let (hours, minutes, seconds) = (
+        clock_parts.next()?.ok()?,
+        clock_parts.next()?.ok()?,
+        clock_parts.next()?.ok()?,
+    );
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hours > 23 || minutes > 59 {
+        return None;
+    }
+    let nanos = if fraction.is_empty() {
+        0
+    } else {
+        let digits: String = fraction
+            .chars()
+            .chain(std::iter::repeat('0'))
+            .take(9)
+            .collect();
+        digits.parse::<u32>().ok()?
+    };
+    // Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month_from_march = (month + 9) % 12;
+    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    let days = u64::try_from(era * 146_097 + day_of_era - 719_468).ok()?;
+    let since_epoch = Duration::new(
+        days * 86_400 + hours * 3_600 + minutes * 60 + seconds,
+        nanos,
+    );
+    SystemTime::UNIX_EPOCH.checked_add(since_epoch)
 }
 
 /// The producer's `message.max.bytes` for records of `payload_bytes` (with room for the key
@@ -519,8 +583,33 @@ impl RelayProcess {
         }
     }
 
-    /// Waits until the stored checkpoint reaches `end`; returns the seconds since the start
-    /// and the process's sample at that moment.
+    /// Seconds since the relay connected to its source and began reading at its start
+    /// position: since the timestamp of its `binlog source connected` log line (like
+    /// Debezium's clock, which starts when its worker reports streaming, this leaves out the
+    /// process's start, its startup checks and connecting: ~70 ms here).
+    fn seconds_streaming(&self) -> Result<f64> {
+        let text = std::fs::read_to_string(self.dir.log()).context("reading the relay's log")?;
+        let connected = text
+            .lines()
+            .find(|line| line.contains(STREAMING_LOG_LINE))
+            .with_context(|| {
+                format!(
+                    "the relay's log has no `{STREAMING_LOG_LINE}` line:\n{}",
+                    self.dir.log_tail(30)
+                )
+            })?;
+        let at = parse_log_timestamp(connected).with_context(|| {
+            format!("no timestamp at the start of the relay's log line `{connected}`")
+        })?;
+        let seconds = SystemTime::now()
+            .duration_since(at)
+            .context("the relay's log line is dated in the future")?;
+        Ok(seconds.as_secs_f64())
+    }
+
+    /// Waits until the stored checkpoint reaches `end`; returns the seconds since the relay
+    /// began streaming ([`RelayProcess::seconds_streaming`]) and the process's sample at
+    /// that moment.
     pub async fn wait_for_checkpoint(&mut self, end: &LogPoint) -> Result<(f64, ProcessSample)> {
         if let Some((brokers, topic)) = self.dir.kafka_checkpoint.clone() {
             return self
@@ -530,7 +619,7 @@ impl RelayProcess {
         loop {
             if let Some(point) = self.dir.checkpoint_point() {
                 if point >= *end {
-                    let seconds = self.started.elapsed().as_secs_f64();
+                    let seconds = self.seconds_streaming()?;
                     return Ok((seconds, sample(Some(self.pid()?))?));
                 }
             }
@@ -568,7 +657,7 @@ impl RelayProcess {
                 bail!("watching the Kafka store's topic {topic}: {error}");
             }
             if last.as_ref().is_some_and(|point| point >= end) {
-                let seconds = self.started.elapsed().as_secs_f64();
+                let seconds = self.seconds_streaming()?;
                 return Ok((seconds, sample(Some(self.pid()?))?));
             }
             self.check_running()?;
@@ -911,4 +1000,30 @@ pub async fn bare_producer(
         report.process.cpu_seconds,
         report.process.peak_rss_bytes,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seconds(text: &str) -> Option<f64> {
+        parse_log_timestamp(text).map(|at| {
+            at.duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .as_secs_f64()
+        })
+    }
+
+    /// The relay's human log format, coloured and plain; the expected values are Python's
+    /// `datetime.fromisoformat(...).timestamp()` in UTC.
+    #[test]
+    fn reads_the_utc_time_a_relay_log_line_starts_with() {
+        let coloured = "\u{1b}[2m2026-12-04T13:31:00.581331Z\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m outbox_relay::internal_events: binlog source connected";
+        assert_eq!(seconds(coloured), Some(1_796_391_060.581_331));
+        assert_eq!(seconds("2000-02-29T23:59:59Z x"), Some(951_868_799.0));
+        assert_eq!(seconds("1970-01-01T00:00:00Z"), Some(0.0));
+        assert_eq!(seconds("2026-12-04 13:31:00 no T"), None);
+        assert_eq!(seconds("2026-13-04T13:31:00Z"), None);
+        assert_eq!(seconds("INFO 2026-12-04T13:31:00Z"), None);
+    }
 }
