@@ -351,6 +351,37 @@ pub(crate) struct JvmProcess {
     watchdog_pipe: Option<ChildStdin>,
 }
 
+/// The watchdog's script for the JVM `pid`: wait for the pipe to close, then SIGKILL the
+/// JVM, but only if `pid` is still that JVM. A JVM that exited and was reaped frees its pid,
+/// and with Linux's default `pid_max` of 32 768 a test suite that spawns thousands of
+/// processes reuses pids within minutes: a watchdog firing later must not kill whatever
+/// process got the pid since (another test process's broker, say). The JVM is recognised
+/// by its start time (`/proc/PID/stat`, field 22), read right after the spawn; where it
+/// cannot be read, the watchdog kills by pid alone.
+fn watchdog_script(pid: u32) -> String {
+    watchdog_script_for(pid, process_start_time(pid))
+}
+
+/// [`watchdog_script`] for a JVM that started at `start_time` (`None`: unknown).
+fn watchdog_script_for(pid: u32, start_time: Option<u64>) -> String {
+    match start_time {
+        Some(start_time) => format!(
+            "read -r _; stat=$(cat /proc/{pid}/stat 2>/dev/null) || exit 0; \
+             set -- ${{stat##*) }}; [ \"${{20}}\" = \"{start_time}\" ] && kill -9 {pid} 2>/dev/null"
+        ),
+        None => format!("read -r _; kill -9 {pid} 2>/dev/null"),
+    }
+}
+
+/// The start time of process `pid` (`/proc/PID/stat` field 22, in clock ticks since boot):
+/// with the pid, it names one process for good.
+fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces, in parentheses): field 3 on.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(19)?.parse().ok()
+}
+
 impl JvmProcess {
     /// Spawns `java FLAGS -cp CLASSPATH MAIN ARGS` in `dir` with stdout and stderr appended to
     /// `log`, and its watchdog.
@@ -394,7 +425,7 @@ impl JvmProcess {
         let pid = child.id();
         let watchdog = Command::new("sh")
             .arg("-c")
-            .arg(format!("read -r _; kill -9 {pid} 2>/dev/null"))
+            .arg(watchdog_script(pid))
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -471,5 +502,49 @@ impl JvmProcess {
 impl Drop for JvmProcess {
     fn drop(&mut self) {
         self.kill_now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `script` as a watchdog and closes its pipe, as a dropped [`JvmProcess`] does.
+    fn fire(script: &str) {
+        let mut watchdog = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(watchdog.stdin.take());
+        watchdog.wait().unwrap();
+    }
+
+    #[test]
+    fn the_watchdog_kills_its_process_and_never_one_that_got_the_pid_later() {
+        use std::os::unix::process::ExitStatusExt;
+        let mut own = Command::new("sleep").arg("30").spawn().unwrap();
+        let start_time = process_start_time(own.id());
+        assert!(start_time.is_some(), "/proc/PID/stat is readable here");
+        fire(&watchdog_script(own.id()));
+        assert_eq!(
+            own.wait().unwrap().signal(),
+            Some(9),
+            "its own process: killed"
+        );
+
+        // A process with the pid but another start time stands for one that reused the pid.
+        let mut other = Command::new("sleep").arg("30").spawn().unwrap();
+        let stale = process_start_time(other.id()).map(|time| time + 1);
+        fire(&watchdog_script_for(other.id(), stale));
+        // A SIGKILL sent would have landed by now.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(
+            other.try_wait().unwrap().is_none(),
+            "another process: left alone"
+        );
+        other.kill().unwrap();
+        other.wait().unwrap();
     }
 }
