@@ -108,10 +108,12 @@ pub(super) async fn run_router(
     // `completed_transactions` once the checkpoint passes them.
     let mut ended_transactions: u64 = 0;
     let mut records_in_open_transaction: u64 = 0;
-    // The newest transaction end whose records are registered but may still wait in
-    // `outgoing`: `sent_through` advances to it only once they went to the sink (crate::replay
-    // counts what was handed on for sending).
-    let mut handed_through: Option<BinlogPosition> = None;
+    let mut hand_off = SinkHandOff {
+        records,
+        outgoing: Vec::new(),
+        sent_through,
+        handed_through: None,
+    };
     let mut end_transaction =
         |position: CheckpointPosition,
          records: &mut u64,
@@ -133,9 +135,6 @@ pub(super) async fn run_router(
     // are registered under one lock and sent at the transaction's end or the batch's end,
     // whichever comes first.
     let mut pending: Vec<PendingRecord> = Vec::new();
-    // Records registered with the tracker, in order, not yet handed to the sink: sent as one
-    // batch at the source batch's end (or when SINK_BATCH_ITEMS are waiting).
-    let mut outgoing: SinkBatch = Vec::new();
     loop {
         let batch = tokio::select! {
             _ = shutdown.recv() => return Ok(()),
@@ -159,24 +158,16 @@ pub(super) async fn run_router(
         };
         // At most one record per item (XA releases beyond it flush at SINK_BATCH_ITEMS): one
         // allocation for the batch's records instead of growing by doubling.
-        outgoing.reserve(batch.len().min(SINK_BATCH_ITEMS));
+        hand_off.outgoing.reserve(batch.len().min(SINK_BATCH_ITEMS));
         for (item, budget) in batch {
             if !matches!(item, StreamItem::Row(_)) {
                 register_pending(
                     &tracker,
                     &mut pending,
-                    &mut outgoing,
+                    &mut hand_off.outgoing,
                     &mut records_in_open_transaction,
                 );
-                if !send_outgoing_when_full(
-                    &records,
-                    &mut shutdown,
-                    &mut outgoing,
-                    &sent_through,
-                    &mut handed_through,
-                )
-                .await
-                {
+                if !hand_off.send_when_full(&mut shutdown).await {
                     return Ok(());
                 }
             }
@@ -207,17 +198,10 @@ pub(super) async fn run_router(
                             register_pending(
                                 &tracker,
                                 &mut pending,
-                                &mut outgoing,
+                                &mut hand_off.outgoing,
                                 &mut records_in_open_transaction,
                             );
-                            send_outgoing(
-                                &records,
-                                &mut shutdown,
-                                &mut outgoing,
-                                &sent_through,
-                                &mut handed_through,
-                            )
-                            .await;
+                            hand_off.send(&mut shutdown).await;
                             return Err(RelayError::Routing(Box::new(error)));
                         }
                         // Deterministic: dead-lettered at once, tracked and acked like any record.
@@ -294,20 +278,12 @@ pub(super) async fn run_router(
                                         ));
                                         for held in prepared.records {
                                             records_in_open_transaction += 1;
-                                            outgoing.push(held_record_to_sink_item(
+                                            hand_off.outgoing.push(held_record_to_sink_item(
                                                 &tracker,
                                                 held,
                                                 Some(release.clone()),
                                             ));
-                                            if !send_outgoing_when_full(
-                                                &records,
-                                                &mut shutdown,
-                                                &mut outgoing,
-                                                &sent_through,
-                                                &mut handed_through,
-                                            )
-                                            .await
-                                            {
+                                            if !hand_off.send_when_full(&mut shutdown).await {
                                                 return Ok(());
                                             }
                                         }
@@ -330,16 +306,10 @@ pub(super) async fn run_router(
                             // A one-phase XA commit: the held records are this transaction's.
                             for held in xa.take_open() {
                                 records_in_open_transaction += 1;
-                                outgoing.push(held_record_to_sink_item(&tracker, held, None));
-                                if !send_outgoing_when_full(
-                                    &records,
-                                    &mut shutdown,
-                                    &mut outgoing,
-                                    &sent_through,
-                                    &mut handed_through,
-                                )
-                                .await
-                                {
+                                hand_off
+                                    .outgoing
+                                    .push(held_record_to_sink_item(&tracker, held, None));
+                                if !hand_off.send_when_full(&mut shutdown).await {
                                     return Ok(());
                                 }
                             }
@@ -362,7 +332,7 @@ pub(super) async fn run_router(
                     end_transaction(
                         CheckpointPosition::after_commit(&commit),
                         &mut records_in_open_transaction,
-                        &mut handed_through,
+                        &mut hand_off.handed_through,
                     )
                 }
                 StreamItem::Heartbeat(heartbeat) => {
@@ -370,7 +340,7 @@ pub(super) async fn run_router(
                     end_transaction(
                         CheckpointPosition::at_heartbeat(&heartbeat),
                         &mut records_in_open_transaction,
-                        &mut handed_through,
+                        &mut hand_off.handed_through,
                     )
                 }
             }
@@ -380,18 +350,10 @@ pub(super) async fn run_router(
         register_pending(
             &tracker,
             &mut pending,
-            &mut outgoing,
+            &mut hand_off.outgoing,
             &mut records_in_open_transaction,
         );
-        if !send_outgoing(
-            &records,
-            &mut shutdown,
-            &mut outgoing,
-            &sent_through,
-            &mut handed_through,
-        )
-        .await
-        {
+        if !hand_off.send(&mut shutdown).await {
             return Ok(());
         }
     }
@@ -432,41 +394,47 @@ fn register_pending(
     }));
 }
 
-/// [`send_outgoing`] once `outgoing` holds [`SINK_BATCH_ITEMS`] records (a transaction or
-/// XA release longer than that goes in several batches); true when it is not full yet.
-async fn send_outgoing_when_full(
-    records: &mpsc::Sender<SinkBatch>,
-    shutdown: &mut Shutdown,
-    outgoing: &mut SinkBatch,
-    sent_through: &SentThrough,
-    handed_through: &mut Option<BinlogPosition>,
-) -> bool {
-    outgoing.len() < SINK_BATCH_ITEMS
-        || send_outgoing(records, shutdown, outgoing, sent_through, handed_through).await
+/// The router's end of the router -> sink channel: the records registered with the tracker
+/// and not yet sent, and how far `sent_through` may advance once they are.
+struct SinkHandOff {
+    /// The channel to the sink.
+    records: mpsc::Sender<SinkBatch>,
+    /// Records registered with the tracker, in order, not yet handed to the sink: sent as one
+    /// batch at the source batch's end (or when [`SINK_BATCH_ITEMS`] are waiting).
+    outgoing: SinkBatch,
+    /// How far records were handed on for sending (crate::replay); advanced after a send.
+    sent_through: SentThrough,
+    /// The newest transaction end whose records are registered but may still wait in
+    /// `outgoing`: `sent_through` advances to it only once they went to the sink.
+    handed_through: Option<BinlogPosition>,
 }
 
-/// Hands the `outgoing` records to the sink as one batch (none when there are none), then
-/// advances `sent_through` to `handed_through`, whose records are all sent now; false when
-/// the relay is stopping (or the sink is gone): the records stay unsent and unreported.
-async fn send_outgoing(
-    records: &mpsc::Sender<SinkBatch>,
-    shutdown: &mut Shutdown,
-    outgoing: &mut SinkBatch,
-    sent_through: &SentThrough,
-    handed_through: &mut Option<BinlogPosition>,
-) -> bool {
-    if !outgoing.is_empty() {
-        let batch = std::mem::take(outgoing);
-        let sent = tokio::select! {
-            _ = shutdown.recv() => false,
-            sent = records.send(batch) => sent.is_ok(),
-        };
-        if !sent {
-            return false;
+impl SinkHandOff {
+    /// [`SinkHandOff::send`] once `outgoing` holds [`SINK_BATCH_ITEMS`] records (a
+    /// transaction or XA release longer than that goes in several batches); true when it is
+    /// not full yet.
+    async fn send_when_full(&mut self, shutdown: &mut Shutdown) -> bool {
+        self.outgoing.len() < SINK_BATCH_ITEMS || self.send(shutdown).await
+    }
+
+    /// Hands the `outgoing` records to the sink as one batch (none when there are none),
+    /// then advances `sent_through` to `handed_through`, whose records are all sent now;
+    /// false when the relay is stopping (or the sink is gone): the records stay unsent and
+    /// unreported.
+    async fn send(&mut self, shutdown: &mut Shutdown) -> bool {
+        if !self.outgoing.is_empty() {
+            let batch = std::mem::take(&mut self.outgoing);
+            let sent = tokio::select! {
+                _ = shutdown.recv() => false,
+                sent = self.records.send(batch) => sent.is_ok(),
+            };
+            if !sent {
+                return false;
+            }
         }
+        if let Some(position) = self.handed_through.take() {
+            self.sent_through.advance(&position);
+        }
+        true
     }
-    if let Some(position) = handed_through.take() {
-        sent_through.advance(&position);
-    }
-    true
 }
