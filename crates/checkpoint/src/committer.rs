@@ -281,20 +281,17 @@ impl CheckpointCommitter {
         spacing: Duration,
     ) -> Result<bool, CheckpointStoreError> {
         let now = Instant::now();
-        let due = self.pending.is_some()
-            && !self.last_commit_failed
-            && self
-                .last_caught_up_commit_at
-                .is_none_or(|at| now >= at + spacing.min(self.policy.max_interval));
-        if !due {
+        if self.caught_up_due(spacing).is_none_or(|due| due > now) {
             return Ok(false);
         }
         self.last_caught_up_commit_at = Some(now);
         self.commit_pending().await
     }
 
-    /// When [`CheckpointCommitter::commit_caught_up`] with `spacing` will commit (now, or
-    /// `spacing` after its last commit); `None` when nothing is pending or the last commit
+    /// When [`CheckpointCommitter::commit_caught_up`] with `spacing` will commit: `spacing`
+    /// after its last commit, or, before its first, the last commit's time (already past:
+    /// due now, and never a fresh reading of the clock, which a caller comparing it with its
+    /// own `now` would find just ahead); `None` when nothing is pending or the last commit
     /// failed.
     pub fn caught_up_due(&self, spacing: Duration) -> Option<Instant> {
         if self.pending.is_none() || self.last_commit_failed {
@@ -302,7 +299,7 @@ impl CheckpointCommitter {
         }
         Some(match self.last_caught_up_commit_at {
             Some(at) => at + spacing.min(self.policy.max_interval),
-            None => Instant::now(),
+            None => self.last_commit_at,
         })
     }
 
