@@ -18,7 +18,7 @@ use std::pin::Pin;
 use outbox_binlog::{BinlogPosition, Flavor, Gtid, GtidSet};
 
 use crate::checkpoint::{Checkpoint, CheckpointPosition, SourceIdentity};
-use crate::store::{CheckpointStoreError, SharedCheckpointStore};
+use crate::store::{CheckpointStore, CheckpointStoreError, SharedCheckpointStore, StoreFuture};
 
 /// Where a backend's test keeps checkpoints for the contract suite.
 pub trait StoreLocations: Sync {
@@ -187,4 +187,84 @@ pub async fn locations_are_independent(locations: &dyn StoreLocations, name: &st
         locations.open(&second_name).await.load().await.expect("b"),
         Some(second_checkpoint)
     );
+}
+
+/// A test double for the tests of a store's callers (the committers): it keeps every
+/// committed checkpoint in memory, in order, and fails its commits while told to. It does
+/// not hold itself to the contract above (a regression is recorded like any commit): the
+/// callers' own rules are what their tests check.
+#[derive(Debug, Default)]
+pub struct RecordingStore {
+    /// Every checkpoint committed (or set), oldest first.
+    pub commits: std::sync::Mutex<Vec<Checkpoint>>,
+    /// While true, commits fail with an I/O error ("disk full").
+    pub failing: std::sync::Mutex<bool>,
+}
+
+impl RecordingStore {
+    /// The binlog offsets of the committed checkpoints, oldest first.
+    pub fn committed_offsets(&self) -> Vec<u64> {
+        self.commits
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+            .map(|checkpoint| checkpoint.position.binlog.position)
+            .collect()
+    }
+
+    /// Makes the following commits fail (`true`) or succeed again.
+    pub fn set_failing(&self, failing: bool) {
+        *self
+            .failing
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = failing;
+    }
+}
+
+impl CheckpointStore for RecordingStore {
+    fn describe(&self) -> String {
+        "recording store".to_owned()
+    }
+    fn load(&self) -> StoreFuture<'_, Option<Checkpoint>> {
+        Box::pin(async {
+            Ok(self
+                .commits
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .last()
+                .cloned())
+        })
+    }
+    fn commit<'a>(&'a self, checkpoint: &'a Checkpoint) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            if *self
+                .failing
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+            {
+                return Err(CheckpointStoreError::Io {
+                    operation: "writing",
+                    path: "/recording".into(),
+                    source: std::io::Error::other("disk full"),
+                });
+            }
+            self.commits
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push(checkpoint.clone());
+            Ok(())
+        })
+    }
+    fn set<'a>(&'a self, checkpoint: &'a Checkpoint) -> StoreFuture<'a, ()> {
+        self.commit(checkpoint)
+    }
+    fn reset(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async {
+            self.commits
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .clear();
+            Ok(())
+        })
+    }
 }

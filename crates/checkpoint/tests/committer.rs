@@ -1,62 +1,14 @@
 //! Commit batching by count and by (paused) time, forced final flush, no regressions.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_binlog::{BinlogPosition, Flavor};
+use outbox_checkpoint::contract::RecordingStore;
 use outbox_checkpoint::{
-    Checkpoint, CheckpointCommitter, CheckpointPosition, CheckpointStore, CheckpointStoreError,
-    CommitPolicy, FileCheckpointStore, SharedCheckpointStore, SourceIdentity, StoreFuture,
+    CheckpointCommitter, CheckpointPosition, CheckpointStore, CommitPolicy, FileCheckpointStore,
+    SharedCheckpointStore, SourceIdentity,
 };
-
-/// A store that records every commit in memory and can be told to fail.
-#[derive(Debug, Default)]
-struct RecordingStore {
-    commits: Mutex<Vec<Checkpoint>>,
-    failing: Mutex<bool>,
-}
-
-impl RecordingStore {
-    fn committed_offsets(&self) -> Vec<u64> {
-        self.commits
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|c| c.position.binlog.position)
-            .collect()
-    }
-}
-
-impl CheckpointStore for RecordingStore {
-    fn describe(&self) -> String {
-        "recording store".to_owned()
-    }
-    fn load(&self) -> StoreFuture<'_, Option<Checkpoint>> {
-        Box::pin(async { Ok(self.commits.lock().unwrap().last().cloned()) })
-    }
-    fn commit<'a>(&'a self, checkpoint: &'a Checkpoint) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            if *self.failing.lock().unwrap() {
-                return Err(CheckpointStoreError::Io {
-                    operation: "writing",
-                    path: "/recording".into(),
-                    source: std::io::Error::other("disk full"),
-                });
-            }
-            self.commits.lock().unwrap().push(checkpoint.clone());
-            Ok(())
-        })
-    }
-    fn set<'a>(&'a self, checkpoint: &'a Checkpoint) -> StoreFuture<'a, ()> {
-        self.commit(checkpoint)
-    }
-    fn reset(&self) -> StoreFuture<'_, ()> {
-        Box::pin(async {
-            self.commits.lock().unwrap().clear();
-            Ok(())
-        })
-    }
-}
 
 fn source() -> SourceIdentity {
     SourceIdentity {
@@ -167,7 +119,7 @@ async fn a_caught_up_commit_goes_out_at_once_at_most_once_per_spacing() {
     assert!(committer.commit_caught_up(spacing).await.unwrap());
     assert_eq!(store.committed_offsets(), vec![10, 30, 40, 50]);
     // A failing store is retried by the interval only, not at the spacing.
-    *store.failing.lock().unwrap() = true;
+    store.set_failing(true);
     tokio::time::advance(spacing).await;
     assert!(!committer.offer(at(60)).await.unwrap());
     assert!(committer.commit_caught_up(spacing).await.is_err());
@@ -176,7 +128,7 @@ async fn a_caught_up_commit_goes_out_at_once_at_most_once_per_spacing() {
         None,
         "failed: wait for the interval"
     );
-    *store.failing.lock().unwrap() = false;
+    store.set_failing(false);
     tokio::time::advance(spacing * 5).await;
     assert!(!committer.commit_caught_up(spacing).await.unwrap());
     tokio::time::advance(Duration::from_secs(60)).await;
@@ -241,19 +193,19 @@ async fn never_commits_an_older_position() {
 #[tokio::test(start_paused = true)]
 async fn a_failed_commit_keeps_the_position_and_is_retried() {
     let (store, mut committer) = recording_committer(policy(Duration::from_secs(1), 1), None);
-    *store.failing.lock().unwrap() = true;
+    store.set_failing(true);
     assert!(committer.offer(at(10)).await.is_err());
     assert_eq!(committer.pending(), Some(&at(10)));
-    *store.failing.lock().unwrap() = false;
+    store.set_failing(false);
     // The retry waits one interval (no hammering on every offer) ...
     assert!(!committer.commit_if_due().await.unwrap());
     tokio::time::advance(Duration::from_secs(1)).await;
     assert!(committer.commit_if_due().await.unwrap());
     assert_eq!(store.committed_offsets(), vec![10]);
     // ... and a flush always retries at once.
-    *store.failing.lock().unwrap() = true;
+    store.set_failing(true);
     assert!(committer.offer(at(20)).await.is_err());
-    *store.failing.lock().unwrap() = false;
+    store.set_failing(false);
     assert!(committer.flush().await.unwrap());
     assert_eq!(store.committed_offsets(), vec![10, 20]);
 }

@@ -166,10 +166,7 @@ pub(super) async fn run_committer(
         } else {
             None
         };
-        let due = match (committer.next_due(), caught_up_due) {
-            (Some(interval), Some(caught_up)) => Some(interval.min(caught_up)),
-            (interval, caught_up) => interval.or(caught_up),
-        };
+        let due = committer.next_due().into_iter().chain(caught_up_due).min();
         let due_sleep = async {
             match due {
                 Some(at) => tokio::time::sleep_until(at).await,
@@ -291,6 +288,7 @@ mod tests {
     use std::collections::VecDeque;
     use std::sync::Mutex;
 
+    use outbox_checkpoint::contract::RecordingStore;
     use outbox_checkpoint::AckTracker;
 
     use super::*;
@@ -385,45 +383,13 @@ mod tests {
         committer.await.unwrap().unwrap();
     }
 
-    /// A store keeping its commits in memory, so the test can run on paused time.
-    #[derive(Debug, Default)]
-    struct MemoryStore {
-        commits: Mutex<Vec<Checkpoint>>,
-    }
-
-    impl outbox_checkpoint::CheckpointStore for MemoryStore {
-        fn describe(&self) -> String {
-            "memory store".to_owned()
-        }
-        fn load(&self) -> outbox_checkpoint::StoreFuture<'_, Option<Checkpoint>> {
-            Box::pin(async { Ok(self.commits.lock().unwrap().last().cloned()) })
-        }
-        fn commit<'a>(
-            &'a self,
-            checkpoint: &'a Checkpoint,
-        ) -> outbox_checkpoint::StoreFuture<'a, ()> {
-            Box::pin(async move {
-                self.commits.lock().unwrap().push(checkpoint.clone());
-                Ok(())
-            })
-        }
-        fn set<'a>(&'a self, checkpoint: &'a Checkpoint) -> outbox_checkpoint::StoreFuture<'a, ()> {
-            self.commit(checkpoint)
-        }
-        fn reset(&self) -> outbox_checkpoint::StoreFuture<'_, ()> {
-            Box::pin(async {
-                self.commits.lock().unwrap().clear();
-                Ok(())
-            })
-        }
-    }
-
     /// Once every transaction read is acked, the newest position is stored at once, not after
     /// the interval or the transaction count, and at most once per tenth of the interval;
     /// while a record is unacked, nothing is stored early.
     #[tokio::test(start_paused = true)]
     async fn a_caught_up_relay_stores_its_position_after_a_tenth_of_the_interval() {
-        let store = Arc::new(MemoryStore::default());
+        // In memory, so the test can run on paused time.
+        let store = Arc::new(RecordingStore::default());
         let shared: SharedCheckpointStore = store.clone();
         let tracker: SharedTracker = Arc::new(Mutex::new(AckTracker::new(position(4))));
         let progress = Arc::new(Notify::new());
@@ -452,10 +418,6 @@ mod tests {
             Metrics::new(),
             stop.subscribe(),
         ));
-        let stored = |store: &MemoryStore| -> Vec<u64> {
-            let commits = store.commits.lock().unwrap();
-            commits.iter().map(|c| c.position.binlog.position).collect()
-        };
         // A transaction with a record: not acked yet, so not caught up.
         let token = {
             let mut tracker = lock_tracker(&tracker);
@@ -465,13 +427,20 @@ mod tests {
         };
         progress.notify_one();
         tokio::time::sleep(interval / 2).await;
-        assert!(stored(&store).is_empty(), "nothing acked, nothing stored");
+        assert!(
+            store.committed_offsets().is_empty(),
+            "nothing acked, nothing stored"
+        );
         // Acked: everything read is acked, and the last commit (none: the committer's
         // start) is more than the spacing ago, so the position goes out at once.
         lock_tracker(&tracker).ack(token).unwrap();
         progress.notify_one();
         tokio::time::sleep(Duration::from_millis(1)).await;
-        assert_eq!(stored(&store), vec![500], "stored once caught up");
+        assert_eq!(
+            store.committed_offsets(),
+            vec![500],
+            "stored once caught up"
+        );
         // The next one waits for the spacing (a tenth of the interval) from that commit.
         {
             let mut tracker = lock_tracker(&tracker);
@@ -482,12 +451,12 @@ mod tests {
         progress.notify_one();
         tokio::time::sleep(interval / 20).await;
         assert_eq!(
-            stored(&store),
+            store.committed_offsets(),
             vec![500],
             "within the spacing of the last commit"
         );
         tokio::time::sleep(interval / 20 + Duration::from_millis(10)).await;
-        assert_eq!(stored(&store), vec![500, 900]);
+        assert_eq!(store.committed_offsets(), vec![500, 900]);
         stop.trigger();
         committer.await.unwrap().unwrap();
     }
