@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::kafka::KafkaBroker;
 use crate::process::{
-    file_tail, free_port, io_err, jar_folders, small_jvm_flags, HarnessError, JvmProcess,
+    file_tail, free_port, io_err, jar_folders, jvm_flags, HarnessError, JvmProcess,
     LOG4J2_PROPERTIES,
 };
 use crate::ScratchMariadb;
@@ -178,7 +178,7 @@ impl DebeziumConnect {
         std::fs::write(root.join("log4j2.properties"), LOG4J2_PROPERTIES)
             .map_err(io_err("writing log4j2.properties"))?;
 
-        let mut flags = small_jvm_flags("512m");
+        let mut flags = jvm_flags("512m");
         flags.push(format!(
             "-Dlog4j2.configurationFile={}",
             root.join("log4j2.properties").display()

@@ -288,7 +288,7 @@ pub async fn console_consume_isolated(
     .map_err(io_err("writing the console consumer's log4j2.properties"))?;
     let mut command = tokio::process::Command::new(java_program());
     command
-        .args(crate::process::small_jvm_flags("256m"))
+        .args(crate::process::jvm_flags("256m"))
         .arg(format!("-Dlog4j2.configurationFile={}", log4j.display()))
         .arg("-cp")
         .arg(format!("{}/*", jars.kafka.display()))

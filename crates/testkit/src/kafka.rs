@@ -42,8 +42,8 @@ use rdkafka::types::RDKafkaErrorCode;
 use tokio::sync::OnceCell;
 
 use crate::process::{
-    file_tail, free_port, io_err, jar_folders, kafka_err, send_signal, small_jvm_flags,
-    HarnessError, JvmProcess, LOG4J2_PROPERTIES,
+    file_tail, free_port, io_err, jar_folders, jvm_flags, kafka_err, send_signal, HarnessError,
+    JvmProcess, LOG4J2_PROPERTIES,
 };
 
 /// How long a launch may take to answer metadata before it counts as failed.
@@ -325,7 +325,7 @@ impl KafkaBroker {
         let classpath = format!("{}/*", jars.kafka.display());
         let log = dir.join("format.log");
         let cluster_id = random_cluster_id();
-        let mut flags = small_jvm_flags("256m");
+        let mut flags = jvm_flags("256m");
         flags.push(format!(
             "-Dlog4j2.configurationFile={}",
             dir.join("log4j2.properties").display()
@@ -400,7 +400,7 @@ impl KafkaBroker {
         let jars = jar_folders()?;
         self.launches += 1;
         let log = self.log_path();
-        let mut flags = small_jvm_flags("512m");
+        let mut flags = jvm_flags("512m");
         flags.push(format!(
             "-Dlog4j2.configurationFile={}",
             dir.join("log4j2.properties").display()

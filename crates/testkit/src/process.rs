@@ -274,7 +274,7 @@ fn jvm_profile() -> JvmProfile {
 
 /// JVM flags for the harness's Java processes on a 2-core machine with at most `max_heap`
 /// of heap, by [`JvmProfile`].
-pub(crate) fn small_jvm_flags(max_heap: &str) -> Vec<String> {
+pub(crate) fn jvm_flags(max_heap: &str) -> Vec<String> {
     match jvm_profile() {
         JvmProfile::Test => vec![
             format!("-Xmx{max_heap}"),
