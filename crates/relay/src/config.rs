@@ -405,23 +405,7 @@ impl SourceConfig {
     }
 }
 
-/// Replaces the password of a `scheme://user:password@host` URL by `***`.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, tail) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, ""),
-    };
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
-    }
-}
+pub use crate::redact::redact_url;
 
 /// Puts `password` (percent-encoded) into a URL that has a user but no password.
 fn with_password(url: &str, password: &str) -> String {

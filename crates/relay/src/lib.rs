@@ -4,7 +4,8 @@
 //!
 //! The crate is a library plus a thin `main.rs`, so tests and the `demo` command can run the
 //! relay in-process:
-//! * [`config`]: the TOML configuration and its validation;
+//! * [`config`]: the TOML configuration and its validation; [`redact`] masks its secrets in
+//!   every message an operator sees;
 //! * [`pipeline`]: [`run_relay`], the source -> router -> sink -> tracker -> store tasks;
 //! * [`sink`]: the Kafka producer side (idempotent, retrying, topic creation; the library
 //!   is `outbox-kafka`'s, this module adds how the relay hosts it);
@@ -63,6 +64,7 @@ pub mod pipeline;
 pub mod progress;
 pub mod purge_horizon;
 pub mod recover;
+pub mod redact;
 pub mod replay;
 pub mod security;
 pub mod shutdown;

@@ -1,0 +1,77 @@
+//! Issue 31: no secret from the config reaches an operator's screen or log. Each case is a
+//! config that `check`, `run` and `status` refuse (in both log formats); the secret must be in
+//! none of their output, and the refusal must still name the key that is wrong.
+//!
+//! These cases fail before any connection is made, so no server is needed.
+
+mod common;
+
+use common::run_relay_command;
+
+/// The password every case hides.
+const SECRET: &str = "S3cr3t";
+
+/// A valid config with `url` as `source.url`, the password `S3cr3t` in it.
+fn config_with_url(url: &str) -> String {
+    format!(
+        r#"[source]
+url = "{url}"
+server_id = 4242
+
+[[outbox]]
+table = "shop.outbox"
+
+[kafka]
+brokers = "127.0.0.1:1"
+
+[checkpoint]
+path = "/nonexistent/outbox-relay-checkpoint.json"
+"#
+    )
+}
+
+/// Runs `check`, `run` and `status` (`status` also with `--json`) on `config_text`, each in
+/// both log formats, and asserts each fails, names `names`, and never shows [`SECRET`].
+fn assert_refused_without_the_secret(config_text: &str, names: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("relay.toml");
+    std::fs::write(&path, config_text).expect("write the config");
+    let path = path.to_str().expect("utf-8 temp path");
+    let commands: [&[&str]; 4] = [
+        &["check", "--config", path],
+        &["run", "--config", path],
+        &["status", "--config", path],
+        &["status", "--config", path, "--json"],
+    ];
+    for command in commands {
+        for format in ["human", "json"] {
+            let mut args = command.to_vec();
+            args.extend(["--log-format", format]);
+            let (code, stdout, stderr) = run_relay_command(&args);
+            let output = format!("{stdout}\n{stderr}");
+            assert_ne!(code, 0, "{args:?} must refuse the config:\n{output}");
+            assert!(
+                !output.contains(SECRET),
+                "{args:?} shows the secret:\n{output}"
+            );
+            assert!(
+                output.contains(names),
+                "{args:?} does not name `{names}`:\n{output}"
+            );
+        }
+    }
+}
+
+/// Item 1: a `source.url` without `//` (or with a password that has the URL's delimiters in
+/// it) is refused without its password.
+#[test]
+fn a_malformed_source_url_is_refused_without_its_password() {
+    for url in [
+        "relay:S3cr3t@127.0.0.1:3306",
+        "mysql:/relay:S3cr3t@127.0.0.1:3306",
+        "mysql//relay:S3cr3t@127.0.0.1:3306",
+        "mysq://relay:S3/cr3t@127.0.0.1:3306",
+    ] {
+        assert_refused_without_the_secret(&config_with_url(url), "source.url");
+    }
+}
