@@ -335,7 +335,7 @@ pub async fn check_command(path: &Path, out: &mut dyn Write) -> anyhow::Result<i
             "{} {}: {}",
             if line.ok { "ok  " } else { "FAIL" },
             line.item,
-            line.detail
+            crate::redact::redact_secrets(&line.detail)
         )?;
     }
     if failed > 0 {
@@ -679,7 +679,8 @@ fn row_change_json(change: &RowChange) -> serde_json::Value {
 }
 
 /// An error and its causes joined by `: `, skipping a cause whose text the message already
-/// contains (many of the relay's messages embed their cause).
+/// contains (many of the relay's messages embed their cause), with every secret masked
+/// ([`crate::redact::redact_secrets`]): a cause from a library may quote a config value.
 pub fn render_error_chain(error: &anyhow::Error) -> String {
     let mut message = String::new();
     for cause in error.chain() {
@@ -692,7 +693,7 @@ pub fn render_error_chain(error: &anyhow::Error) -> String {
         }
         message.push_str(&text);
     }
-    message
+    crate::redact::redact_secrets(&message)
 }
 
 /// The whole `outbox-relay` program: parses the command line, sets up logging, runs the

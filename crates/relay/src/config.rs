@@ -61,10 +61,12 @@ pub enum ConfigError {
     },
 }
 
+/// A refusal of `key`; `message` goes through [`crate::redact::redact_secrets`], as it may
+/// quote the value.
 fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         key: key.to_owned(),
-        message: message.into(),
+        message: crate::redact::redact_secrets(&message.into()),
     }
 }
 
@@ -646,7 +648,8 @@ impl RelayConfig {
     pub fn parse(text: &str) -> Result<RelayConfig, ConfigError> {
         let config: RelayConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: PathBuf::from("<text>"),
-            message: e.to_string(),
+            // The parser quotes the line it stopped at: a password may be on it.
+            message: crate::redact::redact_secrets(&e.to_string()),
         })?;
         config.validate()?;
         Ok(config)

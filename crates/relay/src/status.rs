@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::RelayConfig;
+use crate::redact::redact_secrets;
 use crate::stores::open_checkpoint_store;
 
 /// How long the status command waits for the running relay's endpoint.
@@ -115,11 +116,11 @@ pub async fn gather_status(config: &RelayConfig) -> Value {
             Ok(Some(checkpoint)) => Some(checkpoint),
             Ok(None) => None,
             Err(error) => {
-                return json!({"checkpoint": {"error": error.to_string()}, "relay": relay_view(config).await})
+                return json!({"checkpoint": {"error": redact_secrets(&error.to_string())}, "relay": relay_view(config).await})
             }
         },
         Err(error) => {
-            return json!({"checkpoint": {"error": error.to_string()}, "relay": relay_view(config).await})
+            return json!({"checkpoint": {"error": redact_secrets(&error.to_string())}, "relay": relay_view(config).await})
         }
     };
     let checkpoint_json = checkpoint.as_ref().map_or(Value::Null, |checkpoint| {
@@ -152,7 +153,7 @@ pub async fn gather_status(config: &RelayConfig) -> Value {
                     "purge_horizon_bytes": finite(horizon.bytes),
                 }),
                 Err(error) => {
-                    json!({"server": config.source.redacted_url(), "error": error.to_string()})
+                    json!({"server": config.source.redacted_url(), "error": redact_secrets(&error.to_string())})
                 }
             }
         }

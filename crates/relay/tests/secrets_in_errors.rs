@@ -75,3 +75,28 @@ fn a_malformed_source_url_is_refused_without_its_password() {
         assert_refused_without_the_secret(&config_with_url(url), "source.url");
     }
 }
+
+/// Item 2: a TOML syntax error on a line holding a secret (an unclosed quote) is reported with
+/// its line and column, the secret masked in the parser's excerpt of the line.
+#[test]
+fn a_toml_error_on_a_secret_line_does_not_quote_the_secret() {
+    let valid = config_with_url("mysql://relay@127.0.0.1:3306");
+    for (broken_line, in_section) in [
+        ("url = \"mysql://relay:S3cr3t@127.0.0.1:3306", "[source]\n"),
+        ("url = 'relay:S3cr3t@127.0.0.1:3306", "[source]\n"),
+        (
+            "security = { protocol = \"sasl_ssl\", sasl_password = \"S3cr3t }",
+            "[kafka]\n",
+        ),
+        ("\"sasl.oauthbearer.client.secret\" = \"S3cr3t", "[kafka]\n"),
+    ] {
+        let text = valid.replace(in_section, &format!("{in_section}{broken_line}\n"));
+        let text = if in_section == "[source]\n" {
+            text.replace("url = \"mysql://relay@127.0.0.1:3306\"\n", "")
+        } else {
+            text
+        };
+        assert!(text.contains(SECRET), "{text}");
+        assert_refused_without_the_secret(&text, "line");
+    }
+}
