@@ -83,10 +83,19 @@ impl KafkaClientError {
     /// The reason inside a client-creation error of rdkafka.
     pub fn from_kafka_error(error: &KafkaError) -> Self {
         match error {
-            KafkaError::ClientConfig(_, description, key, value) => Self {
-                reason: format!("{description} (`{key}` = `{value}`)"),
-                property: Some(key.clone()),
-            },
+            KafkaError::ClientConfig(_, description, key, value) => {
+                // A secret's value is shown nowhere, not even where librdkafka quotes it.
+                let secret = crate::security::is_secret_property(key) && !value.is_empty();
+                let (description, shown) = if secret {
+                    (description.replace(value.as_str(), "***"), "***")
+                } else {
+                    (description.clone(), value.as_str())
+                };
+                Self {
+                    reason: format!("{description} (`{key}` = `{shown}`)"),
+                    property: Some(key.clone()),
+                }
+            }
             KafkaError::ClientCreation(message) => Self {
                 reason: message.clone(),
                 property: None,
@@ -403,5 +412,48 @@ pub(super) fn enqueue_with_future(
             })
             .boxed()),
         Err((error, _record)) => Err(error),
+    }
+}
+
+#[cfg(test)]
+mod client_error_tests {
+    use super::*;
+    use rdkafka::types::RDKafkaConfRes;
+
+    /// Issue 31 item 3: librdkafka's refusal of a secret property names the property, never
+    /// its value (neither in the relay's `key = value` suffix nor where librdkafka quotes it).
+    #[test]
+    fn a_refused_secret_property_does_not_show_its_value() {
+        let refused = check_client_properties(&[("bogus.secret".into(), "S3cr3t".into())])
+            .expect_err("librdkafka refuses an unknown property");
+        assert!(
+            refused.reason.contains("bogus.secret"),
+            "{}",
+            refused.reason
+        );
+        assert!(!refused.reason.contains("S3cr3t"), "{}", refused.reason);
+
+        let quoted = KafkaError::ClientConfig(
+            RDKafkaConfRes::RD_KAFKA_CONF_INVALID,
+            "Invalid value \"S3cr3t\" for configuration property \"ssl.key.password\"".into(),
+            "ssl.key.password".into(),
+            "S3cr3t".into(),
+        );
+        let error = KafkaClientError::from_kafka_error(&quoted);
+        assert!(!error.reason.contains("S3cr3t"), "{}", error.reason);
+        assert_eq!(error.property.as_deref(), Some("ssl.key.password"));
+
+        let plain = KafkaError::ClientConfig(
+            RDKafkaConfRes::RD_KAFKA_CONF_INVALID,
+            "Invalid value".into(),
+            "linger.ms".into(),
+            "soon".into(),
+        );
+        let error = KafkaClientError::from_kafka_error(&plain);
+        assert!(
+            error.reason.contains("`linger.ms` = `soon`"),
+            "{}",
+            error.reason
+        );
     }
 }
