@@ -1,6 +1,12 @@
 //! The librdkafka client context of the relay's producer and admin client: librdkafka's log
 //! lines and global errors go to `tracing`, and repeats are rate-limited.
 //!
+//! The context also keeps the last broker failure librdkafka reported ([`ClientFailure`]):
+//! a request that fails says only `BrokerTransportFailure`, while the reason (`SASL
+//! authentication error: ...`, `certificate verify failed`) comes through the error callback.
+//! The sink's startup and `check` name it, and stop at once on a [`ClientFailure::is_definite`]
+//! one.
+//!
 //! While a broker is down librdkafka reports the same condition (`Connection refused`,
 //! `AllBrokersDown`) every few milliseconds per client; the relay already logs what matters
 //! (delivery failures, resends, producer rebuilds) through its own events. So each distinct
@@ -13,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 /// Least time between two log lines with the same text.
 pub const REPEAT_INTERVAL: Duration = Duration::from_secs(30);
@@ -21,14 +27,111 @@ pub const REPEAT_INTERVAL: Duration = Duration::from_secs(30);
 /// Most distinct messages remembered; the memory is cleared when it is full.
 const REMEMBERED_MESSAGES: usize = 256;
 
+/// A failure to talk to a broker, as librdkafka's error callback reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientFailure {
+    /// librdkafka's error code (`Authentication`, `SSL`, `BrokerTransportFailure`, ...).
+    pub code: RDKafkaErrorCode,
+    /// librdkafka's own words, e.g. `sasl_ssl://127.0.0.1:9094/bootstrap: SASL authentication
+    /// error: Authentication failed during authentication due to invalid credentials with
+    /// SASL mechanism SCRAM-SHA-512`: the only place that says what is wrong.
+    pub reason: String,
+}
+
+impl ClientFailure {
+    /// True when retrying cannot help: the broker refused the credentials, or its
+    /// certificate did not verify. Both need the operator to change the config (or the
+    /// broker's), so the relay stops at once instead of retrying for minutes.
+    pub fn is_definite(&self) -> bool {
+        match self.code {
+            RDKafkaErrorCode::Authentication
+            | RDKafkaErrorCode::SaslAuthenticationFailed
+            | RDKafkaErrorCode::TopicAuthorizationFailed
+            | RDKafkaErrorCode::ClusterAuthorizationFailed => true,
+            RDKafkaErrorCode::SSL => self.reason.contains("certificate verify failed"),
+            _ => false,
+        }
+    }
+}
+
+impl std::fmt::Display for ClientFailure {
+    /// librdkafka's reason, and what it usually means where librdkafka does not say.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)?;
+        if self.reason.contains("Disconnected") && self.reason.contains("APIVERSION_QUERY") {
+            f.write_str(" (a broker that closes the connection at the first request usually expects another protocol: check [kafka.security] protocol against the listener)")?;
+        }
+        Ok(())
+    }
+}
+
 /// Client context for every Kafka client the relay creates.
 #[derive(Debug, Default)]
 pub struct RelayClientContext {
     /// Per message key: when it was last logged and how many repeats were suppressed since.
     recent: Mutex<HashMap<String, (Instant, u64)>>,
+    /// The last broker failure librdkafka reported (not `AllBrokersDown`, which only
+    /// follows one and says nothing of why), for the errors that a failed request returns.
+    last_failure: LastClientFailure,
+}
+
+/// The last broker failure of one client, shared by its context (which sets it) and the code
+/// that reports why a request of the client failed (rdkafka gives no way back from a
+/// `FutureProducer` to its context).
+#[derive(Debug, Clone, Default)]
+pub struct LastClientFailure(std::sync::Arc<Mutex<Option<ClientFailure>>>);
+
+impl LastClientFailure {
+    /// The failure, if the client reported one.
+    pub fn get(&self) -> Option<ClientFailure> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Keeps `failure` as the last one, unless the one kept is definite and `failure` is
+    /// not: the disconnect librdkafka logs after refusing the credentials must not hide why.
+    fn set(&self, failure: ClientFailure) {
+        let mut last = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !last
+            .as_ref()
+            .is_some_and(|kept| kept.is_definite() && !failure.is_definite())
+        {
+            *last = Some(failure);
+        }
+    }
 }
 
 impl RelayClientContext {
+    /// The last broker failure librdkafka reported through the error callback, if any.
+    pub fn last_failure(&self) -> Option<ClientFailure> {
+        self.last_failure.get()
+    }
+
+    /// A handle on [`RelayClientContext::last_failure`] that outlives handing the context to
+    /// a client.
+    pub fn last_failure_handle(&self) -> LastClientFailure {
+        self.last_failure.clone()
+    }
+
+    /// Remembers a failure from the error callback (see [`RelayClientContext::last_failure`]).
+    fn remember_failure(&self, error: &KafkaError, reason: &str) {
+        let Some(code) = error.rdkafka_error_code() else {
+            return;
+        };
+        if code == RDKafkaErrorCode::AllBrokersDown {
+            return;
+        }
+        self.last_failure.set(ClientFailure {
+            code,
+            reason: reason.to_owned(),
+        });
+    }
+
     /// `Some(suppressed repeats)` when a message with this key should be logged now.
     fn should_log(&self, key: &str) -> Option<u64> {
         let mut recent = self
@@ -66,6 +169,14 @@ fn message_key(facility: &str, message: &str) -> String {
 
 impl ClientContext for RelayClientContext {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        // A broker connection that failed: librdkafka says why only here for a disconnect
+        // (the error callback then reports just `AllBrokersDown`).
+        if facility == "FAIL" {
+            self.last_failure.set(ClientFailure {
+                code: RDKafkaErrorCode::BrokerTransportFailure,
+                reason: message.to_owned(),
+            });
+        }
         if matches!(level, RDKafkaLogLevel::Debug) {
             tracing::debug!(target: "librdkafka", facility, "{message}");
             return;
@@ -88,6 +199,7 @@ impl ClientContext for RelayClientContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        self.remember_failure(&error, reason);
         let key = message_key("error", &format!("{error}: {reason}"));
         if let Some(suppressed) = self.should_log(&key) {
             tracing::warn!(target: "librdkafka", %error, suppressed, "Kafka client error: {reason}");
@@ -98,6 +210,53 @@ impl ClientContext for RelayClientContext {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_failure_is_kept_and_classified() {
+        let context = RelayClientContext::default();
+        assert_eq!(context.last_failure(), None);
+        let auth = "sasl_ssl://127.0.0.1:9/bootstrap: SASL authentication error: Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512";
+        context.error(KafkaError::Global(RDKafkaErrorCode::Authentication), auth);
+        context.error(
+            KafkaError::Global(RDKafkaErrorCode::AllBrokersDown),
+            "1/1 brokers are down",
+        );
+        context.log(
+            RDKafkaLogLevel::Info,
+            "FAIL",
+            "127.0.0.1:9/bootstrap: Disconnected (after 3ms in state UP)",
+        );
+        let failure = context.last_failure().expect("the failure is kept");
+        assert_eq!(
+            failure.reason, auth,
+            "neither AllBrokersDown nor the disconnect after it replaces the reason"
+        );
+        assert!(failure.is_definite());
+
+        let context = RelayClientContext::default();
+        let disconnect = "127.0.0.1:9/bootstrap: Disconnected: connection closed by peer: receive 0 after POLLIN (after 2ms in state APIVERSION_QUERY)";
+        context.log(RDKafkaLogLevel::Info, "FAIL", disconnect);
+        let failure = context
+            .last_failure()
+            .expect("a FAIL log line is a failure");
+        assert!(!failure.is_definite());
+        assert!(failure.to_string().starts_with(disconnect));
+        assert!(failure.to_string().contains("[kafka.security] protocol"));
+        context.error(
+            KafkaError::Global(RDKafkaErrorCode::BrokerTransportFailure),
+            "127.0.0.1:9/bootstrap: Connect to ipv4#127.0.0.1:9 failed: Connection refused",
+        );
+        let failure = context.last_failure().unwrap();
+        assert!(failure.reason.ends_with("Connection refused"));
+        assert_eq!(failure.to_string(), failure.reason);
+        for (code, reason, definite) in [
+            (RDKafkaErrorCode::SSL, "SSL handshake failed: error:0A000086:SSL routines::certificate verify failed: broker certificate could not be verified", true),
+            (RDKafkaErrorCode::SSL, "SSL handshake failed: Disconnected", false),
+        ] {
+            let failure = ClientFailure { code, reason: reason.into() };
+            assert_eq!(failure.is_definite(), definite, "{reason}");
+        }
+    }
 
     #[test]
     fn repeats_are_suppressed_and_counted() {

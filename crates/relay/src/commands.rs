@@ -366,19 +366,29 @@ async fn outbox_table_exists(
 }
 
 async fn broker_metadata(config: &RelayConfig) -> anyhow::Result<(usize, usize)> {
-    use rdkafka::producer::{BaseProducer, Producer};
-    // The check line shows only this error's own text: librdkafka's reason must be in it.
-    let producer: BaseProducer = crate::sink::create_kafka_client(
-        &crate::sink::producer_properties(&config.kafka),
-        rdkafka::producer::DefaultProducerContext,
-    )
-    .map_err(|error| anyhow::anyhow!("cannot create a Kafka client from [kafka]: {error}"))?;
+    use rdkafka::producer::{FutureProducer, Producer};
+    // The check line shows only this error's own text: librdkafka's reason must be in it,
+    // both when the client is refused and when a request fails (the reason of the latter
+    // comes through the client context, the request's error says only e.g.
+    // `BrokerTransportFailure`).
+    let context = outbox_kafka::kafka_context::RelayClientContext::default();
+    let failures = context.last_failure_handle();
+    let producer: FutureProducer<_> =
+        crate::sink::create_kafka_client(&crate::sink::producer_properties(&config.kafka), context)
+            .map_err(|error| {
+                anyhow::anyhow!("cannot create a Kafka client from [kafka]: {error}")
+            })?;
     let timeout = Duration::from_millis(config.kafka.admin_timeout_ms);
     tokio::task::spawn_blocking(move || {
         let metadata = producer
             .client()
             .fetch_metadata(None, timeout)
-            .context("cannot fetch cluster metadata")?;
+            .map_err(|error| match failures.get() {
+                Some(failure) => anyhow::anyhow!(
+                    "cannot fetch cluster metadata: {error}: {failure}; check [kafka.security] and [kafka.properties]"
+                ),
+                None => anyhow::anyhow!("cannot fetch cluster metadata: {error}"),
+            })?;
         Ok((metadata.brokers().len(), metadata.topics().len()))
     })
     .await

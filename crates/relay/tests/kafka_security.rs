@@ -14,6 +14,10 @@ use outbox_testkit::kafka::{BrokerSecurity, KafkaBroker};
 const SCRAM_USER: &str = "relay-scram";
 const SCRAM_PASSWORD: &str = "scram-Secret-77421";
 const SOURCE_PASSWORD: &str = "source-Secret-99017";
+/// How long a definite refusal (credentials, certificate) may take to stop the relay: one
+/// metadata request (`kafka.admin_timeout_ms`, 10 s) and the start around it, where the
+/// default 10 attempts with backoff took minutes.
+const DEFINITE: Duration = Duration::from_secs(40);
 
 /// Appends `[kafka.security]` (and optionally more lines) to the relay's config.
 fn add_security(relay: &Relay, security: &str) {
@@ -67,15 +71,28 @@ async fn delivers_over(
     relay.log()
 }
 
-/// Waits for the relay to stop with an error whose log names `cause` and `listener`;
-/// returns the log.
-async fn stops_naming(relay: &mut Relay, cause: &str, listener: &str) -> String {
-    let status = relay.wait_for_exit(Duration::from_secs(90)).await;
+/// Waits for the relay to stop with an error whose log names `cause` and `listener`, and whose
+/// final error line (the one an operator reads first) names `cause` too; returns the log.
+/// `within` bounds the wait: a definite refusal must not be retried for minutes.
+async fn stops_naming(relay: &mut Relay, cause: &str, listener: &str, within: Duration) -> String {
+    let started = std::time::Instant::now();
+    let status = relay.wait_for_exit(Duration::from_secs(150)).await;
+    let waited = started.elapsed();
     assert!(!status.success());
     let log = relay.log();
     assert!(
-        log.contains(cause),
-        "the stop names the cause `{cause}`:\n{}",
+        waited < within,
+        "the relay took {waited:?} (more than {within:?}) to give up on `{cause}`:\n{}",
+        relay.log_tail(30)
+    );
+    let final_error = log
+        .lines()
+        .rev()
+        .find(|line| line.starts_with("error: "))
+        .unwrap_or_default();
+    assert!(
+        final_error.contains(cause),
+        "the final error names the cause `{cause}`:\n{}",
         relay.log_tail(30)
     );
     assert!(
@@ -84,6 +101,28 @@ async fn stops_naming(relay: &mut Relay, cause: &str, listener: &str) -> String 
         relay.log_tail(30)
     );
     log
+}
+
+/// `outbox-relay check` on the relay's config (with `env`): fails, and its Kafka line names
+/// `cause`. Returns the output.
+fn check_names(relay: &Relay, env: &[(&str, &str)], cause: &str) -> String {
+    let output = std::process::Command::new(RELAY_BIN)
+        .args(["check", "--config"])
+        .arg(&relay.config_path)
+        .envs(env.iter().copied())
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run outbox-relay check");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout
+            .lines()
+            .any(|line| line.starts_with("FAIL kafka") && line.contains(cause)),
+        "no FAIL kafka line naming `{cause}`:\n{stdout}\n{stderr}"
+    );
+    format!("{stdout}\n{stderr}")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -133,10 +172,10 @@ async fn the_relay_delivers_over_tls_and_sasl_ssl_and_refuses_bad_credentials_cl
     )
     .await;
 
-    // 3. A wrong password: the relay stops and says authentication failed.
+    // 3. A wrong password: the relay stops at its first attempt (the default 10 would take
+    // minutes) and its final error says authentication failed; so does `check`.
     let setup = RelaySetup::new(&db, &sasl_ssl);
     let mut relay = Relay::prepare(&setup);
-    relay.edit_config(&[("[kafka]\n", "[kafka]\nstartup_attempts = 2\n")]);
     add_security(
         &relay,
         &format!(
@@ -144,12 +183,13 @@ async fn the_relay_delivers_over_tls_and_sasl_ssl_and_refuses_bad_credentials_cl
              sasl_username = \"{SCRAM_USER}\"\nsasl_password_env = \"OUTBOX_TEST_SASL\"\n"
         ),
     );
-    relay.start_with_env(&[("OUTBOX_TEST_SASL", "not-the-password-4242")]);
-    output += &stops_naming(&mut relay, "Authentication failed", &sasl_ssl).await;
+    let wrong_password = [("OUTBOX_TEST_SASL", "not-the-password-4242")];
+    relay.start_with_env(&wrong_password);
+    output += &stops_naming(&mut relay, "Authentication failed", &sasl_ssl, DEFINITE).await;
+    output += &check_names(&relay, &wrong_password, "Authentication failed");
 
-    // 4. A broker certificate from a CA the relay does not trust.
+    // 4. A broker certificate from a CA the relay does not trust: the same.
     let mut relay = Relay::prepare(&RelaySetup::new(&db, &ssl));
-    relay.edit_config(&[("[kafka]\n", "[kafka]\nstartup_attempts = 2\n")]);
     add_security(
         &relay,
         &format!(
@@ -158,7 +198,23 @@ async fn the_relay_delivers_over_tls_and_sasl_ssl_and_refuses_bad_credentials_cl
         ),
     );
     relay.start();
-    output += &stops_naming(&mut relay, "certificate verify failed", &ssl).await;
+    output += &stops_naming(&mut relay, "certificate verify failed", &ssl, DEFINITE).await;
+    output += &check_names(&relay, &[], "certificate verify failed");
+
+    // 5. Plaintext against the SASL_SSL listener: retried (a broker restarting looks the same
+    // for a moment), and the final error and `check` give librdkafka's reason.
+    let mut relay = Relay::prepare(&RelaySetup::new(&db, &sasl_ssl));
+    relay.edit_config(&[("[kafka]\n", "[kafka]\nstartup_attempts = 2\n")]);
+    relay.start();
+    let plaintext_reason = "APIVERSION_QUERY";
+    output += &stops_naming(
+        &mut relay,
+        plaintext_reason,
+        &sasl_ssl,
+        Duration::from_secs(120),
+    )
+    .await;
+    output += &check_names(&relay, &[], plaintext_reason);
 
     // No secret in anything the relay printed in any of the runs.
     assert!(

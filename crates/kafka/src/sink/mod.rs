@@ -242,8 +242,17 @@ pub enum SinkError {
         /// The broker's or client's message.
         message: String,
     },
+    /// A broker refused the relay for a reason retrying cannot fix (wrong credentials, a
+    /// certificate that does not verify): definite, reported at the first failure.
+    #[error("the Kafka cluster at {brokers} refused the relay: {reason}; fix [kafka.security] (or [kafka.properties]) and start again")]
+    Refused {
+        /// `bootstrap.servers`.
+        brokers: String,
+        /// librdkafka's reason ([`crate::kafka_context::ClientFailure`]).
+        reason: String,
+    },
     /// No broker answered a metadata request at startup within `kafka.startup_attempts`.
-    #[error("cannot reach the Kafka cluster at {brokers}: {attempts} metadata requests over {waited:?} failed, the last with: {error}; check kafka.brokers, that the brokers are up and reachable from this host, and the security settings in [kafka.properties] (or set kafka.startup_attempts = 0 to wait forever)")]
+    #[error("cannot reach the Kafka cluster at {brokers}: {attempts} metadata requests over {waited:?} failed, the last with: {error} ({reason}); check kafka.brokers, that the brokers are up and reachable from this host, and the security settings in [kafka.security] and [kafka.properties] (or set kafka.startup_attempts = 0 to wait forever)")]
     Unreachable {
         /// `bootstrap.servers`.
         brokers: String,
@@ -253,6 +262,9 @@ pub enum SinkError {
         waited: Duration,
         /// The last request's error (boxed: large, and this path is cold).
         error: Box<KafkaError>,
+        /// librdkafka's last reported reason (the request's error says only e.g.
+        /// `BrokerTransportFailure`).
+        reason: String,
     },
     /// The exactly-once sink aborted its Kafka transaction (transient): nothing of it is
     /// visible to `read_committed` consumers; the relay restarts from the checkpoint.

@@ -185,6 +185,13 @@ pub(super) struct SinkProducerContext {
     reports: DeliveryReports,
 }
 
+impl SinkProducerContext {
+    /// The relay's context inside: its log rate limits and its last broker failure.
+    pub(super) fn relay_context(&self) -> &RelayClientContext {
+        &self.relay
+    }
+}
+
 impl ClientContext for SinkProducerContext {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
         self.relay.log(level, facility, message);

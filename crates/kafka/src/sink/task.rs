@@ -53,7 +53,12 @@ where
         report_sender.clone(),
     )
     .map_err(SinkError::Client)?;
-    if !reach_cluster_at_startup(&producer, &settings, &mut shutdown).await? {
+    let failures = producer
+        .client()
+        .context()
+        .relay_context()
+        .last_failure_handle();
+    if !reach_cluster_at_startup(&producer, &failures, &settings, &mut shutdown).await? {
         return Ok(SinkSummary::default());
     }
     let mut topics = TopicManager::new(&settings)?;

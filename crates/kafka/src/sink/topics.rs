@@ -15,7 +15,7 @@ use super::producer::{RelayProducer, SinkProducer};
 use super::{KafkaSinkSettings, ShutdownSignal, SinkError, SinkObserver};
 use crate::backoff::Backoff;
 use crate::internal_events::{InternalEvent, TopicCreated};
-use crate::kafka_context::RelayClientContext;
+use crate::kafka_context::{LastClientFailure, RelayClientContext};
 
 /// A producer the sink can ask for the cluster's metadata, off the runtime (a clone goes to
 /// a blocking task): the at-least-once sink's [`SinkProducer`] and the exactly-once sink's
@@ -253,10 +253,13 @@ enum CreateFailure {
 }
 
 /// Asks the cluster for its metadata until a broker answers, with backoff, logging each
-/// failure; gives up with [`SinkError::Unreachable`] after `settings.startup_attempts`.
+/// failure with librdkafka's reason (`failures`, the producer's); gives up with
+/// [`SinkError::Unreachable`] after `settings.startup_attempts`, and at once with
+/// [`SinkError::Refused`] when the reason is definite (credentials, certificate).
 /// `false` when shutdown was requested meanwhile.
 pub(super) async fn reach_cluster_at_startup<S: ShutdownSignal>(
     producer: &impl MetadataSource,
+    failures: &LastClientFailure,
     settings: &KafkaSinkSettings,
     shutdown: &mut S,
 ) -> Result<bool, SinkError> {
@@ -288,16 +291,28 @@ pub(super) async fn reach_cluster_at_startup<S: ShutdownSignal>(
             Ok(Err(error)) => error,
             Err(_join_error) => KafkaError::MetadataFetch(RDKafkaErrorCode::Fail),
         };
+        let failure = failures.get();
+        if let Some(failure) = failure.as_ref().filter(|failure| failure.is_definite()) {
+            return Err(SinkError::Refused {
+                brokers,
+                reason: failure.to_string(),
+            });
+        }
+        let reason = failure.map_or_else(
+            || "librdkafka reported no reason".to_owned(),
+            |failure| failure.to_string(),
+        );
         if settings.startup_attempts != 0 && attempts >= settings.startup_attempts {
             return Err(SinkError::Unreachable {
                 brokers,
                 attempts,
                 waited: started.elapsed(),
                 error: Box::new(error),
+                reason,
             });
         }
         let delay = backoff.next_delay();
-        tracing::warn!(brokers = %brokers, %error, attempt = attempts, max_attempts = settings.startup_attempts, retry_in_ms = delay.as_millis() as u64, "cannot reach the Kafka cluster at startup; retrying");
+        tracing::warn!(brokers = %brokers, %error, %reason, attempt = attempts, max_attempts = settings.startup_attempts, retry_in_ms = delay.as_millis() as u64, "cannot reach the Kafka cluster at startup; retrying");
         tokio::select! {
             _ = shutdown.recv() => return Ok(false),
             _ = tokio::time::sleep(delay) => {}

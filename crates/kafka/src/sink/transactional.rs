@@ -287,9 +287,11 @@ where
         &settings.transactional_id,
         settings.transaction_timeout,
     );
-    let producer: RelayProducer = create_kafka_client(&properties, RelayClientContext::default())
-        .map_err(SinkError::Client)?;
-    if !reach_cluster_at_startup(&producer, &settings.sink, &mut shutdown).await? {
+    let context = RelayClientContext::default();
+    let failures = context.last_failure_handle();
+    let producer: RelayProducer =
+        create_kafka_client(&properties, context).map_err(SinkError::Client)?;
+    if !reach_cluster_at_startup(&producer, &failures, &settings.sink, &mut shutdown).await? {
         return Ok(TransactionalSummary::default());
     }
     {
