@@ -30,28 +30,83 @@ use outbox_checkpoint::compare_binlog_positions;
 
 use crate::internal_events::{InternalEvent, RecordsReplayed, ReplayFinished};
 use crate::metrics::Metrics;
+use crate::sink::{BatchBoundary, SinkMetrics, SinkObserver};
 
 /// The newest transaction end whose records the router handed to the sink: written by the
 /// router, read by the committer, which stores it with the checkpoint.
+///
+/// Only once the sink reached the cluster ([`SentThrough::sink_reached_cluster`]): before
+/// that the records wait in the channel and nothing was sent, so a failed start (Kafka
+/// unreachable, credentials refused) stores no `sent_through`, and the next start does not
+/// take it for a crash.
 #[derive(Debug, Clone, Default)]
-pub struct SentThrough(Arc<Mutex<Option<BinlogPosition>>>);
+pub struct SentThrough(Arc<Mutex<SentThroughState>>);
+
+/// [`SentThrough`]'s state.
+#[derive(Debug, Default)]
+struct SentThroughState {
+    /// The newest position the router advanced to.
+    position: Option<BinlogPosition>,
+    /// The sink reached the cluster: what it was handed may reach Kafka.
+    sink_reached_cluster: bool,
+}
 
 impl SentThrough {
     /// The router handed every record of the transaction ending at `position` to the sink.
     pub fn advance(&self, position: &BinlogPosition) {
-        *self.lock() = Some(position.clone());
+        self.lock().position = Some(position.clone());
     }
 
-    /// The newest position advanced to, if any.
+    /// The sink reached the cluster and takes its input from now on.
+    pub fn sink_reached_cluster(&self) {
+        self.lock().sink_reached_cluster = true;
+    }
+
+    /// The newest position advanced to, once the sink reached the cluster; else `None`.
     pub fn get(&self) -> Option<BinlogPosition> {
-        self.lock().clone()
+        let state = self.lock();
+        state
+            .sink_reached_cluster
+            .then(|| state.position.clone())
+            .flatten()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<BinlogPosition>> {
-        // A plain value: a panic elsewhere cannot leave it half-written.
+    fn lock(&self) -> std::sync::MutexGuard<'_, SentThroughState> {
+        // Plain values: a panic elsewhere cannot leave them half-written.
         self.0
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The host of one pipeline attempt's sink: the relay's [`Metrics`], and the attempt's
+/// [`SentThrough`], told when the sink reached the cluster.
+pub struct AttemptSinkObserver {
+    /// Collectors, readiness, the exactly-once sink's checkpoints.
+    pub metrics: Arc<Metrics>,
+    /// The attempt's sent-through record.
+    pub sent_through: SentThrough,
+}
+
+impl SinkObserver for AttemptSinkObserver {
+    fn sink_metrics(&self) -> &SinkMetrics {
+        self.metrics.sink_metrics()
+    }
+
+    fn delivered(&self) {
+        self.metrics.delivered();
+    }
+
+    fn retrying(&self) {
+        self.metrics.retrying();
+    }
+
+    fn checkpoint_committed(&self, boundary: &BatchBoundary) {
+        self.metrics.checkpoint_committed(boundary);
+    }
+
+    fn cluster_reached(&self) {
+        self.sent_through.sink_reached_cluster();
     }
 }
 
@@ -150,5 +205,25 @@ mod tests {
         let mut counter = ReplayCounter::new(None);
         counter.transaction_ended(&at(200), 1, &metrics);
         assert_eq!(metrics.replayed_records.get(), 5);
+    }
+
+    #[test]
+    fn sent_through_counts_only_once_the_sink_reached_the_cluster() {
+        let sent_through = SentThrough::default();
+        sent_through.advance(&BinlogPosition::new("binlog.000002", 500));
+        assert_eq!(
+            sent_through.get(),
+            None,
+            "records in the channel were not sent"
+        );
+        let observer = AttemptSinkObserver {
+            metrics: Metrics::new(),
+            sent_through: sent_through.clone(),
+        };
+        observer.cluster_reached();
+        assert_eq!(
+            sent_through.get(),
+            Some(BinlogPosition::new("binlog.000002", 500))
+        );
     }
 }

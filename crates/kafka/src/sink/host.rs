@@ -27,6 +27,10 @@ pub trait SinkObserver: Send + Sync {
     /// checkpoint: it is stored now (the at-least-once sink never calls this; its
     /// checkpoints are the host's committer's).
     fn checkpoint_committed(&self, boundary: &BatchBoundary);
+
+    /// The sink reached the cluster at startup and starts taking its input: from here on
+    /// what it takes may reach Kafka. Before it (a failed start), nothing was sent.
+    fn cluster_reached(&self) {}
 }
 
 impl SinkObserver for SinkMetrics {

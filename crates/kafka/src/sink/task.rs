@@ -61,6 +61,7 @@ where
     if !reach_cluster_at_startup(&producer, &failures, &settings, &mut shutdown).await? {
         return Ok(SinkSummary::default());
     }
+    metrics.cluster_reached();
     let mut topics = TopicManager::new(&settings)?;
     let mut pending: PendingRecords<T> = PendingRecords::new();
     // Records acked out of order leave a slot each behind the oldest unacked one (see

@@ -294,6 +294,7 @@ where
     if !reach_cluster_at_startup(&producer, &failures, &settings.sink, &mut shutdown).await? {
         return Ok(TransactionalSummary::default());
     }
+    metrics.cluster_reached();
     {
         let producer = producer.clone();
         let timeout = settings

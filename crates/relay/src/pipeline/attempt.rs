@@ -23,7 +23,7 @@ use crate::budget::InFlightBudget;
 use crate::config::{DeliveryMode, RelayConfig};
 use crate::internal_events::{CheckpointLoaded, InternalEvent};
 use crate::metrics::Metrics;
-use crate::replay::{ReplayCounter, SentThrough};
+use crate::replay::{AttemptSinkObserver, ReplayCounter, SentThrough};
 use crate::shutdown::ShutdownController;
 use crate::sink::{
     run_kafka_sink, run_transactional_sink, KafkaSinkSettings, RejectedRecords, SinkError,
@@ -194,6 +194,10 @@ pub(super) async fn run_pipeline(
         metrics.clone(),
     );
     let exactly_once = config.kafka.delivery == DeliveryMode::ExactlyOnce;
+    let sink_observer = Arc::new(AttemptSinkObserver {
+        metrics: metrics.clone(),
+        sent_through: sent_through.clone(),
+    });
     let sink_task = if exactly_once {
         let settings = transactional_sink_settings(config);
         let boundary_tracker = tracker.clone();
@@ -208,7 +212,7 @@ pub(super) async fn run_pipeline(
             acked.clone(),
             rejected.clone(),
             stored.clone(),
-            metrics.clone(),
+            sink_observer,
             controller.subscribe(),
         );
         spawn_named("kafka-transactional-sink", async move {
@@ -220,7 +224,7 @@ pub(super) async fn run_pipeline(
             KafkaSinkSettings::from_relay_config(config),
             records_rx,
             on_delivered,
-            metrics.clone(),
+            sink_observer,
             controller.subscribe(),
         );
         spawn_named("kafka-sink", async move {
