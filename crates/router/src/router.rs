@@ -710,11 +710,7 @@ impl Router {
             return Ok(false);
         }
         if self.settings.payload == PayloadMode::RequireJson {
-            serde_json::from_slice::<serde::de::IgnoredAny>(bytes).map_err(|error| {
-                RoutingErrorKind::PayloadNotJson {
-                    reason: error.to_string(),
-                }
-            })?;
+            require_json(bytes)?;
         }
         Ok(true)
     }
@@ -770,11 +766,7 @@ impl Router {
             return Err(payload_error(RoutingErrorKind::NullPayload));
         }
         if let (Some(text), PayloadMode::RequireJson) = (&payload_text, settings.payload) {
-            serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(|error| {
-                payload_error(RoutingErrorKind::PayloadNotJson {
-                    reason: error.to_string(),
-                })
-            })?;
+            require_json(text.as_bytes()).map_err(payload_error)?;
         }
         let mut payload_data = match (payload, &payload_text) {
             (Value::Bytes(bytes), None) => Data::Bytes(bytes.clone()),
@@ -928,11 +920,7 @@ impl Router {
             }
         };
         if settings.payload == PayloadMode::RequireJson {
-            serde_json::from_str::<serde::de::IgnoredAny>(&text).map_err(|error| {
-                RoutingErrorKind::PayloadNotJson {
-                    reason: error.to_string(),
-                }
-            })?;
+            require_json(text.as_bytes())?;
         }
         if settings.expand_json_payload {
             if let Some((expanded_schema, data)) =
@@ -1139,4 +1127,18 @@ fn tracing_header(value: &Value) -> Result<Option<TracingHeader>, RoutingErrorKi
         Some(traceparent) => TracingHeader::Traceparent(traceparent.as_bytes().to_vec()),
         None => TracingHeader::Other(text.as_bytes().to_vec()),
     }))
+}
+
+/// `payload = "require_json"`: `bytes` must be one JSON text, and JSON text is UTF-8 (RFC
+/// 8259). serde_json does not check UTF-8 inside strings it skips, so it is checked first: a
+/// LONGBLOB holding `{"name":"caf\xe9"}` (Latin-1) is refused, not published.
+fn require_json(bytes: &[u8]) -> Result<(), RoutingErrorKind> {
+    let text = std::str::from_utf8(bytes).map_err(|error| RoutingErrorKind::PayloadNotJson {
+        reason: format!("not UTF-8: {error}"),
+    })?;
+    serde_json::from_str::<serde::de::IgnoredAny>(text)
+        .map(drop)
+        .map_err(|error| RoutingErrorKind::PayloadNotJson {
+            reason: error.to_string(),
+        })
 }

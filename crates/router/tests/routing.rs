@@ -384,6 +384,14 @@ fn payload_bytes_are_exact() {
             false,
             Ok(Some(b"[1,2]".to_vec())),
         ),
+        // Issue 31 item 10: JSON in shape, invalid UTF-8 inside a string (a LONGBLOB with
+        // Latin-1 text, say): not JSON (RFC 8259 text is UTF-8), so not published.
+        (
+            Value::Bytes(b"{\"name\":\"caf\xe9\"}".to_vec()),
+            PayloadMode::RequireJson,
+            false,
+            Err(|kind| matches!(kind, RoutingErrorKind::PayloadNotJson { .. })),
+        ),
         (Value::Null, PayloadMode::AsIs, true, Ok(None)),
         (
             Value::Null,
