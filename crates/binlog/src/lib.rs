@@ -51,3 +51,4 @@ pub use types::{
     BinlogPosition, ColumnNames, Commit, DateTime, Flavor, Heartbeat, JsonText, Row, RowChange,
     RowOperation, StreamItem, TableFilter, TableName, Value, XaBoundary,
 };
+pub use watched_tables::{resolve_watched_tables, UnresolvedTables, WatchedTableColumns};

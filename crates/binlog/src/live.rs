@@ -109,6 +109,7 @@ use crate::decoder::{Decoder, EventHeader, LookedUpColumn, PushOutcome};
 use crate::internal_events::{
     ColumnNamesLookedUp, InternalEvent, ItemsHandedOut, ReaderConnected, StreamError,
 };
+use crate::watched_tables::WatchedTableColumns;
 use crate::{BinlogError, BinlogPosition, Commit, Flavor, GtidSet, StreamItem, TableFilter};
 use crate::{Heartbeat, TableName, TlsOptions};
 use read_ahead::{IdleTimeoutElapsed, ReadAhead, ReadAheadMessage};
@@ -781,11 +782,13 @@ impl BinlogReader {
     /// one is the definite [`BinlogError::WatchedTableMissing`] naming the closest existing
     /// table. Run once at startup: a table that vanishes later (a drop, a rename without a
     /// swap) is only reported (`WatchedTableVanished`), so a rename swap never stops a
-    /// running relay. Watching every table checks nothing.
-    pub async fn verify_watched_tables(&mut self) -> Result<(), BinlogError> {
+    /// running relay. Watching every table checks nothing. A table the relay's user may
+    /// not read is refused naming the grant (the server hides it, so it looks missing).
+    /// Returns each watched table's columns, for the caller's own checks.
+    pub async fn verify_watched_tables(&mut self) -> Result<Vec<WatchedTableColumns>, BinlogError> {
         let watched: Vec<TableName> = self.decoder.filter().watched().cloned().collect();
         if watched.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let position = self.position_text();
         let mut conn = match self.side_connection.take() {
@@ -796,27 +799,23 @@ impl BinlogReader {
                     .await?
             }
         };
-        let lookup = crate::watched_tables::missing_tables(&mut conn, &watched);
-        let (missing, lower_case_table_names) =
-            match tokio::time::timeout(self.connect_timeout, lookup).await {
-                Ok(Ok(found)) => found,
-                Ok(Err(error)) => return Err(self.endpoint.connect_error(error, &position)),
-                Err(_) => {
-                    return Err(BinlogError::ConnectTimeout {
-                        server: self.endpoint.address.clone(),
-                        position,
-                        waited: self.connect_timeout,
-                    })
-                }
-            };
+        let lookup = crate::watched_tables::resolve_watched_tables(&mut conn, &watched);
+        let resolved = match tokio::time::timeout(self.connect_timeout, lookup).await {
+            Ok(Ok(found)) => found,
+            Ok(Err(error)) => return Err(self.endpoint.connect_error(error, &position)),
+            Err(_) => {
+                return Err(BinlogError::ConnectTimeout {
+                    server: self.endpoint.address.clone(),
+                    position,
+                    waited: self.connect_timeout,
+                })
+            }
+        };
         self.side_connection = Some(conn);
-        if missing.is_empty() {
-            return Ok(());
-        }
-        Err(BinlogError::WatchedTableMissing {
+        resolved.map_err(|unresolved| BinlogError::WatchedTableMissing {
             server: self.endpoint.address.clone(),
-            message: crate::watched_tables::describe(&missing, lower_case_table_names),
-            tables: missing.into_iter().map(|missing| missing.table).collect(),
+            tables: unresolved.tables,
+            message: unresolved.message,
         })
     }
 

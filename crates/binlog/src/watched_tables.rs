@@ -17,11 +17,100 @@ pub(crate) struct MissingTable {
     /// The existing table whose name is closest (same name in another case first, then the
     /// fewest edits), to name the likely fix.
     pub(crate) closest: Option<TableName>,
+    /// The relay's user (`CURRENT_USER()`) may not read it, so the server hides it
+    /// whether it exists or not: the fix is a grant, not a name.
+    pub(crate) denied_to: Option<String>,
+}
+
+/// A watched table as it exists on the server: its columns, in table order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchedTableColumns {
+    /// The table.
+    pub table: TableName,
+    /// Its column names as the server stores them (and the binlog names them).
+    pub columns: Vec<String>,
+}
+
+/// Watched tables that do not resolve on the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnresolvedTables {
+    /// The configured names that do not resolve.
+    pub tables: Vec<TableName>,
+    /// One sentence per table: what is wrong (missing, or not readable by the relay's
+    /// user) and the fix.
+    pub message: String,
+}
+
+/// Every watched table as the server has it (`Ok(Ok(columns))`), or the tables that do not
+/// resolve (`Ok(Err(..))`): the check `run` makes before it reads, and `check` shows.
+/// `Err`: the lookup itself failed.
+pub async fn resolve_watched_tables(
+    conn: &mut Conn,
+    watched: &[TableName],
+) -> Result<Result<Vec<WatchedTableColumns>, UnresolvedTables>, mysql_async::Error> {
+    let (missing, lower_case_table_names) = missing_tables(conn, watched).await?;
+    if !missing.is_empty() {
+        return Ok(Err(UnresolvedTables {
+            message: describe(&missing, lower_case_table_names),
+            tables: missing.into_iter().map(|missing| missing.table).collect(),
+        }));
+    }
+    table_columns(conn, watched).await.map(Ok)
+}
+
+/// The columns of every table of `watched` (each must exist as named: see
+/// [`missing_tables`]), for the checks that need them (the relay's columns check).
+async fn table_columns(
+    conn: &mut Conn,
+    watched: &[TableName],
+) -> Result<Vec<WatchedTableColumns>, mysql_async::Error> {
+    let mut tables = Vec::with_capacity(watched.len());
+    for table in watched {
+        let columns: Vec<String> = conn
+            .exec(
+                "SELECT COLUMN_NAME FROM information_schema.COLUMNS \
+                 WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
+                (&table.database, &table.table),
+            )
+            .await?;
+        tables.push(WatchedTableColumns {
+            table: table.clone(),
+            columns,
+        });
+    }
+    Ok(tables)
+}
+
+/// Server errors that mean "you may not read this" (MySQL and MariaDB hide a table's
+/// existence from a user without privileges on it): table access denied (1142), database
+/// access denied (1044), column access denied (1143).
+const ACCESS_DENIED_CODES: [u16; 3] = [1142, 1044, 1143];
+
+/// `CURRENT_USER()` when it may not `SELECT` from `table`, else `None` (it may, or the
+/// server says the table does not exist).
+async fn denied_to(
+    conn: &mut Conn,
+    table: &TableName,
+) -> Result<Option<String>, mysql_async::Error> {
+    let quoted = |name: &str| format!("`{}`", name.replace('`', "``"));
+    let probe = format!(
+        "SELECT 1 FROM {}.{} LIMIT 0",
+        quoted(&table.database),
+        quoted(&table.table)
+    );
+    match conn.query_drop(probe).await {
+        Err(mysql_async::Error::Server(error)) if ACCESS_DENIED_CODES.contains(&error.code) => {
+            let user: Option<String> = conn.query_first("SELECT CURRENT_USER()").await?;
+            Ok(Some(user.unwrap_or_else(|| "the relay's user".to_owned())))
+        }
+        Err(mysql_async::Error::Server(_)) | Ok(()) => Ok(None),
+        Err(other) => Err(other),
+    }
 }
 
 /// The watched tables of `watched` that do not exist on the server as named, and
 /// `@@lower_case_table_names` (for the message).
-pub(crate) async fn missing_tables(
+async fn missing_tables(
     conn: &mut Conn,
     watched: &[TableName],
 ) -> Result<(Vec<MissingTable>, u32), mysql_async::Error> {
@@ -37,14 +126,14 @@ pub(crate) async fn missing_tables(
         .into_iter()
         .map(|(database, table)| TableName::new(database, table))
         .collect();
-    let missing = watched
-        .iter()
-        .filter(|table| !existing.contains(table))
-        .map(|table| MissingTable {
+    let mut missing = Vec::new();
+    for table in watched.iter().filter(|table| !existing.contains(table)) {
+        missing.push(MissingTable {
             table: table.clone(),
             closest: closest(table, &existing).cloned(),
-        })
-        .collect();
+            denied_to: denied_to(conn, table).await?,
+        });
+    }
     Ok((missing, lower_case_table_names.unwrap_or(0)))
 }
 
@@ -84,10 +173,22 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 /// The operator's message for the missing tables (one sentence each).
-pub(crate) fn describe(missing: &[MissingTable], lower_case_table_names: u32) -> String {
+fn describe(missing: &[MissingTable], lower_case_table_names: u32) -> String {
     missing
         .iter()
         .map(|missing| {
+            if let Some(user) = &missing.denied_to {
+                let grantee = match user.rsplit_once('@') {
+                    Some((name, host)) => format!("'{name}'@'{host}'"),
+                    None => user.clone(),
+                };
+                return format!(
+                    "the relay's user {user} may not read watched table `{}` (the server hides \
+                     the tables a user has no privilege on, so it may also not exist): \
+                     GRANT SELECT ON {} TO {grantee}",
+                    missing.table, missing.table
+                );
+            }
             let hint = match &missing.closest {
                 Some(closest) if closest.to_string().eq_ignore_ascii_case(&missing.table.to_string()) => {
                     let why = if lower_case_table_names == 1 {
@@ -140,10 +241,27 @@ mod tests {
         let missing = [MissingTable {
             table: TableName::new("shop", "Outbox"),
             closest: Some(TableName::new("shop", "outbox")),
+            denied_to: None,
         }];
         let text = describe(&missing, 1);
         assert!(text.contains("`shop.Outbox` does not exist"), "{text}");
         assert!(text.contains("table = \"shop.outbox\""), "{text}");
         assert!(text.contains("lower_case_table_names=1"), "{text}");
+
+        let denied = [MissingTable {
+            table: TableName::new("shop", "outbox"),
+            closest: None,
+            denied_to: Some("relay@%".into()),
+        }];
+        let text = describe(&denied, 0);
+        assert!(
+            text.contains("relay@% may not read watched table `shop.outbox`"),
+            "{text}"
+        );
+        assert!(
+            text.contains("GRANT SELECT ON shop.outbox TO 'relay'@'%'"),
+            "{text}"
+        );
+        assert!(!text.contains("does not exist as"), "{text}");
     }
 }

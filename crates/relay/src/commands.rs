@@ -253,27 +253,7 @@ pub async fn check_command(path: &Path, out: &mut dyn Write) -> anyhow::Result<i
             detail: format!("{}: {error}", config.source.redacted_url()),
         }),
     }
-    for table in config.outbox_tables() {
-        lines.push(
-            match outbox_table_exists(&url, &config.source.tls_options(), &table).await {
-                Ok(true) => CheckLine {
-                    ok: true,
-                    item: format!("outbox table {table}"),
-                    detail: "exists".into(),
-                },
-                Ok(false) => CheckLine {
-                    ok: false,
-                    item: format!("outbox table {table}"),
-                    detail: "does not exist (create it, or fix [[outbox]] table)".into(),
-                },
-                Err(error) => CheckLine {
-                    ok: false,
-                    item: format!("outbox table {table}"),
-                    detail: format!("cannot check: {error}"),
-                },
-            },
-        );
-    }
+    lines.extend(outbox_table_lines(&config, &url).await);
     lines.push(match broker_metadata(&config).await {
         Ok((brokers, topics)) => CheckLine {
             ok: true,
@@ -347,22 +327,56 @@ pub async fn check_command(path: &Path, out: &mut dyn Write) -> anyhow::Result<i
     }
 }
 
-async fn outbox_table_exists(
-    url: &str,
-    tls: &outbox_binlog::TlsOptions,
-    table: &outbox_binlog::TableName,
-) -> anyhow::Result<bool> {
-    use mysql_async::prelude::Queryable;
-    let (mut conn, _tls) =
-        outbox_binlog::connect_to_server(url, tls, Duration::from_secs(30)).await?;
-    let count: Option<u64> = conn
-        .exec_first(
-            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",
-            (&table.database, &table.table),
+/// `check`'s lines for the `[[outbox]]` tables: each exists as the binlog names it, the
+/// relay's user may read it, and it has the columns its route reads in every row: the same
+/// checks `run` makes before it reads ([`outbox_binlog::resolve_watched_tables`],
+/// [`crate::pipeline::describe_missing_columns`]).
+async fn outbox_table_lines(config: &RelayConfig, url: &str) -> Vec<CheckLine> {
+    let tables = config.outbox_tables();
+    let item = if tables.len() == 1 {
+        format!("outbox table {}", tables[0])
+    } else {
+        "outbox tables".to_owned()
+    };
+    let names = tables
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let failed = |detail: String| {
+        vec![CheckLine {
+            ok: false,
+            item: item.clone(),
+            detail,
+        }]
+    };
+    let router = match outbox_router::Router::new(&config.outbox, &config.route) {
+        Ok(router) => router,
+        Err(error) => return failed(format!("invalid [[outbox]]/[route]: {error}")),
+    };
+    let resolved = async {
+        let (mut conn, _tls) = outbox_binlog::connect_to_server(
+            url,
+            &config.source.tls_options(),
+            Duration::from_secs(30),
         )
         .await?;
-    let _ = conn.disconnect().await;
-    Ok(count.unwrap_or(0) > 0)
+        let resolved = outbox_binlog::resolve_watched_tables(&mut conn, &tables).await;
+        let _ = conn.disconnect().await;
+        anyhow::Ok(resolved?)
+    };
+    match resolved.await {
+        Err(error) => failed(format!("cannot check: {error}")),
+        Ok(Err(unresolved)) => failed(unresolved.message),
+        Ok(Ok(columns)) => match crate::pipeline::describe_missing_columns(&router, &columns) {
+            Some(message) => failed(message),
+            None => vec![CheckLine {
+                ok: true,
+                item,
+                detail: format!("{names}: exist, readable, with the columns the route reads"),
+            }],
+        },
+    }
 }
 
 async fn broker_metadata(config: &RelayConfig) -> anyhow::Result<(usize, usize)> {

@@ -33,3 +33,83 @@ async fn a_watched_table_the_binlog_names_differently_stops_run_at_startup() {
     );
     assert!(!relay.checkpoint_path.exists(), "no checkpoint was written");
 }
+
+/// `check` on the relay's config: exit 1 and a FAIL line holding every one of `needles`.
+fn check_fails_naming(relay: &Relay, needles: &[&str]) {
+    let config = relay.config_path.to_str().expect("utf-8 path");
+    let (code, stdout, stderr) = run_relay_command(&["check", "--config", config]);
+    assert_eq!(code, 1, "check must fail:\n{stdout}\n{stderr}");
+    assert!(
+        stdout
+            .lines()
+            .any(|line| line.starts_with("FAIL") && needles.iter().all(|n| line.contains(n))),
+        "no FAIL line naming {needles:?}:\n{stdout}"
+    );
+}
+
+/// `run` stops at once (exit 1, nothing stored) with an error holding every one of `needles`.
+async fn run_stops_naming(relay: &mut Relay, needles: &[&str]) {
+    relay.start();
+    let status = relay.wait_for_exit(Duration::from_secs(60)).await;
+    let log = relay.log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    let final_error = log
+        .lines()
+        .rev()
+        .find(|line| line.starts_with("error: "))
+        .unwrap_or_default();
+    for needle in needles {
+        assert!(final_error.contains(needle), "no `{needle}` in:\n{log}");
+    }
+    assert!(!relay.checkpoint_path.exists(), "no checkpoint was written");
+}
+
+/// Issue 31 items 7 and 8: an outbox table without the columns its route reads (every row
+/// would be dead-lettered), and a table the relay's user may not read (the server hides it,
+/// so it looked missing): `check` fails and `run` refuses to start, naming the columns, or
+/// the grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_table_without_the_route_columns_or_not_readable_stops_check_and_run() {
+    let db = start_shop_database().await;
+    db.exec(&[
+        "CREATE TABLE shop.events (id BIGINT NOT NULL PRIMARY KEY, body TEXT) ENGINE=InnoDB",
+        "CREATE USER limited@'%' IDENTIFIED BY 'pw'",
+        "GRANT REPLICATION SLAVE, REPLICATION CLIENT, BINLOG MONITOR ON *.* TO limited@'%'",
+        "GRANT SELECT ON shop.orders TO limited@'%'",
+    ])
+    .await
+    .expect("the events table and the limited user");
+    let cluster: MockCluster<'static, DefaultProducerContext> =
+        MockCluster::new(1).expect("mock cluster");
+    let mut setup = RelaySetup::new(&db, &cluster.bootstrap_servers());
+    setup.create_topics = false;
+
+    // Item 7: none of the preset's columns.
+    let mut relay = Relay::prepare(&setup);
+    relay.edit_config(&[("table = \"shop.outbox\"", "table = \"shop.events\"")]);
+    let needles = [
+        "outbox table `shop.events` has no column `event_id` (columns.event_id)",
+        "`payload` (columns.payload)",
+        "its columns are `id`, `body`",
+    ];
+    check_fails_naming(&relay, &needles);
+    run_stops_naming(&mut relay, &needles).await;
+
+    // Item 8: the relay's user has no privilege on the outbox table.
+    let mut relay = Relay::prepare(&setup);
+    relay.edit_config(&[(
+        &format!("root@127.0.0.1:{}", db.port()),
+        &format!("limited:pw@127.0.0.1:{}", db.port()),
+    )]);
+    let needles = [
+        "may not read watched table `shop.outbox`",
+        "GRANT SELECT ON shop.outbox TO 'limited'@'%'",
+    ];
+    check_fails_naming(&relay, &needles);
+    run_stops_naming(&mut relay, &needles).await;
+    assert!(
+        !relay.log().contains("does not exist"),
+        "a table hidden by privileges is not called missing:\n{}",
+        relay.log()
+    );
+}

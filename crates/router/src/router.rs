@@ -349,6 +349,53 @@ impl Router {
         self.watched.clone()
     }
 
+    /// The columns of `table` (a watched table; `None` for another) that every row needs
+    /// and `columns` (the table's, as the server names them) lacks, each with the config
+    /// key it comes from, e.g. `("columns.payload", "payload")`. Names match exactly, as rows are
+    /// matched: a column missing here would fail every row of the table, so the relay
+    /// checks this before it reads (`check` and `run`).
+    pub fn missing_columns<'a>(
+        &'a self,
+        table: &TableName,
+        columns: &[String],
+    ) -> Option<Vec<(&'static str, &'a str)>> {
+        let route = self.tables.get(table)?;
+        let mapping = &route.mapping;
+        let mut required: Vec<(&'static str, &str)> = vec![
+            ("columns.event_id", &mapping.event_id),
+            ("columns.aggregate_type", &mapping.aggregate_type),
+            ("columns.aggregate_id", &mapping.aggregate_id),
+            ("columns.payload", &mapping.payload),
+        ];
+        if route.event_type_needed {
+            required.push(("columns.event_type", &mapping.event_type));
+        }
+        if route.timestamp_source == TimestampSource::Column {
+            required.push(("columns.timestamp", &mapping.timestamp));
+        }
+        if let Some(partition) = &mapping.partition {
+            required.push(("columns.partition", partition));
+        }
+        required.extend(
+            route
+                .additional_headers
+                .iter()
+                .map(|extra| ("additional_headers", extra.column.as_str())),
+        );
+        required.extend(
+            self.settings
+                .envelope_fields
+                .iter()
+                .map(|field| ("[route] envelope_fields", field.column.as_str())),
+        );
+        Some(
+            required
+                .into_iter()
+                .filter(|(_, column)| !columns.iter().any(|existing| existing == column))
+                .collect(),
+        )
+    }
+
     /// A binlog table filter selecting exactly the configured outbox tables.
     pub fn table_filter(&self) -> TableFilter {
         TableFilter::tables(self.watched.iter().cloned())

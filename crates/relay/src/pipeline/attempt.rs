@@ -88,6 +88,7 @@ pub(super) async fn run_pipeline(
         reader_config,
     }) = connect_source(
         config,
+        router,
         stored.as_ref(),
         &store.describe(),
         &metrics,

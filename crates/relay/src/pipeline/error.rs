@@ -56,6 +56,10 @@ pub enum RelayError {
         /// The resume position that was requested.
         position: String,
     },
+    /// An outbox table lacks columns every row needs (definite: every row would become a
+    /// dead letter); the message names each column, its config key and the fix.
+    #[error("{0}")]
+    OutboxColumnsMissing(String),
     /// The start position in `source.start` does not fit the server.
     #[error("config key `source.start`: {0}")]
     StartPosition(String),

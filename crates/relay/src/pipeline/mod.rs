@@ -75,6 +75,7 @@ mod tracking;
 pub use error::RelayError;
 pub use identity::gtid_only_binlog_position;
 pub(crate) use identity::identity_of;
+pub(crate) use startup::describe_missing_columns;
 
 use attempt::{run_pipeline, RunShared};
 

@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
-use outbox_binlog::{BinlogError, BinlogReader, ReaderConfig, StartPosition};
+use outbox_binlog::{BinlogError, BinlogReader, ReaderConfig, StartPosition, WatchedTableColumns};
 use outbox_checkpoint::{Checkpoint, SourceIdentity};
+use outbox_router::Router;
 
 use super::error::RelayError;
 use super::identity::{describe_identity, describe_start, gtid_only_binlog_position, identity_of};
@@ -33,6 +34,7 @@ pub(super) struct ConnectedSource {
 /// names it (ARCHITECTURE.md, invariant 4c). `None`: shutdown was requested meanwhile.
 pub(super) async fn connect_source(
     config: &RelayConfig,
+    router: &Router,
     stored: Option<&Checkpoint>,
     store_description: &str,
     metrics: &Metrics,
@@ -138,11 +140,15 @@ pub(super) async fn connect_source(
         return Ok(None);
     };
     // Every [[outbox]] table must exist as the binlog names it, or its rows would be
-    // skipped silently (ARCHITECTURE.md, invariant 4c).
-    reader
+    // skipped silently, and have the columns its route reads, or every row would become a
+    // dead letter (ARCHITECTURE.md, invariant 4c).
+    let tables = reader
         .verify_watched_tables()
         .await
         .map_err(RelayError::Source)?;
+    if let Some(message) = describe_missing_columns(router, &tables) {
+        return Err(RelayError::OutboxColumnsMissing(message));
+    }
     SourceConnected {
         server: &redacted,
         start: describe_start(&reader.resume_point()),
@@ -258,4 +264,38 @@ async fn connect_at_startup(
         BinlogReader::connect(reader_config.clone())
     })
     .await
+}
+
+/// The outbox tables of `tables` that lack columns their route reads in every row
+/// ([`Router::missing_columns`]), one sentence each naming the columns, their config keys and
+/// the columns the table has; `None` when every table has them all.
+pub(crate) fn describe_missing_columns(
+    router: &Router,
+    tables: &[WatchedTableColumns],
+) -> Option<String> {
+    let sentences: Vec<String> = tables
+        .iter()
+        .filter_map(|table| {
+            let missing = router.missing_columns(&table.table, &table.columns)?;
+            if missing.is_empty() {
+                return None;
+            }
+            let named = missing
+                .iter()
+                .map(|(key, column)| format!("`{column}` ({key})"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            Some(format!(
+                "outbox table `{}` has no column {named}, so every row of it would become a dead letter; its columns are {}: set [[outbox]] preset or columns.* to them, or add the columns",
+                table.table,
+                table
+                    .columns
+                    .iter()
+                    .map(|column| format!("`{column}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })
+        .collect();
+    (!sentences.is_empty()).then(|| sentences.join("; "))
 }
