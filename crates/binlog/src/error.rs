@@ -178,6 +178,21 @@ pub enum BinlogError {
         /// What the server said (error 1236 text).
         message: String,
     },
+    /// The requested start is not in the server's binlog, and not because of a purge: past
+    /// its end, in a file it never had, another server's file naming, or a GTID set with
+    /// transactions it never had. Usually a checkpoint of another server, or of this one
+    /// before its binlog was reset or restored. Definite.
+    #[error("{server} cannot stream from {position}: it is not in the server's binlog, and not because of a purge: {why} (the server said: {message})")]
+    PositionNotOnServer {
+        /// `host:port` of the server.
+        server: String,
+        /// The start position or GTID set that was requested.
+        position: String,
+        /// What is wrong with it, against what the server has.
+        why: String,
+        /// What the server said (error 1236 text).
+        message: String,
+    },
     /// Another replica with the same `server_id` is connected (or took over our stream).
     /// Definite: two readers with one `server_id` would keep kicking each other off.
     #[error("{server}: another replica uses server_id {server_id} (stream at {position}): {message}; give every reader a unique server_id")]

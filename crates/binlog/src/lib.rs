@@ -45,6 +45,7 @@ pub use internal_events::{
 };
 #[doc(hidden)]
 pub use live::pull_raw_events;
+pub use live::{locate_position, locate_position_on_server, PositionOnServer};
 pub use live::{BinlogReader, NextItem, ReaderConfig, StartPosition, DEFAULT_READ_AHEAD_EVENTS};
 pub use tls::{connect_to_server, TlsMode, TlsOptions, TlsSession, TlsVersion};
 pub use types::{

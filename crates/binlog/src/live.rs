@@ -96,6 +96,7 @@ mod raw_pull;
 mod read_ahead;
 mod replication_connection;
 mod start;
+pub use start::{locate_position, locate_position_on_server, PositionOnServer};
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -743,7 +744,8 @@ impl BinlogReader {
     }
 
     async fn explain(&mut self, error: mysql_async::Error) -> BinlogError {
-        let position = self.position_text();
+        let start = self.resume_point();
+        let position = start.to_string();
         start::explain_stream_error(
             &self.endpoint,
             &mut self.side_connection,
@@ -752,6 +754,7 @@ impl BinlogReader {
             self.our_server_id,
             error,
             &position,
+            &start,
         )
         .await
     }

@@ -207,8 +207,11 @@ pub async fn check_command(path: &Path, out: &mut dyn Write) -> anyhow::Result<i
         detail: format!("{} is valid", path.display()),
     }];
     let url = config.source.connection_url();
+    // Who the source is, for the checkpoint's line (`None`: unreachable, said above).
+    let mut source_identity = None;
     match outbox_binlog::check_server(&url, &config.source.tls_options()).await {
         Ok(report) => {
+            source_identity = Some(crate::pipeline::identity_of(&report));
             lines.push(CheckLine {
                 ok: true,
                 item: "source server".into(),
@@ -278,16 +281,26 @@ pub async fn check_command(path: &Path, out: &mut dyn Write) -> anyhow::Result<i
             detail: error.to_string(),
         },
         Ok(store) => match store.load().await {
-            Ok(Some(checkpoint)) => CheckLine {
-                ok: true,
-                item: "checkpoint".into(),
-                detail: format!(
+            Ok(Some(checkpoint)) => {
+                let stored = format!(
                     "{}: at {} (gtid set `{}`)",
                     store.describe(),
                     checkpoint.position.binlog,
                     checkpoint.position.gtid_set
-                ),
-            },
+                );
+                match checkpoint_against_source(&config, &url, &checkpoint, source_identity).await {
+                    Ok(note) => CheckLine {
+                        ok: true,
+                        item: "checkpoint".into(),
+                        detail: format!("{stored}; {note}"),
+                    },
+                    Err(problem) => CheckLine {
+                        ok: false,
+                        item: "checkpoint".into(),
+                        detail: format!("{stored}; {problem}"),
+                    },
+                }
+            }
             Ok(None) => CheckLine {
                 ok: true,
                 item: "checkpoint".into(),
@@ -324,6 +337,59 @@ pub async fn check_command(path: &Path, out: &mut dyn Write) -> anyhow::Result<i
     } else {
         writeln!(stdout, "all checks passed")?;
         Ok(0)
+    }
+}
+
+/// Whether `run` can resume from `checkpoint` on the source (`identity`, `None` when it was
+/// unreachable): on the server that wrote it, its file position must be in the binlog
+/// (purged and not-on-server are told apart, as `run` does); on another server, `run`
+/// resumes by the GTID set, and refuses without one. `Ok`: a note on how `run` resumes.
+async fn checkpoint_against_source(
+    config: &RelayConfig,
+    url: &str,
+    checkpoint: &outbox_checkpoint::Checkpoint,
+    identity: Option<outbox_checkpoint::SourceIdentity>,
+) -> Result<String, String> {
+    let Some(identity) = identity else {
+        return Ok("not checked against the source (unreachable)".into());
+    };
+    let written_against = crate::pipeline::describe_identity(&checkpoint.source);
+    if checkpoint.position.binlog == crate::pipeline::gtid_only_binlog_position() {
+        return Ok(format!(
+            "run resumes by its GTID set (written against {written_against})"
+        ));
+    }
+    if identity != checkpoint.source {
+        let connected = crate::pipeline::describe_identity(&identity);
+        return if checkpoint.position.gtid_set.is_empty() {
+            Err(format!("written against {written_against}, but the source is {connected}, and it has no GTID set to resume from: point source.url at the original server, or `outbox-relay checkpoint set --gtid ...`"))
+        } else {
+            Ok(format!("written against {written_against}, the source is {connected}: run resumes by its GTID set"))
+        };
+    }
+    let located = async {
+        let (mut conn, _tls) = outbox_binlog::connect_to_server(
+            url,
+            &config.source.tls_options(),
+            Duration::from_secs(30),
+        )
+        .await?;
+        let located =
+            outbox_binlog::locate_position_on_server(&mut conn, &checkpoint.position.binlog).await;
+        let _ = conn.disconnect().await;
+        anyhow::Ok(located?)
+    };
+    match located.await {
+        Err(error) => Err(format!("cannot look it up on the source: {error}")),
+        Ok(outbox_binlog::PositionOnServer::Available) => {
+            Ok("the source still has it: run resumes there".into())
+        }
+        Ok(outbox_binlog::PositionOnServer::Purged) => Err(
+            "the source purged that binlog file: run refuses to skip the gap; publish it from archived binlog files with `outbox-relay recover`, or skip it knowingly with `outbox-relay checkpoint set`".into(),
+        ),
+        Ok(outbox_binlog::PositionOnServer::NotOnServer { why }) => Err(format!(
+            "not in the source's binlog, and not because of a purge: {why}; it was written against {written_against}: check that source.url points at that server, or, if this server replaced it (a restore, RESET MASTER), choose where to resume with `outbox-relay checkpoint set`"
+        )),
     }
 }
 

@@ -9,6 +9,102 @@ use crate::checks::version_numbers;
 use crate::live::connection::ServerEndpoint;
 use crate::{BinlogError, BinlogPosition, Flavor, Gtid, GtidSet};
 
+/// `SHOW BINARY LOGS` with sizes: every binlog file the server still has, oldest first.
+pub(crate) async fn binary_log_files_with_sizes(
+    conn: &mut Conn,
+) -> Result<Vec<(String, u64)>, mysql_async::Error> {
+    let rows: Vec<Row> = conn.query("SHOW BINARY LOGS").await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| {
+            let name = row.get_opt::<String, usize>(0)?.ok()?;
+            let size = row.get_opt::<u64, usize>(1)?.ok()?;
+            Some((name, size))
+        })
+        .collect())
+}
+
+/// Where a file position lies against the binlog files a server has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PositionOnServer {
+    /// The server has it.
+    Available,
+    /// Before the server's oldest file: purged.
+    Purged,
+    /// Not in the server's binlog, and not because of a purge (after its newest file or
+    /// past a file's end, a file it never had, another naming): `why` says which.
+    NotOnServer {
+        /// One clause for the operator, e.g. `binlog.000009 is after the newest file,
+        /// binlog.000003 (1633 bytes)`.
+        why: String,
+    },
+}
+
+/// Where `position` lies against the binlog files of the server `conn` is connected to.
+pub async fn locate_position_on_server(
+    conn: &mut Conn,
+    position: &BinlogPosition,
+) -> Result<PositionOnServer, mysql_async::Error> {
+    Ok(locate_position(
+        &binary_log_files_with_sizes(conn).await?,
+        position,
+    ))
+}
+
+/// Where `position` lies against `files` (`SHOW BINARY LOGS`: name and size, oldest first).
+pub fn locate_position(files: &[(String, u64)], position: &BinlogPosition) -> PositionOnServer {
+    let (Some((first, _)), Some((last, last_size))) = (files.first(), files.last()) else {
+        return PositionOnServer::NotOnServer {
+            why: "the server has no binlog files".to_owned(),
+        };
+    };
+    if let Some((_, size)) = files.iter().find(|(name, _)| *name == position.file) {
+        return if position.position <= *size {
+            PositionOnServer::Available
+        } else {
+            PositionOnServer::NotOnServer {
+                why: format!(
+                    "offset {} is past the end of {} ({size} bytes)",
+                    position.position, position.file
+                ),
+            }
+        };
+    }
+    let split = |name: &str| {
+        name.rsplit_once('.')
+            .and_then(|(base, number)| Some((base.to_owned(), number.parse::<u64>().ok()?)))
+    };
+    match (split(&position.file), split(first), split(last)) {
+        (Some((base, number)), Some((first_base, first_number)), Some((_, last_number)))
+            if base == first_base =>
+        {
+            if number < first_number {
+                PositionOnServer::Purged
+            } else if number > last_number {
+                PositionOnServer::NotOnServer {
+                    why: format!(
+                        "{} is after the server's newest file, {last} ({last_size} bytes)",
+                        position.file
+                    ),
+                }
+            } else {
+                PositionOnServer::NotOnServer {
+                    why: format!(
+                        "the server never had {} (its files run from {first} to {last} without it)",
+                        position.file
+                    ),
+                }
+            }
+        }
+        _ => PositionOnServer::NotOnServer {
+            why: format!(
+                "the server's binlog files are named like {first}, not like {}",
+                position.file
+            ),
+        },
+    }
+}
+
 /// `SHOW BINARY LOGS`: every binlog file the server still has, oldest first.
 pub(crate) async fn binary_log_files(conn: &mut Conn) -> Result<Vec<String>, mysql_async::Error> {
     let rows: Vec<Row> = conn.query("SHOW BINARY LOGS").await?;
@@ -234,6 +330,7 @@ pub(crate) async fn oldest_available(conn: &mut Conn, flavor: Flavor) -> String 
 /// Turns a stream error into the most specific [`BinlogError`]. Errors 1236 and 4052 are
 /// sorted by their message; for an unavailable start this asks the server (on `side`, a
 /// normal connection, opened if needed) what it still has.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn explain_stream_error(
     endpoint: &ServerEndpoint,
     side: &mut Option<Conn>,
@@ -242,6 +339,7 @@ pub(crate) async fn explain_stream_error(
     our_server_id: u32,
     error: mysql_async::Error,
     position: &str,
+    start: &crate::StartPosition,
 ) -> BinlogError {
     let mapped = endpoint.stream_error(error, position);
     let BinlogError::Server {
@@ -272,6 +370,14 @@ pub(crate) async fn explain_stream_error(
             if side.is_none() {
                 *side = endpoint.connect(connect_timeout, &position).await.ok();
             }
+            if let Some(why) = not_on_server(side, connect_timeout, start, &message).await {
+                return BinlogError::PositionNotOnServer {
+                    server,
+                    position,
+                    why,
+                    message,
+                };
+            }
             let oldest_available = match side.as_mut() {
                 Some(conn) => {
                     match tokio::time::timeout(connect_timeout, oldest_available(conn, flavor))
@@ -299,6 +405,42 @@ pub(crate) async fn explain_stream_error(
             code,
             message,
         },
+    }
+}
+
+/// Why an unavailable start is not a purge, if it is not: a file position after the end of
+/// the binlog, in a file the server never had, or named like another server's files
+/// ([`locate_position`]); a GTID set the server says is not in its binlog, with no word of
+/// a purge (it holds transactions the server never had). `None`: a purge, or unknown.
+async fn not_on_server(
+    side: &mut Option<Conn>,
+    connect_timeout: std::time::Duration,
+    start: &crate::StartPosition,
+    message: &str,
+) -> Option<String> {
+    match start {
+        crate::StartPosition::Position(position) => {
+            let conn = side.as_mut()?;
+            let files = tokio::time::timeout(connect_timeout, binary_log_files_with_sizes(conn))
+                .await
+                .ok()?
+                .ok()?;
+            match locate_position(&files, position) {
+                PositionOnServer::NotOnServer { why } => Some(why),
+                PositionOnServer::Purged | PositionOnServer::Available => None,
+            }
+        }
+        crate::StartPosition::Gtid(_) => {
+            let lower = message.to_ascii_lowercase();
+            let not_in_binlog = lower.contains("not in the master's binlog")
+                || lower.contains("not in the source's binlog");
+            (not_in_binlog && !lower.contains("purged")).then(|| {
+                "the GTID set holds transactions this server's binlog never had (it is ahead \
+                 of the server, or from another server)"
+                    .to_owned()
+            })
+        }
+        crate::StartPosition::Earliest | crate::StartPosition::Latest => None,
     }
 }
 
@@ -414,5 +556,33 @@ mod tests {
         let statements = mariadb_gtid_setup(&set);
         assert_eq!(statements[0], "SET @slave_connect_state='0-1-42,7-2-3'");
         assert!(statements.contains(&"SET @slave_gtid_strict_mode=1".to_owned()));
+    }
+
+    #[test]
+    fn a_position_is_purged_only_before_the_oldest_file() {
+        let files = vec![
+            ("binlog.000003".to_owned(), 900),
+            ("binlog.000004".to_owned(), 1633),
+            ("binlog.000006".to_owned(), 256),
+        ];
+        let at = |file: &str, offset| locate_position(&files, &BinlogPosition::new(file, offset));
+        assert_eq!(at("binlog.000004", 1633), PositionOnServer::Available);
+        assert_eq!(at("binlog.000002", 4), PositionOnServer::Purged);
+        let why = |located: PositionOnServer| match located {
+            PositionOnServer::NotOnServer { why } => why,
+            other => panic!("{other:?}"),
+        };
+        assert!(why(at("binlog.000009", 4))
+            .contains("after the server's newest file, binlog.000006 (256 bytes)"));
+        assert!(
+            why(at("binlog.000004", 1634)).contains("offset 1634 is past the end of binlog.000004")
+        );
+        assert!(why(at("binlog.000005", 4)).contains("never had binlog.000005"));
+        assert!(why(at("mysql-bin.000004", 4)).contains("named like binlog.000003"));
+        assert!(why(locate_position(
+            &[],
+            &BinlogPosition::new("binlog.000001", 4)
+        ))
+        .contains("no binlog files"));
     }
 }

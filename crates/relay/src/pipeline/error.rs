@@ -18,9 +18,9 @@ pub enum RelayError {
     /// The binlog source failed definitely (or could not connect at startup).
     #[error("binlog source: {0}")]
     Source(#[source] BinlogError),
-    /// The stored checkpoint points into binlog the server no longer has (purged, or never
-    /// written there). Definite: starting anywhere else would skip events, so the operator
-    /// chooses between recovering the gap and skipping it knowingly.
+    /// The stored checkpoint points into binlog the server no longer has (purged). Definite:
+    /// starting anywhere else would skip events, so the operator chooses between recovering
+    /// the gap and skipping it knowingly.
     #[error("the stored checkpoint ({store}: binlog {position}, GTID set `{gtid_set}`) is no longer on the source server: {source}. Nothing after it was delivered or skipped. Two ways out: (1) recover the missing events from archived copies of the purged binlog files: `outbox-relay inspect --config CONFIG FILE...` shows the records they route to, and `outbox-relay recover --config CONFIG --after {position} FILE...` publishes them with their ids; then `outbox-relay checkpoint set --config CONFIG --position FILE:4` at the oldest file still on the server; or (2) skip the gap knowingly: `outbox-relay checkpoint set --config CONFIG --position FILE:POS` (or `--gtid`) at the oldest available position named above, accepting that the events in between are lost")]
     ResumePointPurged {
         /// Where the checkpoint lives (`file ...` or `table ...`).
@@ -31,6 +31,25 @@ pub enum RelayError {
         gtid_set: String,
         /// The reader's error, which names the oldest position still available (boxed:
         /// large, and this path is cold).
+        source: Box<BinlogError>,
+    },
+    /// The stored checkpoint is not in the server's binlog, and not because of a purge
+    /// (beyond its end, a file it never had, a GTID set ahead of it): it was written against
+    /// another server, or this one's binlog was reset or restored. Definite: nothing to
+    /// recover from archives; the operator points `source.url` at the right server or sets
+    /// the position knowingly.
+    #[error("the stored checkpoint ({store}: binlog {position}, GTID set `{gtid_set}`, written against {written_against}) is not in the source server's binlog: {source}. Nothing was delivered or skipped. Check that source.url points at the server the checkpoint was written against; if this server replaced it (a restore, RESET MASTER, a new primary without that history), choose where to resume knowingly: `outbox-relay checkpoint set --config CONFIG --position FILE:POS` or `--gtid SET` (see `outbox-relay check`)")]
+    ResumePointNotOnServer {
+        /// Where the checkpoint lives (`file ...` or `table ...`).
+        store: String,
+        /// The checkpoint's binlog position.
+        position: String,
+        /// The checkpoint's GTID set (may be empty).
+        gtid_set: String,
+        /// The server the checkpoint names (flavor, server_id, uuid).
+        written_against: String,
+        /// The reader's error, which says what is wrong with the position (boxed: large,
+        /// and this path is cold).
         source: Box<BinlogError>,
     },
     /// The source could not be reached at startup within `source.startup_attempts`.

@@ -31,7 +31,7 @@ pub(super) fn source_identity(reader: &BinlogReader) -> SourceIdentity {
 }
 
 /// An identity for logs and errors: flavor, `server_id` and, on MySQL, the UUID.
-pub(super) fn describe_identity(identity: &SourceIdentity) -> String {
+pub(crate) fn describe_identity(identity: &SourceIdentity) -> String {
     match &identity.server_uuid {
         Some(uuid) => format!(
             "{} server_id {} uuid {uuid}",

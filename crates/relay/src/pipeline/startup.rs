@@ -133,6 +133,18 @@ pub(super) async fn connect_source(
                 source: Box::new(error),
             })
         }
+        (
+            Err(RelayError::Source(error @ BinlogError::PositionNotOnServer { .. })),
+            Some(checkpoint),
+        ) => {
+            return Err(RelayError::ResumePointNotOnServer {
+                store: store_description.to_owned(),
+                position: checkpoint.position.binlog.to_string(),
+                gtid_set: checkpoint.position.gtid_set.to_string(),
+                written_against: describe_identity(&checkpoint.source),
+                source: Box::new(error),
+            })
+        }
         (connected, _) => connected?,
     };
     let Some(mut reader) = connected else {
