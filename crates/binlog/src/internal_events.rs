@@ -367,6 +367,25 @@ impl InternalEvent for ReaderConnected<'_> {
     }
 }
 
+/// `tls.mode = preferred` and the server offers no TLS: the connections are plaintext.
+/// Emitted once per server endpoint (a reader's, or `check`'s), not per reconnect.
+#[derive(Debug)]
+pub struct PlaintextFallback<'a> {
+    /// `host:port` of the server.
+    pub server: &'a str,
+}
+
+impl InternalEvent for PlaintextFallback<'_> {
+    fn emit(self) {
+        tracing::warn!(
+            server = self.server,
+            "tls.mode = preferred and the server offers no TLS: connections to it are plaintext \
+             (passwords and rows unencrypted); give the server a certificate, or set \
+             tls.mode = required (or a verify mode) to refuse plaintext"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -171,7 +171,26 @@ async fn every_mode_streams_over_tls_and_each_refusal_names_the_mode_and_the_cau
         text.contains("verify_ca") && text.contains("UnknownIssuer"),
         "{text}"
     );
+    assert!(
+        text.contains(&format!("tls.ca_file {}", certs.other_ca_cert.display())),
+        "the hint names the CA file that was set: {text}"
+    );
     assert!(!text.contains(RELAY_PASSWORD), "{text}");
+    // Issue 31 item 9: without a ca_file the hint says so, and names no ca_file.
+    let error = BinlogReader::connect({
+        let mut c = config(&server, StartPosition::Latest, &["app.outbox"]);
+        c.url = url(&server, "relay", RELAY_PASSWORD, "127.0.0.1");
+        c.tls = tls(TlsMode::VerifyCa, None);
+        c
+    })
+    .await
+    .expect_err("a private CA is not among the built-in roots");
+    let text = error.to_string();
+    assert!(
+        text.contains("no tls.ca_file is set") && text.contains("Mozilla root certificates"),
+        "{text}"
+    );
+    assert!(!text.contains("signed by a CA in tls.ca_file"), "{text}");
     // The same through the check (the client library's connection).
     let error = outbox_binlog::check_server(
         &url(&server, "relay", RELAY_PASSWORD, "127.0.0.1"),

@@ -69,4 +69,12 @@ async fn a_start_with_kafka_unreachable_records_nothing_as_sent() {
         "the second start took the failed one for a crash:\n{}",
         relay.log_tail(30)
     );
+    // Issue 31 item 9: the scratch server offers no TLS and tls.mode is `preferred` (the
+    // default): each run says once that its connections to the server are plaintext.
+    assert_eq!(
+        log_count(&relay, "offers no TLS: connections to it are plaintext"),
+        2,
+        "one plaintext warning per run:\n{}",
+        relay.log()
+    );
 }

@@ -7,6 +7,8 @@
 //! packet), TCP keepalive, no switch to a Unix socket (the address in errors stays the one
 //! the operator configured), and the same TLS mode and credentials (`crate::tls`).
 
+use std::collections::HashSet;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
@@ -15,6 +17,7 @@ use mysql_async::{Conn, DriverError, Opts, OptsBuilder};
 use super::replication_connection::{
     describe_tls_failure, ConnectSecurity, ReplicationConnection, TlsRefusal,
 };
+use crate::internal_events::{InternalEvent, PlaintextFallback};
 use crate::tls::{TlsMode, TlsOptions, TlsSession, TlsVersion};
 use crate::BinlogError;
 
@@ -38,6 +41,12 @@ pub(crate) struct ServerEndpoint {
     /// `host:port`, used in every error and log line (never the password).
     pub(crate) address: String,
 }
+
+/// The servers (`host:port`) this process already warned about for `preferred` falling
+/// back to plaintext: one warning per server and process, not per connection (a reader
+/// reconnects, `check`, the reader and the purge horizon each connect).
+static PLAINTEXT_WARNED: std::sync::LazyLock<Mutex<HashSet<String>>> =
+    std::sync::LazyLock::new(Mutex::default);
 
 impl ServerEndpoint {
     /// Parses a `mysql://user:pass@host:port` URL; TLS as MySQL clients default to
@@ -88,12 +97,27 @@ impl ServerEndpoint {
         })
     }
 
+    /// `preferred` connected in plaintext: warns the first time for this server.
+    fn note_plaintext(&self) {
+        let first = PLAINTEXT_WARNED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(self.address.clone());
+        if first {
+            PlaintextFallback {
+                server: &self.address,
+            }
+            .emit();
+        }
+    }
+
     /// The security of one replication connection, files read now.
     fn connect_security(&self) -> Result<ConnectSecurity, BinlogError> {
         Ok(ConnectSecurity {
             mode: self.tls.mode,
             tls: self.tls.client_config(&self.address)?,
             verification: self.tls.verification(),
+            ca_file: self.tls.ca_file.clone(),
             pinned_server_key: self.tls.pinned_server_key(&self.address)?,
             allow_public_key_retrieval: self.tls.allow_public_key_retrieval,
             password: self.tls.read_password(&self.address)?,
@@ -110,8 +134,10 @@ impl ServerEndpoint {
         let connection = ReplicationConnection::open(&self.opts, &security)
             .await
             .map_err(|error| self.connect_error(error, position))?;
-        if let Some(session) = connection.tls_session() {
-            self.refuse_old_tls(&session.version, position)?;
+        match connection.tls_session() {
+            Some(session) => self.refuse_old_tls(&session.version, position)?,
+            None if self.tls.mode == TlsMode::Preferred => self.note_plaintext(),
+            None => {}
         }
         Ok(connection)
     }
@@ -171,7 +197,10 @@ impl ServerEndpoint {
                 // `preferred`: the server offers no TLS, so plaintext (as the MySQL client).
                 let plain: Opts = OptsBuilder::from_opts(opts).ssl_opts(None).into();
                 match tokio::time::timeout(timeout, Conn::new(plain)).await {
-                    Ok(Ok(conn)) => conn,
+                    Ok(Ok(conn)) => {
+                        self.note_plaintext();
+                        conn
+                    }
                     Ok(Err(error)) => return Err(self.connect_error(error, position)),
                     Err(_elapsed) => return Err(timed_out()),
                 }
@@ -281,7 +310,7 @@ impl ServerEndpoint {
                     .get_ref()
                     .and_then(|inner| inner.downcast_ref::<rustls::Error>())
                 {
-                    Some(cause) => describe_tls_failure(&server, cause),
+                    Some(cause) => describe_tls_failure(&server, cause, self.tls.ca_file.as_deref()),
                     None => io_error.to_string(),
                 };
                 BinlogError::Tls {

@@ -35,6 +35,7 @@
 //!   larger than the client's `max_allowed_packet` (1 GiB) is `PacketTooLarge`.
 
 use std::ops::Range;
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -183,6 +184,8 @@ pub(crate) struct ConnectSecurity {
     pub(crate) tls: Option<Arc<rustls::ClientConfig>>,
     /// What the certificate is checked against, for the session report.
     pub(crate) verification: String,
+    /// `tls.ca_file`, for the hint of a certificate no trusted CA signed.
+    pub(crate) ca_file: Option<std::path::PathBuf>,
     /// The server's RSA key pinned by the operator (PEM), for plaintext
     /// `caching_sha2_password`.
     pub(crate) pinned_server_key: Option<Vec<u8>>,
@@ -506,7 +509,7 @@ impl ReplicationConnection {
         let stream = tokio_rustls::TlsConnector::from(config)
             .connect(server_name, socket)
             .await
-            .map_err(|error| tls_handshake_error(error, &host))?;
+            .map_err(|error| tls_handshake_error(error, &host, security.ca_file.as_deref()))?;
         let (_, session) = stream.get_ref();
         self.tls_session = Some(TlsSession {
             version: match session.protocol_version() {
@@ -924,23 +927,39 @@ fn encrypt_password(
 
 /// A failed TLS handshake: a certificate or protocol refusal is definite (the same
 /// certificate fails the same way next time) and names the mode and the cause; a broken
-/// connection stays an I/O error (transient).
-fn tls_handshake_error(error: std::io::Error, host: &str) -> Error {
+/// connection stays an I/O error (transient). `ca_file`: the configured `tls.ca_file`.
+fn tls_handshake_error(error: std::io::Error, host: &str, ca_file: Option<&Path>) -> Error {
     match error
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<rustls::Error>())
     {
-        Some(cause) => tls_refusal(describe_tls_failure(host, cause)),
+        Some(cause) => tls_refusal(describe_tls_failure(host, cause, ca_file)),
         None => io_error(error),
     }
 }
 
-/// A rustls refusal as a sentence with the likely fix.
-pub(crate) fn describe_tls_failure(host: &str, cause: &rustls::Error) -> String {
+/// A rustls refusal as a sentence with the likely fix; `ca_file` is the configured
+/// `tls.ca_file`, which the hint names only when it is set.
+pub(crate) fn describe_tls_failure(
+    host: &str,
+    cause: &rustls::Error,
+    ca_file: Option<&Path>,
+) -> String {
+    let unknown_issuer;
     let hint = match cause {
         rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer) => {
-            " (the server's certificate is not signed by tls.ca_file: is tls.ca_file the CA \
-             that issued it?)"
+            unknown_issuer = match ca_file {
+                Some(path) => format!(
+                    " (the server's certificate is not signed by a CA in tls.ca_file {}: is \
+                     it the CA that issued the server's certificate?)",
+                    path.display()
+                ),
+                None => " (no tls.ca_file is set, so the certificate was checked against the \
+                         built-in Mozilla root certificates, which do not know a private CA: \
+                         set tls.ca_file to the CA that issued the server's certificate)"
+                    .to_owned(),
+            };
+            unknown_issuer.as_str()
         }
         rustls::Error::InvalidCertificate(
             rustls::CertificateError::NotValidForName
