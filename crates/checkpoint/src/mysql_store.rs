@@ -106,6 +106,13 @@ impl MysqlCheckpointStore {
         self
     }
 
+    /// The same store naming `server` (`host:port`, never a password) in its errors and
+    /// description: `Connection refused` alone does not say where.
+    pub fn on_server(mut self, server: &str) -> Self {
+        self.location = format!("{} on {server}", self.location);
+        self
+    }
+
     /// Runs `operation`, failing with [`CheckpointStoreError::Timeout`] after the
     /// operation timeout.
     async fn bounded<T>(

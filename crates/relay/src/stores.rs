@@ -33,7 +33,8 @@ pub async fn open_checkpoint_store(
             )
             .with_operation_timeout(std::time::Duration::from_millis(
                 config.operation_timeout_ms,
-            ));
+            ))
+            .on_server(&crate::redact::redact_url(url));
             Ok(Arc::new(store))
         }
         // `validate` allows only `file`, `mysql` and `kafka`; `file` needs a path.

@@ -110,3 +110,87 @@ fn a_refused_secret_kafka_property_is_named_without_its_value() {
         assert_refused_without_the_secret(&text, property);
     }
 }
+
+/// A config with a secret in every place that takes one: the source URL, the MySQL
+/// checkpoint store's URL, `[kafka.security] sasl_password`, and secret librdkafka
+/// properties. Each secret is its own string, so a leak names which.
+fn config_with_every_secret(server_id: u32) -> String {
+    format!(
+        r#"[source]
+url = "mysql://relay:S3cr3t-source@127.0.0.1:1"
+server_id = {server_id}
+startup_attempts = 1
+connect_timeout_ms = 1000
+
+[[outbox]]
+table = "shop.outbox"
+
+[kafka]
+brokers = "127.0.0.1:1"
+startup_attempts = 1
+admin_timeout_ms = 1000
+
+[kafka.security]
+protocol = "sasl_plaintext"
+sasl_mechanism = "SCRAM-SHA-512"
+sasl_username = "relay"
+sasl_password = "S3cr3t-sasl"
+
+[kafka.properties]
+"ssl.key.password" = "S3cr3t-key"
+"ssl.keystore.password" = "S3cr3t-keystore"
+
+[checkpoint]
+store = "mysql"
+url = "mysql://relay:S3cr3t-checkpoint@127.0.0.1:1"
+operation_timeout_ms = 1000
+"#
+    )
+}
+
+/// Every secret-bearing key, through `check`, `run` and `status` in both log formats: when
+/// the config is refused (`server_id = 0`), and when it is valid and every connection fails
+/// (nothing listens on port 1). No secret may appear in any output.
+#[test]
+fn no_secret_of_any_key_appears_in_any_command_output() {
+    let secrets = [
+        "S3cr3t-source",
+        "S3cr3t-sasl",
+        "S3cr3t-key",
+        "S3cr3t-keystore",
+        "S3cr3t-checkpoint",
+    ];
+    for (server_id, refused_for) in [(0, "source.server_id"), (4242, "127.0.0.1:1")] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("relay.toml");
+        std::fs::write(&path, config_with_every_secret(server_id)).expect("write the config");
+        let path = path.to_str().expect("utf-8 temp path");
+        let commands: [&[&str]; 4] = [
+            &["check", "--config", path],
+            &["run", "--config", path],
+            &["status", "--config", path],
+            &["status", "--config", path, "--json"],
+        ];
+        for command in commands {
+            for format in ["human", "json"] {
+                let mut args = command.to_vec();
+                args.extend(["--log-format", format]);
+                let (code, stdout, stderr) = run_relay_command(&args);
+                let output = format!("{stdout}\n{stderr}");
+                if command[0] != "status" {
+                    assert_ne!(code, 0, "{args:?} must fail:\n{output}");
+                }
+                assert!(
+                    output.contains(refused_for),
+                    "{args:?} does not name `{refused_for}`:\n{output}"
+                );
+                for secret in secrets {
+                    assert!(
+                        !output.contains(secret),
+                        "{args:?} shows `{secret}`:\n{output}"
+                    );
+                }
+            }
+        }
+    }
+}
