@@ -33,6 +33,8 @@ fi
 # 2. A JRE for Kafka and Kafka Connect, Maven for their jars.
 command -v java >/dev/null 2>&1 || apt_packages+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || apt_packages+=(maven)
+# 2b. cmake, which builds librdkafka (with its static libcurl).
+command -v cmake >/dev/null 2>&1 || apt_packages+=(cmake)
 # 3. promtool (alert rule tests) and prometheus (the end-to-end scrape test).
 if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
   apt_packages+=(prometheus)

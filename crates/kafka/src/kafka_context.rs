@@ -27,6 +27,15 @@ pub const REPEAT_INTERVAL: Duration = Duration::from_secs(30);
 /// Most distinct messages remembered; the memory is cleared when it is full.
 const REMEMBERED_MESSAGES: usize = 256;
 
+/// libcurl's words for a token endpoint it could not reach (as librdkafka passes them on).
+const TOKEN_ENDPOINT_UNREACHABLE: [&str; 5] = [
+    "Failed to connect",
+    "Could not connect",
+    "Could not resolve",
+    "timed out",
+    "Connection reset",
+];
+
 /// A failure to talk to a broker, as librdkafka's error callback reported it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientFailure {
@@ -44,6 +53,17 @@ impl ClientFailure {
     /// broker's), so the relay stops at once instead of retrying for minutes.
     pub fn is_definite(&self) -> bool {
         match self.code {
+            // An OAUTHBEARER token endpoint that cannot be reached (the identity provider
+            // down, a network blip) may answer later; one that answers with a refusal
+            // (`{"error":"invalid_client"}`) will not.
+            RDKafkaErrorCode::Authentication
+                if self.reason.contains("OAUTHBEARER token")
+                    && TOKEN_ENDPOINT_UNREACHABLE
+                        .iter()
+                        .any(|words| self.reason.contains(words)) =>
+            {
+                false
+            }
             RDKafkaErrorCode::Authentication
             | RDKafkaErrorCode::SaslAuthenticationFailed
             | RDKafkaErrorCode::TopicAuthorizationFailed
@@ -252,6 +272,16 @@ mod tests {
         for (code, reason, definite) in [
             (RDKafkaErrorCode::SSL, "SSL handshake failed: error:0A000086:SSL routines::certificate verify failed: broker certificate could not be verified", true),
             (RDKafkaErrorCode::SSL, "SSL handshake failed: Disconnected", false),
+            (
+                RDKafkaErrorCode::Authentication,
+                "Failed to acquire SASL OAUTHBEARER token: {\"error\":\"invalid_client\"}",
+                true,
+            ),
+            (
+                RDKafkaErrorCode::Authentication,
+                "Failed to acquire SASL OAUTHBEARER token: Failed to connect to 127.0.0.1:1 after 0 ms: Could not connect to server",
+                false,
+            ),
         ] {
             let failure = ClientFailure { code, reason: reason.into() };
             assert_eq!(failure.is_definite(), definite, "{reason}");

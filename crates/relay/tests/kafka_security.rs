@@ -1,7 +1,8 @@
-//! Kafka over TLS and SASL_SSL/SCRAM-SHA-512 against a real Apache Kafka broker with
-//! certificates generated at test time: the relay delivers and checkpoints over each
-//! listener (zstd compressed); a wrong password and an untrusted broker certificate stop it
-//! with errors that say what is wrong; the relay's whole output never shows the secrets.
+//! Kafka over TLS, SASL_SSL/SCRAM-SHA-512 and OAUTHBEARER through OIDC (a token endpoint of
+//! the harness) against a real Apache Kafka broker with certificates generated at test time:
+//! the relay delivers and checkpoints over each listener (zstd compressed); a wrong password,
+//! a refused OIDC client and an untrusted broker certificate stop it with errors that say
+//! what is wrong; the relay's whole output never shows the secrets.
 
 mod common;
 
@@ -10,10 +11,15 @@ use std::time::Duration;
 use common::*;
 use outbox_testkit::certs::TestCertificates;
 use outbox_testkit::kafka::{BrokerSecurity, KafkaBroker};
+use outbox_testkit::oidc::TokenEndpoint;
 
 const SCRAM_USER: &str = "relay-scram";
 const SCRAM_PASSWORD: &str = "scram-Secret-77421";
 const SOURCE_PASSWORD: &str = "source-Secret-99017";
+const OIDC_CLIENT: &str = "outbox-relay-client";
+const OIDC_SECRET: &str = "oidc-Secret-31337";
+/// What the relay's final error says when the token endpoint refuses the client.
+const OIDC_REFUSAL: &str = "Failed to acquire SASL OAUTHBEARER token";
 /// How long a definite refusal (credentials, certificate) may take to stop the relay: one
 /// metadata request (`kafka.admin_timeout_ms`, 10 s) and the start around it, where the
 /// default 10 attempts with backoff took minutes.
@@ -32,9 +38,15 @@ async fn delivers_over(
     broker: &KafkaBroker,
     listener: &str,
     security: &str,
+    properties: &[(&str, &str)],
     prefix: &str,
 ) -> String {
     let mut setup = RelaySetup::new(db, listener);
+    setup.kafka_properties.extend(
+        properties
+            .iter()
+            .map(|(key, value)| (key.to_string(), value.to_string())),
+    );
     // The relay's own user, with a password in the URL: it must never be printed.
     setup.mysql_url = format!(
         "mysql://secure_relay:{SOURCE_PASSWORD}@127.0.0.1:{}",
@@ -154,6 +166,7 @@ async fn the_relay_delivers_over_tls_and_sasl_ssl_and_refuses_bad_credentials_cl
         &broker,
         &ssl,
         &format!("protocol = \"ssl\"\nca_file = \"{ca}\"\n"),
+        &[],
         "tls",
     )
     .await;
@@ -168,9 +181,61 @@ async fn the_relay_delivers_over_tls_and_sasl_ssl_and_refuses_bad_credentials_cl
              sasl_username = \"{SCRAM_USER}\"\nsasl_password_file = \"{}\"\n",
             password_file.display()
         ),
+        &[],
         "scram",
     )
     .await;
+
+    // 2b. OAUTHBEARER through OIDC: the relay fetches a token from the token endpoint with
+    // its client credentials (librdkafka built with libcurl), the broker accepts it.
+    let endpoint = TokenEndpoint::start(OIDC_CLIENT, OIDC_SECRET, "outbox-relay")
+        .await
+        .expect("the token endpoint starts");
+    let oauth = broker.oauth_bootstrap().unwrap();
+    let oidc_properties = [
+        ("sasl.oauthbearer.method", "oidc"),
+        ("sasl.oauthbearer.client.id", OIDC_CLIENT),
+        ("sasl.oauthbearer.client.secret", OIDC_SECRET),
+        ("sasl.oauthbearer.token.endpoint.url", endpoint.url()),
+    ];
+    output += &delivers_over(
+        &db,
+        &broker,
+        &oauth,
+        "protocol = \"sasl_plaintext\"\nsasl_mechanism = \"OAUTHBEARER\"\n",
+        &oidc_properties,
+        "oidc",
+    )
+    .await;
+    assert!(
+        endpoint.issued() >= 1,
+        "no token was fetched from the endpoint"
+    );
+    assert_eq!(endpoint.refused(), 0);
+
+    // 2c. The token endpoint refuses the client secret: the relay stops at once naming it.
+    let mut setup = RelaySetup::new(&db, &oauth);
+    setup
+        .kafka_properties
+        .extend(oidc_properties.iter().map(|(key, value)| {
+            let value = if *key == "sasl.oauthbearer.client.secret" {
+                "not-the-oidc-secret-5151"
+            } else {
+                value
+            };
+            (key.to_string(), value.to_string())
+        }));
+    let mut relay = Relay::prepare(&setup);
+    add_security(
+        &relay,
+        "protocol = \"sasl_plaintext\"\nsasl_mechanism = \"OAUTHBEARER\"\n",
+    );
+    relay.start();
+    output += &stops_naming(&mut relay, OIDC_REFUSAL, &oauth, DEFINITE).await;
+    assert!(
+        endpoint.refused() >= 1,
+        "the endpoint saw no refused request"
+    );
 
     // 3. A wrong password: the relay stops at its first attempt (the default 10 would take
     // minutes) and its final error says authentication failed; so does `check`.
@@ -229,4 +294,10 @@ async fn the_relay_delivers_over_tls_and_sasl_ssl_and_refuses_bad_credentials_cl
         !output.contains("not-the-password-4242"),
         "the (wrong) SASL password leaked into the output"
     );
+    for secret in [OIDC_SECRET, "not-the-oidc-secret-5151"] {
+        assert!(
+            !output.contains(secret),
+            "the OIDC client secret leaked into the output"
+        );
+    }
 }

@@ -105,7 +105,7 @@ fn a_toml_error_on_a_secret_line_does_not_quote_the_secret() {
 #[test]
 fn a_refused_secret_kafka_property_is_named_without_its_value() {
     let valid = config_with_url("mysql://relay@127.0.0.1:3306");
-    for property in ["sasl.oauthbearer.client.secret", "ssl.bogus.password"] {
+    for property in ["sasl.oauthbearer.client.secret.typo", "ssl.bogus.password"] {
         let text = format!("{valid}\n[kafka.properties]\n\"{property}\" = \"{SECRET}\"\n");
         assert_refused_without_the_secret(&text, property);
     }

@@ -101,6 +101,9 @@ struct SecureListeners {
     ssl_port: u16,
     /// The `SASL_SSL` (SCRAM-SHA-512) listener's port.
     sasl_ssl_port: u16,
+    /// The `OAUTH` listener's port: `SASL_PLAINTEXT` with OAUTHBEARER, unsecured JWTs
+    /// validated by Kafka's default (unsigned, `alg: none`) validator.
+    oauth_port: u16,
 }
 
 impl KafkaBroker {
@@ -123,10 +126,11 @@ impl KafkaBroker {
         }
     }
 
-    /// A private broker with two more listeners besides PLAINTEXT (which tests keep for
+    /// A private broker with three more listeners besides PLAINTEXT (which tests keep for
     /// their own admin and read-back clients): `SSL` ([`KafkaBroker::ssl_bootstrap`]) and
     /// `SASL_SSL` with SCRAM-SHA-512 ([`KafkaBroker::sasl_ssl_bootstrap`]), both serving
-    /// `security.keystore_pem`.
+    /// `security.keystore_pem`, and `SASL_PLAINTEXT` with OAUTHBEARER
+    /// ([`KafkaBroker::oauth_bootstrap`]).
     pub async fn start_secure(security: BrokerSecurity) -> Result<Self, HarnessError> {
         let mut attempt = 1;
         loop {
@@ -155,6 +159,15 @@ impl KafkaBroker {
             .map(|secure| format!("127.0.0.1:{}", secure.sasl_ssl_port))
     }
 
+    /// `127.0.0.1:PORT` of the `OAUTH` listener (`SASL_PLAINTEXT`, OAUTHBEARER with
+    /// unsecured JWTs such as [`crate::oidc::TokenEndpoint`] issues; only with
+    /// [`KafkaBroker::start_secure`]).
+    pub fn oauth_bootstrap(&self) -> Option<String> {
+        self.secure
+            .as_ref()
+            .map(|secure| format!("127.0.0.1:{}", secure.oauth_port))
+    }
+
     async fn start_once() -> Result<Self, HarnessError> {
         Self::start_once_with(None).await
     }
@@ -171,6 +184,7 @@ impl KafkaBroker {
                 security,
                 ssl_port: free_port()?,
                 sasl_ssl_port: free_port()?,
+                oauth_port: free_port()?,
             }),
             None => None,
         };
@@ -241,14 +255,14 @@ impl KafkaBroker {
         let Some(secure) = &self.secure else {
             return base;
         };
-        let (ssl, sasl) = (secure.ssl_port, secure.sasl_ssl_port);
+        let (ssl, sasl, oauth) = (secure.ssl_port, secure.sasl_ssl_port, secure.oauth_port);
         let listeners = format!(
             "listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller},\
-             SSL://127.0.0.1:{ssl},SASL_SSL://127.0.0.1:{sasl}\n\
+             SSL://127.0.0.1:{ssl},SASL_SSL://127.0.0.1:{sasl},OAUTH://127.0.0.1:{oauth}\n\
              advertised.listeners=PLAINTEXT://127.0.0.1:{port},SSL://127.0.0.1:{ssl},\
-             SASL_SSL://127.0.0.1:{sasl}\n\
+             SASL_SSL://127.0.0.1:{sasl},OAUTH://127.0.0.1:{oauth}\n\
              listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,\
-             SSL:SSL,SASL_SSL:SASL_SSL\n"
+             SSL:SSL,SASL_SSL:SASL_SSL,OAUTH:SASL_PLAINTEXT\n"
         );
         let mut properties: String = base
             .lines()
@@ -265,7 +279,10 @@ impl KafkaBroker {
              ssl.keystore.location={}\n\
              sasl.enabled.mechanisms=SCRAM-SHA-512\n\
              listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=\
-             org.apache.kafka.common.security.scram.ScramLoginModule required;\n",
+             org.apache.kafka.common.security.scram.ScramLoginModule required;\n\
+             listener.name.oauth.sasl.enabled.mechanisms=OAUTHBEARER\n\
+             listener.name.oauth.oauthbearer.sasl.jaas.config=\
+             org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;\n",
             secure.security.keystore_pem.display()
         ));
         properties

@@ -23,6 +23,7 @@ pub mod certs;
 pub mod connect;
 pub mod consume;
 pub mod kafka;
+pub mod oidc;
 pub mod process;
 
 use std::sync::atomic::{AtomicU64, Ordering};
