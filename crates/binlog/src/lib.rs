@@ -28,6 +28,7 @@ mod file;
 mod gtid;
 mod internal_events;
 mod live;
+mod redact;
 mod tls;
 mod types;
 mod watched_tables;
@@ -45,8 +46,11 @@ pub use internal_events::{
 };
 #[doc(hidden)]
 pub use live::pull_raw_events;
-pub use live::{locate_position, locate_position_on_server, PositionOnServer};
+pub use live::{
+    describe_client_error, locate_position, locate_position_on_server, PositionOnServer,
+};
 pub use live::{BinlogReader, NextItem, ReaderConfig, StartPosition, DEFAULT_READ_AHEAD_EVENTS};
+pub use redact::redact_url;
 pub use tls::{connect_to_server, TlsMode, TlsOptions, TlsSession, TlsVersion};
 pub use types::{
     BinlogPosition, ColumnNames, Commit, DateTime, Flavor, Heartbeat, JsonText, Row, RowChange,

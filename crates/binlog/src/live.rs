@@ -96,6 +96,7 @@ mod raw_pull;
 mod read_ahead;
 mod replication_connection;
 mod start;
+pub use connection::describe_client_error;
 pub use start::{locate_position, locate_position_on_server, PositionOnServer};
 
 use std::collections::VecDeque;

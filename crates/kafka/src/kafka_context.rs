@@ -85,6 +85,30 @@ impl std::fmt::Display for ClientFailure {
     }
 }
 
+/// librdkafka's configuration warning that `enable.gapless.guarantee` (which the relay
+/// always sets) is experimental: said at every client's creation, it reads as something to
+/// worry about. [`explain_confwarn`] keeps it at DEBUG and says once, at INFO, what it means.
+const GAPLESS_WARNING: &str = "enable.gapless.guarantee is experimental";
+
+/// Whether librdkafka's log line is its `enable.gapless.guarantee` warning; if so it is
+/// logged at DEBUG, and the first time in the process the relay's own INFO line explains it.
+/// Used by every client context of the crate.
+pub(crate) fn explain_confwarn(facility: &str, message: &str) -> bool {
+    static EXPLAINED: std::sync::Once = std::sync::Once::new();
+    if facility != "CONFWARN" || !message.contains(GAPLESS_WARNING) {
+        return false;
+    }
+    tracing::debug!(target: "librdkafka", facility, "{message}");
+    EXPLAINED.call_once(|| {
+        tracing::info!(
+            "enable.gapless.guarantee is on (librdkafka calls it experimental): a failed \
+             batch that could leave a gap in a partition stops the producer instead, and the \
+             relay rebuilds it and resends every unacked record in order; nothing to do"
+        );
+    });
+    true
+}
+
 /// Client context for every Kafka client the relay creates.
 #[derive(Debug, Default)]
 pub struct RelayClientContext {
@@ -197,6 +221,9 @@ impl ClientContext for RelayClientContext {
                 reason: message.to_owned(),
             });
         }
+        if explain_confwarn(facility, message) {
+            return;
+        }
         if matches!(level, RDKafkaLogLevel::Debug) {
             tracing::debug!(target: "librdkafka", facility, "{message}");
             return;
@@ -230,6 +257,21 @@ impl ClientContext for RelayClientContext {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_gapless_warning_is_explained() {
+        let gapless = "Configuration property enable.gapless.guarantee is experimental: When set to `true`, ...";
+        assert!(explain_confwarn("CONFWARN", gapless));
+        assert!(
+            explain_confwarn("CONFWARN", gapless),
+            "every time, not only the first"
+        );
+        assert!(!explain_confwarn(
+            "CONFWARN",
+            "Configuration property linger.ms is a producer property"
+        ));
+        assert!(!explain_confwarn("FAIL", gapless));
+    }
 
     #[test]
     fn the_last_failure_is_kept_and_classified() {

@@ -17,7 +17,9 @@ pub(crate) struct StoreClientContext;
 
 impl ClientContext for StoreClientContext {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
-        if facility == "CONFWARN" && message.contains("is a producer property") {
+        if facility == "CONFWARN" && message.contains("is a producer property")
+            || crate::kafka_context::explain_confwarn(facility, message)
+        {
             return;
         }
         match level {

@@ -503,10 +503,9 @@ async fn start_mode(
     let mut setup = RelaySetup::new(db, &broker.bootstrap());
     setup.topic_tag = tag.clone();
     setup.topic_partitions = PARTITIONS;
-    setup.extra_outbox_tables = vec![
-        ("shop.outbox_diff".to_string(), "debezium".to_string()),
-        ("shop.outbox_bin".to_string(), "debezium".to_string()),
-    ];
+    // The route's additional columns must exist in every watched table (`run` checks it):
+    // the two differential tables replace the harness's `shop.outbox` (below).
+    setup.extra_outbox_tables = vec![("shop.outbox_bin".to_string(), "debezium".to_string())];
     setup.route_extra = [
         // Binary ids (only binary values are affected): Base64 as Debezium writes them.
         "key_encoding = \"base64\"",
@@ -540,7 +539,7 @@ async fn start_mode(
         ("server_id = 4242", &format!("server_id = {}", 4300 + index)),
         // Debezium's `part:partition`; the binary table's key column is bytes to Debezium.
         (
-            "table = \"shop.outbox_diff\"\npreset = \"debezium\"",
+            "table = \"shop.outbox\"\npreset = \"seeds\"",
             "table = \"shop.outbox_diff\"\npreset = \"debezium\"\ncolumns = { partition = \"part\" }",
         ),
         (

@@ -59,7 +59,7 @@ impl ServerEndpoint {
     /// Parses a `mysql://user:pass@host:port` URL and takes the TLS settings.
     pub(crate) fn new(url: &str, tls: &TlsOptions) -> Result<ServerEndpoint, BinlogError> {
         let parsed = Opts::from_url(url).map_err(|error| BinlogError::InvalidReaderConfig {
-            server: url_without_password(url),
+            server: crate::redact_url(url),
             field: "url".into(),
             message: error.to_string(),
         })?;
@@ -226,7 +226,7 @@ impl ServerEndpoint {
         match classify(&error) {
             ErrorKind::Transient => BinlogError::Connection {
                 server: self.address.clone(),
-                message: format!("{error} (stream at {position})"),
+                message: format!("{} (stream at {position})", describe_client_error(&error)),
             },
             _ => self.definite_error(error, position),
         }
@@ -238,7 +238,7 @@ impl ServerEndpoint {
             ErrorKind::Transient => BinlogError::StreamLost {
                 server: self.address.clone(),
                 position: position.to_owned(),
-                message: error.to_string(),
+                message: describe_client_error(&error),
             },
             _ => self.definite_error(error, position),
         }
@@ -398,22 +398,6 @@ fn is_access_denied_code(code: u16) -> bool {
     matches!(code, 1044 | 1045 | 1142 | 1143 | 1227 | 1698)
 }
 
-/// The URL with any password replaced by `***`, safe for error messages.
-fn url_without_password(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let credentials = &url[scheme_end + 3..at];
-            match credentials.split_once(':') {
-                Some((user, _password)) => {
-                    format!("{}{}:***{}", &url[..scheme_end + 3], user, &url[at..])
-                }
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
-}
-
 /// The TLS state of a client-library connection, from the server's session status
 /// (`Ssl_version` empty: plaintext).
 pub(crate) async fn session_tls(
@@ -441,20 +425,30 @@ pub(crate) async fn session_tls(
     })
 }
 
+/// The client library's error as one short clause: an I/O error is said once
+/// (`Connection refused (os error 111)`), not as the library nests it
+/// (`Input/output error: Input/output error: Connection refused ...`).
+pub fn describe_client_error(error: &mysql_async::Error) -> String {
+    match error {
+        mysql_async::Error::Io(mysql_async::IoError::Io(io_error)) => {
+            format!("I/O error: {io_error}")
+        }
+        other => other.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn password_is_hidden_in_urls() {
-        assert_eq!(
-            url_without_password("mysql://relay:secret@db:3306/x"),
-            "mysql://relay:***@db:3306/x"
-        );
-        assert_eq!(
-            url_without_password("mysql://relay@db:3306"),
-            "mysql://relay@db:3306"
-        );
+    fn an_io_error_is_said_once() {
+        let error = mysql_async::Error::Io(mysql_async::IoError::Io(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        )));
+        let text = describe_client_error(&error);
+        assert_eq!(text.matches("rror").count(), 1, "{text}");
+        assert!(text.contains("refused"), "{text}");
     }
 
     #[test]
