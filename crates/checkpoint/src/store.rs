@@ -121,7 +121,10 @@ pub enum CheckpointStoreError {
         source: std::io::Error,
     },
     /// The database store failed (connection, permissions, SQL).
-    #[error("checkpoint table {location}: {source}")]
+    #[error(
+        "checkpoint table {location}: {}",
+        outbox_binlog::describe_client_error(source)
+    )]
     Database {
         /// `database.table` and connector name.
         location: String,
@@ -200,6 +203,32 @@ pub enum CheckpointStoreError {
         /// The join error.
         message: String,
     },
+}
+
+impl CheckpointStoreError {
+    /// Whether trying again later can succeed: the store's server or cluster did not answer
+    /// (down, restarting, a network fault). Everything else (corrupt content, a missing
+    /// directory or topic, refused access, a regression, fencing) needs the operator.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            CheckpointStoreError::Timeout { .. } | CheckpointStoreError::Kafka { .. } => true,
+            CheckpointStoreError::Database { source, .. } => match source {
+                mysql_async::Error::Io(_) => true,
+                mysql_async::Error::Driver(driver) => matches!(
+                    driver,
+                    mysql_async::DriverError::ConnectionClosed
+                        | mysql_async::DriverError::PoolDisconnected
+                ),
+                // Too many connections, shutdown in progress, aborted or killed connections.
+                mysql_async::Error::Server(error) => [
+                    1040, 1053, 1077, 1152, 1153, 1158, 1159, 1160, 1161, 1927, 3169,
+                ]
+                .contains(&error.code),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
 }
 
 fn describe_epoch(epoch: Option<u64>) -> String {

@@ -220,6 +220,40 @@ impl InternalEvent for CheckpointCommitFailed<'_> {
     }
 }
 
+/// The checkpoint store did not answer at startup (opening it, or loading the stored
+/// checkpoint); the relay retries after `delay` and `/readyz` shows the error meanwhile.
+#[derive(Debug)]
+pub struct CheckpointStoreWaiting<'a> {
+    /// The store's error.
+    pub error: &'a dyn std::error::Error,
+    /// What was being done (`opening`, `loading the checkpoint`).
+    pub operation: &'static str,
+    /// Failed attempts so far (1 for the first failure).
+    pub attempt: u32,
+    /// Attempts before the relay gives up (0: never).
+    pub max_attempts: u32,
+    /// How long until the next attempt.
+    pub delay: Duration,
+}
+
+impl InternalEvent for CheckpointStoreWaiting<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics
+            .retries
+            .with_label_values(&["checkpoint_startup"])
+            .inc();
+        metrics
+            .health
+            .checkpoint_committed(Some(&self.error.to_string()));
+        let limit = if self.max_attempts == 0 {
+            "unlimited".to_string()
+        } else {
+            self.max_attempts.to_string()
+        };
+        tracing::warn!(error = %self.error, operation = self.operation, attempt = self.attempt, max_attempts = %limit, delay_ms = self.delay.as_millis() as u64, "checkpoint store unavailable at startup; retrying after delay_ms (nothing is read or sent until it answers)");
+    }
+}
+
 /// A checkpoint was committed to the store.
 #[derive(Debug)]
 pub struct CheckpointCommitted<'a> {

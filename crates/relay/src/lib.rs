@@ -69,6 +69,7 @@ pub mod replay;
 pub mod security;
 pub mod shutdown;
 pub mod sink;
+mod startup_retry;
 pub mod status;
 mod stores;
 mod tasks;

@@ -118,6 +118,18 @@ async fn checkpoint_pool(
                     let _ = conn.disconnect().await;
                     !session.version.is_empty()
                 }
+                // Unknown until the server answers: fail (transient: the open is retried at
+                // startup) rather than guess TLS for a server that may offer none.
+                Err(error) if error.is_transient() => {
+                    return Err(CheckpointStoreError::Database {
+                        location,
+                        source: mysql_async::Error::Io(mysql_async::IoError::Io(
+                            std::io::Error::other(format!(
+                                "probing the server for tls.mode = preferred: {error}"
+                            )),
+                        )),
+                    })
+                }
                 Err(_) => true,
             }
         }

@@ -16,7 +16,7 @@ use super::error::RelayError;
 use super::identity::{initial_position, source_identity};
 use super::router_task::{run_router, RouterTaskContext, SinkBatch};
 use super::source::{run_source, SourceItem, SourceSettings};
-use super::startup::{connect_source, ConnectedSource};
+use super::startup::{checkpoint_store_at_startup, connect_source, ConnectedSource};
 use super::tracking::{delivery_acker, exactly_once_boundary, RecordTransactions, SharedTracker};
 use super::RelaySummary;
 use crate::budget::InFlightBudget;
@@ -70,11 +70,23 @@ pub(super) async fn run_pipeline(
     // A new leader stamps the stored checkpoint with its epoch before anything else: from
     // here on an older leader's commits are refused. Every attempt reads it again: an
     // aborted Kafka transaction restarts from what is stored.
-    let stored = match leader_epoch {
-        Some(epoch) => store.take_over(epoch).await,
-        None => store.load().await,
-    }
-    .map_err(RelayError::Checkpoint)?;
+    let Some(stored) = checkpoint_store_at_startup(
+        config,
+        &store.describe(),
+        "loading the checkpoint",
+        &metrics,
+        &controller,
+        || async {
+            match leader_epoch {
+                Some(epoch) => store.take_over(epoch).await,
+                None => store.load().await,
+            }
+        },
+    )
+    .await?
+    else {
+        return Ok(RelaySummary::default());
+    };
     if let Some(checkpoint) = &stored {
         CheckpointLoaded {
             position: &checkpoint.position.binlog,

@@ -52,6 +52,22 @@ pub enum RelayError {
         /// and this path is cold).
         source: Box<BinlogError>,
     },
+    /// The checkpoint store did not answer at startup within its `startup_attempts`.
+    #[error("cannot reach the checkpoint store ({store}) at startup: {attempts} attempts over {waited:?} failed while {operation}, the last with: {source}; check that its server or cluster is up and reachable from this host (or set {setting} = 0 to wait forever)")]
+    CheckpointStoreUnreachable {
+        /// The store ([`outbox_checkpoint::CheckpointStore::describe`] or the config's kind).
+        store: String,
+        /// What was being done (`opening`, `loading the checkpoint`).
+        operation: &'static str,
+        /// Failed attempts.
+        attempts: u32,
+        /// From the first attempt to giving up.
+        waited: std::time::Duration,
+        /// The config key that limits the attempts.
+        setting: &'static str,
+        /// The last error (boxed: large, and this path is cold).
+        source: Box<CheckpointStoreError>,
+    },
     /// The source could not be reached at startup within `source.startup_attempts`.
     #[error("cannot reach the source server {server}: {attempts} attempts over {waited:?} failed, the last with: {source}; check source.url, that the server is up and accepts connections from this host (or set source.startup_attempts = 0 to wait forever)")]
     SourceUnreachable {

@@ -134,9 +134,18 @@ pub async fn run_relay(
     let _heartbeats = crate::heartbeat::spawn_heartbeats(&config, &controller, &metrics);
     // Opened once per call, not per attempt: a Kafka store claims its writer here (fencing
     // an older relay, or under [ha] the previous term's leader: each term is a call).
-    let store = open_checkpoint_store_for_writing(&config.checkpoint, &config.kafka)
-        .await
-        .map_err(RelayError::Checkpoint)?;
+    let Some(store) = startup::checkpoint_store_at_startup(
+        &config,
+        &format!("store = \"{}\"", config.checkpoint.store),
+        "opening",
+        &metrics,
+        &controller,
+        || open_checkpoint_store_for_writing(&config.checkpoint, &config.kafka),
+    )
+    .await?
+    else {
+        return Ok(RelaySummary::default());
+    };
     // An aborted Kafka transaction (exactly-once) restarts the pipeline from the stored
     // checkpoint: nothing of it became visible, so nothing is lost or seen twice. Records
     // Kafka rejected are remembered across those restarts, for their dead letters.

@@ -5,16 +5,19 @@
 use std::time::Duration;
 
 use outbox_binlog::{BinlogError, BinlogReader, ReaderConfig, StartPosition, WatchedTableColumns};
-use outbox_checkpoint::{Checkpoint, SourceIdentity};
+use outbox_checkpoint::{Checkpoint, CheckpointStoreError, SourceIdentity};
 use outbox_router::Router;
 
 use super::error::RelayError;
 use super::identity::{describe_identity, describe_start, gtid_only_binlog_position, identity_of};
 use crate::backoff::Backoff;
 use crate::config::{RelayConfig, StartSetting};
-use crate::internal_events::{InternalEvent, SourceConnected, SourceReconnecting};
+use crate::internal_events::{
+    CheckpointStoreWaiting, InternalEvent, SourceConnected, SourceReconnecting,
+};
 use crate::metrics::Metrics;
 use crate::shutdown::{Shutdown, ShutdownController};
+use crate::startup_retry::{retry_at_startup, StartupDependency, StartupFailure};
 
 /// The source of one pipeline attempt, connected and checked.
 pub(super) struct ConnectedSource {
@@ -310,4 +313,83 @@ pub(crate) fn describe_missing_columns(
         })
         .collect();
     (!sentences.is_empty()).then(|| sentences.join("; "))
+}
+
+/// Runs `operation` on the checkpoint store at startup (`what`: `opening`, `loading the
+/// checkpoint`) under the startup rule ([`crate::startup_retry`]): a store that does not
+/// answer (a broker restarting, the MySQL server not up yet) is retried with backoff under
+/// `kafka.startup_attempts` (Kafka store) or `source.startup_attempts` (MySQL store; a file
+/// store's errors are all definite), visible in `/readyz` meanwhile. `None`: shutdown was
+/// requested.
+pub(super) async fn checkpoint_store_at_startup<T, F, Fut>(
+    config: &RelayConfig,
+    store_description: &str,
+    what: &'static str,
+    metrics: &Metrics,
+    shutdown: &ShutdownController,
+    operation: F,
+) -> Result<Option<T>, RelayError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, CheckpointStoreError>>,
+{
+    let (max_attempts, setting, backoff) = if config.checkpoint.store == "kafka" {
+        (
+            config.kafka.startup_attempts,
+            "kafka.startup_attempts",
+            Backoff::new(
+                Duration::from_millis(config.kafka.retry_initial_backoff_ms),
+                Duration::from_millis(config.kafka.retry_max_backoff_ms),
+            ),
+        )
+    } else {
+        (
+            config.source.startup_attempts,
+            "source.startup_attempts",
+            Backoff::new(
+                Duration::from_millis(config.source.reconnect_initial_backoff_ms),
+                Duration::from_millis(config.source.reconnect_max_backoff_ms),
+            ),
+        )
+    };
+    let outcome = retry_at_startup(
+        StartupDependency {
+            max_attempts,
+            backoff,
+        },
+        &mut shutdown.subscribe(),
+        CheckpointStoreError::is_transient,
+        |error, attempt, delay| {
+            CheckpointStoreWaiting {
+                error,
+                operation: what,
+                attempt,
+                max_attempts,
+                delay,
+            }
+            .emit(metrics)
+        },
+        operation,
+    )
+    .await;
+    match outcome {
+        Ok(Some(value)) => {
+            metrics.health.checkpoint_committed(None);
+            Ok(Some(value))
+        }
+        Ok(None) => Ok(None),
+        Err(StartupFailure::Definite(error)) => Err(RelayError::Checkpoint(error)),
+        Err(StartupFailure::GaveUp {
+            attempts,
+            waited,
+            last,
+        }) => Err(RelayError::CheckpointStoreUnreachable {
+            store: store_description.to_owned(),
+            operation: what,
+            attempts,
+            waited,
+            setting,
+            source: Box::new(last),
+        }),
+    }
 }

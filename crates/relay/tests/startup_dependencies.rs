@@ -1,0 +1,112 @@
+//! Issue 25 part 1: a dependency that is down when the relay starts is waited out, under
+//! `startup_attempts`, in every mode and with every checkpoint store: the relay stays up,
+//! says what it waits for, and once the dependency is back delivers every event.
+//!
+//! (At-least-once with the file store and the broker down is `kafka_outage.rs`' and
+//! `bad_inputs.rs`' ground; these are the cases that used to exit.)
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+/// How long the dependency stays down after the relay started: longer than one Kafka
+/// metadata timeout and several backoff rounds.
+const OUTAGE: Duration = Duration::from_secs(15);
+
+/// Exactly-once mode with the Kafka checkpoint store, the broker down at start: the store's
+/// `claim_writer` and load are retried (they used to stop the relay after 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_with_the_kafka_store_waits_out_a_broker_down_at_start() {
+    let (db, mut broker) = start_shop_database_and_private_broker().await;
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
+    setup.kafka_checkpoint_topic = Some(format!("{}.checkpoints", db.tag()));
+    let mut relay = Relay::prepare(&setup);
+    relay.edit_config(&[(
+        "[kafka]\n",
+        "[kafka]\ndelivery = \"exactly_once\"\ntransaction_timeout_ms = 20000\n\
+         admin_timeout_ms = 2000\nretry_max_backoff_ms = 1000\n",
+    )]);
+    let mut writer = ShopWriter::connect(&db, "eos-start").await;
+    for index in 0..3 {
+        writer
+            .transaction("order", &format!("eos-start-{index}"), 2, true, false)
+            .await;
+    }
+
+    broker.stop().expect("the broker stops");
+    relay.start();
+    tokio::time::sleep(OUTAGE).await;
+    relay.assert_running("the broker is down at start");
+    assert!(
+        log_count(&relay, "checkpoint store unavailable at startup; retrying") >= 1,
+        "the wait is not said:\n{}",
+        relay.log_tail(20)
+    );
+
+    broker.restart().await.expect("the broker starts again");
+    let records = read_until_ids(
+        &broker.bootstrap(),
+        &[topic_for(&db, "order")],
+        &writer.committed,
+        Duration::from_secs(90),
+    )
+    .await;
+    assert!(
+        records.len() >= writer.committed.len(),
+        "{}",
+        relay.log_tail(30)
+    );
+    let status = relay.terminate(Duration::from_secs(30)).await;
+    assert!(status.success(), "{status:?}: {}", relay.log_tail(30));
+}
+
+/// At-least-once with the MySQL checkpoint store on the source server, the server down at
+/// start: opening and loading the store are retried like the source itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mysql_store_waits_out_its_server_down_at_start() {
+    let (mut db, broker) = start_shop_database_and_broker().await;
+    // The store creates its table, not the database (an operator's decision).
+    db.exec(&["CREATE DATABASE outbox_relay"]).await.unwrap();
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
+    setup.mysql_checkpoint_url = Some(format!("mysql://root@127.0.0.1:{}", db.port()));
+    let mut relay = Relay::prepare(&setup);
+    relay.edit_config(&[(
+        "server_id = 4242",
+        "server_id = 4242\nreconnect_max_backoff_ms = 1000\nstartup_attempts = 60",
+    )]);
+    let end = {
+        let mut writer = ShopWriter::connect(&db, "mysql-start").await;
+        for index in 0..3 {
+            writer
+                .transaction("order", &format!("mysql-start-{index}"), 2, true, false)
+                .await;
+        }
+        let committed = writer.committed.clone();
+        (writer.master_position().await, committed)
+    };
+
+    db.stop();
+    relay.start();
+    tokio::time::sleep(OUTAGE).await;
+    relay.assert_running("the MySQL server is down at start");
+    assert!(
+        log_count(&relay, "checkpoint store unavailable at startup; retrying") >= 1,
+        "the wait is not said:\n{}",
+        relay.log_tail(20)
+    );
+
+    db.restart().await.expect("the server starts again");
+    let records = read_until_ids(
+        &broker.bootstrap(),
+        &[topic_for(&db, "order")],
+        &end.1,
+        Duration::from_secs(90),
+    )
+    .await;
+    assert!(records.len() >= end.1.len(), "{}", relay.log_tail(30));
+    wait_for_checkpoint(&relay, &end.0, Duration::from_secs(30)).await;
+    let status = relay.terminate(Duration::from_secs(30)).await;
+    assert!(status.success(), "{status:?}: {}", relay.log_tail(30));
+}
