@@ -30,8 +30,10 @@ use rdkafka::ClientConfig;
 use crate::backoff::Backoff;
 use crate::config::RelayConfig;
 use crate::internal_events::{InternalEvent, LeadershipEnded, LeadershipGained, StaleLeaderFenced};
+use crate::metrics::Metrics;
 use crate::pipeline::{run_relay, start_observability, RelayError, RelayHandles, RelaySummary};
 use crate::shutdown::ShutdownController;
+use crate::startup_retry::{retry_at_startup, StartupDependency, StartupFailure};
 use crate::tasks::spawn_named;
 
 /// Why the standby loop stopped with an error.
@@ -40,6 +42,16 @@ pub enum StandbyError {
     /// The lease could not be set up (a definite error: missing topic, authorization).
     #[error("[ha] lease: {0}")]
     Lease(#[source] outbox_kafka::LeaseError),
+    /// The lease group could not be joined at startup within `kafka.startup_attempts`.
+    #[error("[ha] lease: cannot join the lease group at startup: {attempts} attempts over {waited:?} failed, the last with: {source}; check kafka.brokers and that the brokers are up (or set kafka.startup_attempts = 0 to wait forever)")]
+    LeaseUnreachable {
+        /// Failed attempts.
+        attempts: u32,
+        /// From the first attempt to giving up.
+        waited: Duration,
+        /// The last error (boxed: large, and this path is cold).
+        source: Box<outbox_kafka::LeaseError>,
+    },
     /// A term's relay run failed with a definite error other than losing leadership.
     #[error(transparent)]
     Relay(#[from] RelayError),
@@ -80,10 +92,12 @@ fn lease_deaf_for_tests() -> bool {
     deaf
 }
 
-/// Starts the lease, retrying transient failures (broker not up yet) with backoff until
-/// `shutdown` fires (`Ok(None)`).
+/// Starts the lease under the startup rule ([`crate::startup_retry`]): transient failures
+/// (broker not up yet) are retried with `[kafka]`'s backoff under `kafka.startup_attempts`,
+/// logged, and shown in `/readyz` (the broker check) meanwhile. `Ok(None)`: shutdown.
 async fn start_lease(
     config: &RelayConfig,
+    metrics: &Metrics,
     shutdown: &ShutdownController,
 ) -> Result<Option<LeaderLease>, StandbyError> {
     let settings = LeaseSettings {
@@ -96,24 +110,40 @@ async fn start_lease(
         request_timeout: Duration::from_millis(config.kafka.admin_timeout_ms),
         deaf_to_loss: lease_deaf_for_tests(),
     };
-    let mut backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
-    let mut stop = shutdown.subscribe();
-    loop {
-        match LeaderLease::start(settings.clone()).await {
-            Ok(lease) => {
-                tracing::info!(topic = %settings.topic, group = %settings.group_id, session_timeout_ms = config.ha.session_timeout_ms, "joined the lease group as a standby");
-                return Ok(Some(lease));
-            }
-            Err(error) if error.is_transient() => {
-                let delay = backoff.next_delay();
-                tracing::warn!(%error, ?delay, "cannot join the lease group yet; retrying");
-                tokio::select! {
-                    _ = stop.recv() => return Ok(None),
-                    _ = tokio::time::sleep(delay) => {}
-                }
-            }
-            Err(error) => return Err(StandbyError::Lease(error)),
+    let max_attempts = config.kafka.startup_attempts;
+    let started = retry_at_startup(
+        StartupDependency {
+            max_attempts,
+            backoff: Backoff::new(
+                Duration::from_millis(config.kafka.retry_initial_backoff_ms),
+                Duration::from_millis(config.kafka.retry_max_backoff_ms),
+            ),
+        },
+        &mut shutdown.subscribe(),
+        outbox_kafka::LeaseError::is_transient,
+        |error, attempt, delay| {
+            metrics.health.broker_probed(Some(&error.to_string()));
+            tracing::warn!(%error, attempt, max_attempts, delay_ms = delay.as_millis() as u64, "cannot join the [ha] lease group at startup; retrying after delay_ms");
+        },
+        || LeaderLease::start(settings.clone()),
+    )
+    .await;
+    match started {
+        Ok(Some(lease)) => {
+            tracing::info!(topic = %settings.topic, group = %settings.group_id, session_timeout_ms = config.ha.session_timeout_ms, "joined the lease group as a standby");
+            Ok(Some(lease))
         }
+        Ok(None) => Ok(None),
+        Err(StartupFailure::Definite(error)) => Err(StandbyError::Lease(error)),
+        Err(StartupFailure::GaveUp {
+            attempts,
+            waited,
+            last,
+        }) => Err(StandbyError::LeaseUnreachable {
+            attempts,
+            waited,
+            source: Box::new(last),
+        }),
     }
 }
 
@@ -128,7 +158,7 @@ pub async fn run_standby(
     if config.checkpoint.store == "file" {
         tracing::warn!("[ha] with the file checkpoint store fences stale leaders only between relays on one host sharing the file; use store = \"mysql\" (or \"kafka\") across hosts");
     }
-    let Some(lease) = start_lease(&config, &shutdown).await? else {
+    let Some(lease) = start_lease(&config, &metrics, &shutdown).await? else {
         return Ok(RelaySummary::default());
     };
     let lease = Arc::new(lease);

@@ -110,3 +110,62 @@ async fn the_mysql_store_waits_out_its_server_down_at_start() {
     let status = relay.terminate(Duration::from_secs(30)).await;
     assert!(status.success(), "{status:?}: {}", relay.log_tail(30));
 }
+
+/// `[ha]` with the Kafka checkpoint store, the broker down at start: joining the lease group
+/// is retried under `kafka.startup_attempts` like the store, then the relay leads and
+/// delivers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_waits_out_a_broker_down_at_start_then_leads() {
+    let (db, mut broker) = start_shop_database_and_private_broker().await;
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
+    setup.kafka_checkpoint_topic = Some(format!("{}.checkpoints", db.tag()));
+    let mut relay = Relay::prepare(&setup);
+    relay.edit_config(&[
+        (
+            "[kafka]\n",
+            "[kafka]\nadmin_timeout_ms = 2000\nretry_max_backoff_ms = 1000\nstartup_attempts = 0\n",
+        ),
+        (
+            "[pipeline]",
+            &format!(
+                "[ha]\nenabled = true\nlease_topic = \"{}.lease\"\nsession_timeout_ms = 6000\n\n[pipeline]",
+                db.tag()
+            ),
+        ),
+    ]);
+    let mut writer = ShopWriter::connect(&db, "ha-start").await;
+    for index in 0..3 {
+        writer
+            .transaction("order", &format!("ha-start-{index}"), 2, true, false)
+            .await;
+    }
+
+    broker.stop().expect("the broker stops");
+    relay.start();
+    tokio::time::sleep(OUTAGE).await;
+    relay.assert_running("the broker is down at start under [ha]");
+    assert!(
+        log_count(
+            &relay,
+            "cannot join the [ha] lease group at startup; retrying"
+        ) >= 1,
+        "the wait is not said:\n{}",
+        relay.log_tail(20)
+    );
+
+    broker.restart().await.expect("the broker starts again");
+    let records = read_until_ids(
+        &broker.bootstrap(),
+        &[topic_for(&db, "order")],
+        &writer.committed,
+        Duration::from_secs(120),
+    )
+    .await;
+    assert!(
+        records.len() >= writer.committed.len(),
+        "{}",
+        relay.log_tail(30)
+    );
+    let status = relay.terminate(Duration::from_secs(30)).await;
+    assert!(status.success(), "{status:?}: {}", relay.log_tail(30));
+}
