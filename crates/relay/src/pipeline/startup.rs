@@ -190,62 +190,60 @@ struct StartupRetry {
     server: String,
 }
 
-/// Runs `attempt` until it succeeds, retrying transient source errors (server not up yet,
-/// network) with backoff, each retry logged with its delay; definite errors (wrong settings,
-/// purged position, access denied) fail at once, and after `max_attempts` transient failures
-/// the relay gives up naming the server and the last error. `None` when shutdown was
-/// requested meanwhile.
+/// Runs `attempt` under the startup rule ([`crate::startup_retry`]): transient source errors
+/// (server not up yet, network) are retried with backoff, each retry logged with its delay;
+/// definite errors (wrong settings, purged position, access denied) fail at once, and after
+/// `max_attempts` transient failures the relay gives up naming the server and the last
+/// error. `None` when shutdown was requested meanwhile.
 async fn retry_source_at_startup<T, F, Fut>(
     retry: StartupRetry,
     resume_from: String,
     metrics: &Metrics,
     mut shutdown: Shutdown,
-    mut attempt: F,
+    attempt: F,
 ) -> Result<Option<T>, RelayError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, BinlogError>>,
 {
     let StartupRetry {
-        mut backoff,
+        backoff,
         max_attempts,
         server,
     } = retry;
-    let started = std::time::Instant::now();
-    let mut attempts: u32 = 0;
-    loop {
-        let result = tokio::select! {
-            _ = shutdown.recv() => return Ok(None),
-            result = attempt() => result,
-        };
-        attempts = attempts.saturating_add(1);
-        match result {
-            Ok(value) => return Ok(Some(value)),
-            Err(error) if error.is_transient() => {
-                if max_attempts != 0 && attempts >= max_attempts {
-                    return Err(RelayError::SourceUnreachable {
-                        server,
-                        attempts,
-                        waited: started.elapsed(),
-                        source: Box::new(error),
-                    });
-                }
-                let delay = backoff.next_delay();
-                SourceReconnecting {
-                    error: &error,
-                    delay,
-                    resume_from: resume_from.clone(),
-                    attempt: attempts,
-                    max_attempts,
-                }
-                .emit(metrics);
-                tokio::select! {
-                    _ = shutdown.recv() => return Ok(None),
-                    _ = tokio::time::sleep(delay) => {}
-                }
+    let outcome = retry_at_startup(
+        StartupDependency {
+            max_attempts,
+            backoff,
+        },
+        &mut shutdown,
+        BinlogError::is_transient,
+        |error, attempt, delay| {
+            SourceReconnecting {
+                error,
+                delay,
+                resume_from: resume_from.clone(),
+                attempt,
+                max_attempts,
             }
-            Err(error) => return Err(RelayError::Source(error)),
-        }
+            .emit(metrics)
+        },
+        attempt,
+    )
+    .await;
+    match outcome {
+        Ok(value) => Ok(value),
+        Err(StartupFailure::Definite(error)) => Err(RelayError::Source(error)),
+        Err(StartupFailure::GaveUp {
+            attempts,
+            waited,
+            last,
+        }) => Err(RelayError::SourceUnreachable {
+            server,
+            attempts,
+            waited,
+            source: Box::new(last),
+        }),
     }
 }
 
