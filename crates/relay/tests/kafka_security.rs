@@ -65,18 +65,14 @@ async fn delivers_over(
     let end = writer.master_position().await;
     relay.start();
     // Read back over the PLAINTEXT listener with the harness's own client.
-    let records = read_until_ids(
+    assert_all_arrive(
+        &relay,
         &broker.bootstrap(),
         &[topic_for(db, "order")],
         &writer.committed,
         Duration::from_secs(60),
     )
     .await;
-    assert!(
-        records.len() >= writer.committed.len(),
-        "{}",
-        relay.log_tail(30)
-    );
     wait_for_checkpoint(&relay, &end, Duration::from_secs(30)).await;
     let status = relay.terminate(Duration::from_secs(20)).await;
     assert!(status.success(), "{status:?}: {}", relay.log_tail(30));
@@ -97,11 +93,7 @@ async fn stops_naming(relay: &mut Relay, cause: &str, listener: &str, within: Du
         "the relay took {waited:?} (more than {within:?}) to give up on `{cause}`:\n{}",
         relay.log_tail(30)
     );
-    let final_error = log
-        .lines()
-        .rev()
-        .find(|line| line.starts_with("error: "))
-        .unwrap_or_default();
+    let final_error = final_error_line(&log);
     assert!(
         final_error.contains(cause),
         "the final error names the cause `{cause}`:\n{}",

@@ -30,9 +30,25 @@ path = "/nonexistent/outbox-relay-checkpoint.json"
     )
 }
 
-/// Runs `check`, `run` and `status` (`status` also with `--json`) on `config_text`, each in
-/// both log formats, and asserts each fails, names `names`, and never shows [`SECRET`].
+/// [`for_each_command_on`] `config_text`: each command fails, names `names`, and never shows
+/// [`SECRET`].
 fn assert_refused_without_the_secret(config_text: &str, names: &str) {
+    for_each_command_on(config_text, |args, code, output| {
+        assert_ne!(code, 0, "{args:?} must refuse the config:\n{output}");
+        assert!(
+            !output.contains(SECRET),
+            "{args:?} shows the secret:\n{output}"
+        );
+        assert!(
+            output.contains(names),
+            "{args:?} does not name `{names}`:\n{output}"
+        );
+    });
+}
+
+/// Runs `check`, `run`, `status` and `status --json` on `config_text`, each in both log
+/// formats, and hands `verdict` the arguments, the exit code and stdout + stderr.
+fn for_each_command_on(config_text: &str, mut verdict: impl FnMut(&[&str], i32, &str)) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("relay.toml");
     std::fs::write(&path, config_text).expect("write the config");
@@ -48,16 +64,7 @@ fn assert_refused_without_the_secret(config_text: &str, names: &str) {
             let mut args = command.to_vec();
             args.extend(["--log-format", format]);
             let (code, stdout, stderr) = run_relay_command(&args);
-            let output = format!("{stdout}\n{stderr}");
-            assert_ne!(code, 0, "{args:?} must refuse the config:\n{output}");
-            assert!(
-                !output.contains(SECRET),
-                "{args:?} shows the secret:\n{output}"
-            );
-            assert!(
-                output.contains(names),
-                "{args:?} does not name `{names}`:\n{output}"
-            );
+            verdict(&args, code, &format!("{stdout}\n{stderr}"));
         }
     }
 }
@@ -161,23 +168,10 @@ fn no_secret_of_any_key_appears_in_any_command_output() {
         "S3cr3t-checkpoint",
     ];
     for (server_id, refused_for) in [(0, "source.server_id"), (4242, "127.0.0.1:1")] {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("relay.toml");
-        std::fs::write(&path, config_with_every_secret(server_id)).expect("write the config");
-        let path = path.to_str().expect("utf-8 temp path");
-        let commands: [&[&str]; 4] = [
-            &["check", "--config", path],
-            &["run", "--config", path],
-            &["status", "--config", path],
-            &["status", "--config", path, "--json"],
-        ];
-        for command in commands {
-            for format in ["human", "json"] {
-                let mut args = command.to_vec();
-                args.extend(["--log-format", format]);
-                let (code, stdout, stderr) = run_relay_command(&args);
-                let output = format!("{stdout}\n{stderr}");
-                if command[0] != "status" {
+        for_each_command_on(
+            &config_with_every_secret(server_id),
+            |args, code, output| {
+                if args[0] != "status" {
                     assert_ne!(code, 0, "{args:?} must fail:\n{output}");
                 }
                 assert!(
@@ -190,7 +184,7 @@ fn no_secret_of_any_key_appears_in_any_command_output() {
                         "{args:?} shows `{secret}`:\n{output}"
                     );
                 }
-            }
-        }
+            },
+        );
     }
 }

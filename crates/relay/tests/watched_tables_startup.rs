@@ -53,11 +53,7 @@ async fn run_stops_naming(relay: &mut Relay, needles: &[&str]) {
     let status = relay.wait_for_exit(Duration::from_secs(60)).await;
     let log = relay.log();
     assert_eq!(status.code(), Some(1), "{log}");
-    let final_error = log
-        .lines()
-        .rev()
-        .find(|line| line.starts_with("error: "))
-        .unwrap_or_default();
+    let final_error = final_error_line(&log);
     for needle in needles {
         assert!(final_error.contains(needle), "no `{needle}` in:\n{log}");
     }

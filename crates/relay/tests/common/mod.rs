@@ -826,6 +826,15 @@ pub async fn try_wait_for_checkpoint(
     }
 }
 
+/// The relay's last `error: ` line: the final error an operator reads first (empty when the
+/// log has none).
+pub fn final_error_line(log: &str) -> &str {
+    log.lines()
+        .rev()
+        .find(|line| line.starts_with("error: "))
+        .unwrap_or_default()
+}
+
 /// Counts the lines of the relay log that contain `needle` (evidence for messages).
 pub fn log_count(relay: &Relay, needle: &str) -> usize {
     std::fs::read_to_string(&relay.log_path)
@@ -839,6 +848,26 @@ pub fn log_count(relay: &Relay, needle: &str) -> usize {
 pub fn topics_of(events: &[Event]) -> Vec<String> {
     let set: BTreeSet<String> = events.iter().map(Event::topic).collect();
     set.into_iter().collect()
+}
+
+/// [`read_until_ids`], then asserts that every one of `expected` arrived (with `relay`'s log
+/// tail as the evidence when not).
+pub async fn assert_all_arrive(
+    relay: &Relay,
+    bootstrap: &str,
+    topics: &[String],
+    expected: &[Event],
+    limit: Duration,
+) -> Vec<ConsumedRecord> {
+    let records = read_until_ids(bootstrap, topics, expected, limit).await;
+    assert!(
+        records.len() >= expected.len(),
+        "{} of {} events arrived:\n{}",
+        records.len(),
+        expected.len(),
+        relay.log_tail(30)
+    );
+    records
 }
 
 /// Reads `topics` until every id in `expected` was seen at least once (or `limit` passed),
