@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
 
 /// `checkpoint set` with `args` on the relay's config (the source must be reachable).
@@ -35,14 +33,7 @@ fn check_checkpoint_line(relay: &Relay, needles: &[&str]) {
 
 /// `run` exits 1 at once; its final error holds every one of `needles` and no purge advice.
 async fn run_refuses(relay: &mut Relay, needles: &[&str]) {
-    relay.start();
-    let status = relay.wait_for_exit(Duration::from_secs(60)).await;
-    let log = relay.log();
-    assert_eq!(status.code(), Some(1), "{log}");
-    let final_error = final_error_line(&log);
-    for needle in needles {
-        assert!(final_error.contains(needle), "no `{needle}` in:\n{log}");
-    }
+    let final_error = run_is_refused(relay, needles).await;
     for advice in ["purged binlog files", "recover --config"] {
         assert!(
             !final_error.contains(advice),

@@ -826,6 +826,20 @@ pub async fn try_wait_for_checkpoint(
     }
 }
 
+/// Starts `relay` and waits for it to refuse to run: exit status 1 within a minute, its final
+/// error line holding every one of `needles`. Returns that line.
+pub async fn run_is_refused(relay: &mut Relay, needles: &[&str]) -> String {
+    relay.start();
+    let status = relay.wait_for_exit(Duration::from_secs(60)).await;
+    let log = relay.log();
+    assert_eq!(status.code(), Some(1), "{log}");
+    let final_error = final_error_line(&log);
+    for needle in needles {
+        assert!(final_error.contains(needle), "no `{needle}` in:\n{log}");
+    }
+    final_error.to_owned()
+}
+
 /// The relay's last `error: ` line: the final error an operator reads first (empty when the
 /// log has none).
 pub fn final_error_line(log: &str) -> &str {
