@@ -239,6 +239,65 @@ impl GtidSet {
         }
     }
 
+    /// What of `self` `server` (a server's executed set) does not hold, one clause for the
+    /// operator, or `None` when it holds all of it. MariaDB: a domain the server lacks, or a
+    /// sequence past the server's last in that domain; MySQL: GTIDs outside its intervals.
+    pub fn not_within(&self, server: &GtidSet) -> Option<String> {
+        let missing: Vec<String> = match (self, server) {
+            (GtidSet::Empty, _) => Vec::new(),
+            (GtidSet::Mariadb(mine), _) => {
+                let theirs = match server {
+                    GtidSet::Mariadb(theirs) => Some(theirs),
+                    _ => None,
+                };
+                mine.iter()
+                    .filter_map(|(domain, (server_id, sequence))| {
+                        let last = theirs.and_then(|theirs| theirs.get(domain));
+                        match last {
+                            Some((_, last)) if last >= sequence => None,
+                            Some((last_server, last)) => Some(format!(
+                                "{domain}-{server_id}-{sequence} (the server's last in domain {domain} is {domain}-{last_server}-{last})"
+                            )),
+                            None => Some(format!(
+                                "{domain}-{server_id}-{sequence} (the server has no domain {domain})"
+                            )),
+                        }
+                    })
+                    .collect()
+            }
+            (GtidSet::Mysql(mine), _) => {
+                let theirs = match server {
+                    GtidSet::Mysql(theirs) => Some(theirs),
+                    _ => None,
+                };
+                mine.iter()
+                    .flat_map(|(source, intervals)| {
+                        let server_intervals: &[(u64, u64)] = theirs
+                            .and_then(|theirs| theirs.get(source))
+                            .map_or(&[], Vec::as_slice);
+                        intervals.iter().filter_map(move |&(start, end)| {
+                            // The server's intervals are merged: a covered interval lies
+                            // inside one of them.
+                            let holding = server_intervals
+                                .iter()
+                                .find(|&&(a, b)| a <= start && start <= b);
+                            let first_missing = match holding {
+                                Some(&(_, b)) if end <= b => return None,
+                                Some(&(_, b)) => b + 1,
+                                None => start,
+                            };
+                            Some(format!(
+                                "{}:{first_missing} (of {}:{start}-{end})",
+                                source.0, source.0
+                            ))
+                        })
+                    })
+                    .collect()
+            }
+        };
+        (!missing.is_empty()).then(|| missing.join(", "))
+    }
+
     /// True for the empty set.
     pub fn is_empty(&self) -> bool {
         match self {
@@ -307,6 +366,43 @@ fn is_uuid(s: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_set_not_within_the_servers_names_what_the_server_never_had() {
+        let mariadb = |text| GtidSet::parse(crate::Flavor::Mariadb, text).unwrap();
+        assert_eq!(mariadb("0-1-5").not_within(&mariadb("0-1-9,1-2-3")), None);
+        assert_eq!(mariadb("").not_within(&mariadb("0-1-9")), None);
+        let ahead = mariadb("0-1-12,2-7-1")
+            .not_within(&mariadb("0-1-9"))
+            .unwrap();
+        assert!(
+            ahead.contains("0-1-12 (the server's last in domain 0 is 0-1-9)"),
+            "{ahead}"
+        );
+        assert!(
+            ahead.contains("2-7-1 (the server has no domain 2)"),
+            "{ahead}"
+        );
+
+        let uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let mysql = |text: &str| GtidSet::parse(crate::Flavor::Mysql, text).unwrap();
+        let server = mysql(&format!("{uuid}:1-100:200-300"));
+        assert_eq!(
+            mysql(&format!("{uuid}:1-50:210-300")).not_within(&server),
+            None
+        );
+        let gap = mysql(&format!("{uuid}:1-150")).not_within(&server).unwrap();
+        assert!(
+            gap.contains(&format!("{uuid}:101 (of {uuid}:1-150)")),
+            "{gap}"
+        );
+        let other = "4e11fa47-71ca-11e1-9e33-c80aa9429562";
+        let foreign = mysql(&format!("{other}:1-3")).not_within(&server).unwrap();
+        assert!(
+            foreign.contains(&format!("{other}:1 (of {other}:1-3)")),
+            "{foreign}"
+        );
+    }
+
     use super::*;
     use crate::Flavor;
 

@@ -47,7 +47,8 @@ pub use internal_events::{
 #[doc(hidden)]
 pub use live::pull_raw_events;
 pub use live::{
-    describe_client_error, locate_position, locate_position_on_server, PositionOnServer,
+    describe_client_error, gtid_set_not_on_server, locate_position, locate_position_on_server,
+    PositionOnServer,
 };
 pub use live::{BinlogReader, NextItem, ReaderConfig, StartPosition, DEFAULT_READ_AHEAD_EVENTS};
 pub use redact::redact_url;

@@ -97,7 +97,9 @@ mod read_ahead;
 mod replication_connection;
 mod start;
 pub use connection::describe_client_error;
-pub use start::{locate_position, locate_position_on_server, PositionOnServer};
+pub use start::{
+    gtid_set_not_on_server, locate_position, locate_position_on_server, PositionOnServer,
+};
 
 use std::collections::VecDeque;
 use std::fmt;

@@ -354,17 +354,36 @@ async fn checkpoint_against_source(
         return Ok("not checked against the source (unreachable)".into());
     };
     let written_against = crate::pipeline::describe_identity(&checkpoint.source);
-    if checkpoint.position.binlog == crate::pipeline::gtid_only_binlog_position() {
-        return Ok(format!(
-            "run resumes by its GTID set (written against {written_against})"
-        ));
-    }
-    if identity != checkpoint.source {
+    let by_gtid = checkpoint.position.binlog == crate::pipeline::gtid_only_binlog_position();
+    if by_gtid || identity != checkpoint.source {
         let connected = crate::pipeline::describe_identity(&identity);
-        return if checkpoint.position.gtid_set.is_empty() {
-            Err(format!("written against {written_against}, but the source is {connected}, and it has no GTID set to resume from: point source.url at the original server, or `outbox-relay checkpoint set --gtid ...`"))
-        } else {
-            Ok(format!("written against {written_against}, the source is {connected}: run resumes by its GTID set"))
+        if checkpoint.position.gtid_set.is_empty() {
+            return Err(format!("written against {written_against}, but the source is {connected}, and it has no GTID set to resume from: point source.url at the original server, or `outbox-relay checkpoint set --gtid ...`"));
+        }
+        let missing = async {
+            let (mut conn, _tls) = outbox_binlog::connect_to_server(
+                url,
+                &config.source.tls_options(),
+                Duration::from_secs(30),
+            )
+            .await?;
+            let missing = outbox_binlog::gtid_set_not_on_server(
+                &mut conn,
+                identity.flavor,
+                &checkpoint.position.gtid_set,
+            )
+            .await;
+            let _ = conn.disconnect().await;
+            anyhow::Ok(missing?)
+        };
+        return match missing.await {
+            Err(error) => Err(format!("cannot look its GTID set up on the source: {error}")),
+            Ok(Some(missing)) => Err(format!(
+                "its GTID set holds transactions the source's binlog never had: {missing}; it was written against {written_against}, the source is {connected}: check that source.url points at the right server, or choose where to resume with `outbox-relay checkpoint set`"
+            )),
+            Ok(None) => Ok(format!(
+                "written against {written_against}, the source is {connected}: run resumes by its GTID set, which the source has"
+            )),
         };
     }
     let located = async {

@@ -88,6 +88,13 @@ async fn a_checkpoint_the_binlog_never_had_is_named_as_such_by_check_and_run() {
 
     // 3. A GTID set with transactions the server never had (a checkpoint of another server).
     set_checkpoint(&relay, &["--gtid", "0-1-999999"]);
+    check_checkpoint_line(
+        &relay,
+        &[
+            "its GTID set holds transactions the source's binlog never had",
+            "0-1-999999 (the server's last in domain 0 is 0-1-",
+        ],
+    );
     run_refuses(
         &mut relay,
         &[

@@ -40,6 +40,26 @@ pub enum PositionOnServer {
     },
 }
 
+/// What of `set` the binlog of the server `conn` is connected to never had (see
+/// [`GtidSet::not_within`]), against MariaDB's `@@GLOBAL.gtid_binlog_pos` or MySQL's
+/// `@@GLOBAL.gtid_executed`; `None` when it has all of it (or its state cannot be parsed:
+/// nothing is claimed then).
+pub async fn gtid_set_not_on_server(
+    conn: &mut Conn,
+    flavor: Flavor,
+    set: &GtidSet,
+) -> Result<Option<String>, mysql_async::Error> {
+    let query = match flavor {
+        Flavor::Mariadb => "SELECT @@GLOBAL.gtid_binlog_pos",
+        Flavor::Mysql => "SELECT @@GLOBAL.gtid_executed",
+    };
+    let state: Option<Option<String>> = conn.query_first(query).await?;
+    let state = state.flatten().unwrap_or_default().replace('\n', "");
+    Ok(GtidSet::parse(flavor, &state)
+        .ok()
+        .and_then(|server| set.not_within(&server)))
+}
+
 /// Where `position` lies against the binlog files of the server `conn` is connected to.
 pub async fn locate_position_on_server(
     conn: &mut Conn,
