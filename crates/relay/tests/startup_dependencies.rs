@@ -156,3 +156,54 @@ async fn waits_out_a_broker_down_at_start(
     let status = relay.terminate(Duration::from_secs(30)).await;
     assert!(status.success(), "{status:?}: {}", relay.log_tail(30));
 }
+
+/// Exactly-once mode with the Kafka checkpoint store, the source down at start: the source's
+/// connection is retried under `source.startup_attempts` (the store answers meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_waits_out_the_source_down_at_start() {
+    let (mut db, broker) = start_shop_database_and_broker().await;
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
+    setup.kafka_checkpoint_topic = Some(format!("{}.checkpoints", db.tag()));
+    let mut relay = Relay::prepare(&setup);
+    relay.edit_config(&[
+        (
+            "[kafka]\n",
+            "[kafka]\ndelivery = \"exactly_once\"\ntransaction_timeout_ms = 20000\n",
+        ),
+        (
+            "server_id = 4242",
+            "server_id = 4242\nreconnect_max_backoff_ms = 1000\nstartup_attempts = 0",
+        ),
+    ]);
+    let committed = {
+        let mut writer = ShopWriter::connect(&db, "eos-source").await;
+        for index in 0..3 {
+            writer
+                .transaction("order", &format!("eos-source-{index}"), 2, true, false)
+                .await;
+        }
+        writer.committed.clone()
+    };
+
+    db.stop();
+    relay.start();
+    tokio::time::sleep(OUTAGE).await;
+    relay.assert_running("the source is down at start");
+    assert!(
+        log_count(&relay, "binlog source unavailable; retrying") >= 1,
+        "the wait is not said:\n{}",
+        relay.log_tail(20)
+    );
+
+    db.restart().await.expect("the server starts again");
+    assert_all_arrive(
+        &relay,
+        &broker.bootstrap(),
+        &[topic_for(&db, "order")],
+        &committed,
+        Duration::from_secs(90),
+    )
+    .await;
+    let status = relay.terminate(Duration::from_secs(30)).await;
+    assert!(status.success(), "{status:?}: {}", relay.log_tail(30));
+}
