@@ -207,3 +207,43 @@ async fn exactly_once_waits_out_the_source_down_at_start() {
     let status = relay.terminate(Duration::from_secs(30)).await;
     assert!(status.success(), "{status:?}: {}", relay.log_tail(30));
 }
+
+/// At-least-once with each checkpoint store kind, the broker down at start: the Kafka store
+/// waits under the startup rule, the file and MySQL stores answer and the sink waits for the
+/// cluster; in each case every event arrives once the broker is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_once_with_each_store_waits_out_a_broker_down_at_start() {
+    let (db, mut broker) = start_shop_database_and_private_broker().await;
+    db.exec(&["CREATE DATABASE outbox_relay"]).await.unwrap();
+    for (store, waiting) in [
+        (
+            "file",
+            "cannot reach the Kafka cluster at startup; retrying",
+        ),
+        (
+            "mysql",
+            "cannot reach the Kafka cluster at startup; retrying",
+        ),
+        ("kafka", "checkpoint store unavailable at startup; retrying"),
+    ] {
+        let mut setup = RelaySetup::new(&db, &broker.bootstrap());
+        match store {
+            "mysql" => setup.mysql_checkpoint_url = Some(db.url()),
+            "kafka" => setup.kafka_checkpoint_topic = Some(format!("{}.checkpoints", db.tag())),
+            _ => {}
+        }
+        let mut relay = Relay::prepare(&setup);
+        relay.edit_config(&[(
+            "[kafka]\n",
+            "[kafka]\nadmin_timeout_ms = 2000\nretry_max_backoff_ms = 1000\nstartup_attempts = 0\n",
+        )]);
+        waits_out_a_broker_down_at_start(
+            &db,
+            &mut broker,
+            &mut relay,
+            &format!("alo-{store}"),
+            waiting,
+        )
+        .await;
+    }
+}
