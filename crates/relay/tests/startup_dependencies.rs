@@ -38,53 +38,62 @@ async fn exactly_once_with_the_kafka_store_waits_out_a_broker_down_at_start() {
     .await;
 }
 
-/// At-least-once with the MySQL checkpoint store on the source server, the server down at
-/// start: opening and loading the store are retried like the source itself.
+/// At-least-once with the file store and with the MySQL checkpoint store on the source
+/// server, the server down at start: the source's connection (and opening and loading the
+/// MySQL store) are retried under `source.startup_attempts`; every event arrives once the
+/// server is back, and the checkpoint reaches its end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_mysql_store_waits_out_its_server_down_at_start() {
+async fn at_least_once_waits_out_the_source_down_at_start() {
     let (mut db, broker) = start_shop_database_and_broker().await;
     // The store creates its table, not the database (an operator's decision).
     db.exec(&["CREATE DATABASE outbox_relay"]).await.unwrap();
-    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
-    setup.mysql_checkpoint_url = Some(format!("mysql://root@127.0.0.1:{}", db.port()));
-    let mut relay = Relay::prepare(&setup);
-    relay.edit_config(&[(
-        "server_id = 4242",
-        "server_id = 4242\nreconnect_max_backoff_ms = 1000\nstartup_attempts = 60",
-    )]);
-    let end = {
-        let mut writer = ShopWriter::connect(&db, "mysql-start").await;
-        for index in 0..3 {
-            writer
-                .transaction("order", &format!("mysql-start-{index}"), 2, true, false)
-                .await;
+    for (store, waiting) in [
+        ("file", "binlog source unavailable; retrying"),
+        ("mysql", "checkpoint store unavailable at startup; retrying"),
+    ] {
+        let mut setup = RelaySetup::new(&db, &broker.bootstrap());
+        if store == "mysql" {
+            setup.mysql_checkpoint_url = Some(db.url());
         }
-        let committed = writer.committed.clone();
-        (writer.master_position().await, committed)
-    };
+        let mut relay = Relay::prepare(&setup);
+        relay.edit_config(&[(
+            "server_id = 4242",
+            "server_id = 4242\nreconnect_max_backoff_ms = 1000\nstartup_attempts = 0",
+        )]);
+        let prefix = format!("source-down-{store}");
+        let (end, committed) = {
+            let mut writer = ShopWriter::connect(&db, &prefix).await;
+            for index in 0..3 {
+                writer
+                    .transaction("order", &format!("{prefix}-{index}"), 2, true, false)
+                    .await;
+            }
+            (writer.master_position().await, writer.committed.clone())
+        };
 
-    db.stop();
-    relay.start();
-    tokio::time::sleep(OUTAGE).await;
-    relay.assert_running("the MySQL server is down at start");
-    assert!(
-        log_count(&relay, "checkpoint store unavailable at startup; retrying") >= 1,
-        "the wait is not said:\n{}",
-        relay.log_tail(20)
-    );
+        db.stop();
+        relay.start();
+        tokio::time::sleep(OUTAGE).await;
+        relay.assert_running(&format!("{store} store: the source is down at start"));
+        assert!(
+            log_count(&relay, waiting) >= 1,
+            "{store} store: the wait is not said (`{waiting}`):\n{}",
+            relay.log_tail(20)
+        );
 
-    db.restart().await.expect("the server starts again");
-    assert_all_arrive(
-        &relay,
-        &broker.bootstrap(),
-        &[topic_for(&db, "order")],
-        &end.1,
-        Duration::from_secs(90),
-    )
-    .await;
-    wait_for_checkpoint(&relay, &end.0, Duration::from_secs(30)).await;
-    let status = relay.terminate(Duration::from_secs(30)).await;
-    assert!(status.success(), "{status:?}: {}", relay.log_tail(30));
+        db.restart().await.expect("the server starts again");
+        assert_all_arrive(
+            &relay,
+            &broker.bootstrap(),
+            &[topic_for(&db, "order")],
+            &committed,
+            Duration::from_secs(90),
+        )
+        .await;
+        wait_for_checkpoint(&relay, &end, Duration::from_secs(30)).await;
+        let status = relay.terminate(Duration::from_secs(30)).await;
+        assert!(status.success(), "{status:?}: {}", relay.log_tail(30));
+    }
 }
 
 /// `[ha]` with the Kafka checkpoint store, the broker down at start: joining the lease group
