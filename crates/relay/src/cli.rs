@@ -43,6 +43,10 @@ pub enum Command {
         /// The TOML config file.
         #[arg(long, short)]
         config: PathBuf,
+        /// Only validate the config (keys, ranges, routes, librdkafka properties) without
+        /// connecting to anything: for CI and for rendered deployment configs.
+        #[arg(long)]
+        config_only: bool,
     },
     /// Show the stored checkpoint and its age, the binlog bytes behind and the purge horizon
     /// on the source, and the running relay's readiness, lag and oldest unacked event (from

@@ -231,3 +231,28 @@ fn inspect_shows_progress_on_a_terminal_only() {
         "the total ({total} bytes) is not shown: {shown:?}"
     );
 }
+
+/// `check --config-only` validates without connecting: a valid config whose servers do not
+/// exist passes (exit 0), an invalid one fails naming the key, as `check` would.
+#[test]
+fn check_config_only_validates_without_connecting() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("relay.toml");
+    let valid = "[source]\nurl = \"mysql://relay@127.0.0.1:1\"\nserver_id = 4242\n\n\
+                 [[outbox]]\ntable = \"shop.outbox\"\n\n[kafka]\nbrokers = \"127.0.0.1:1\"\n\n\
+                 [checkpoint]\npath = \"/nonexistent/checkpoint.json\"\n";
+    std::fs::write(&path, valid).expect("write the config");
+    let config = path.to_str().expect("utf-8 path");
+    let (code, stdout, stderr) = run(&["check", "--config-only", "--config", config]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(
+        stdout.starts_with("ok   config:") && stdout.contains("nothing was connected to"),
+        "{stdout}"
+    );
+
+    std::fs::write(&path, valid.replace("server_id = 4242", "server_id = 0"))
+        .expect("write the config");
+    let (code, stdout, stderr) = run(&["check", "--config-only", "--config", config]);
+    assert_eq!(code, 1, "{stdout}\n{stderr}");
+    assert!(stderr.contains("source.server_id"), "{stderr}");
+}
