@@ -5,6 +5,7 @@
 #   - a JRE and Maven (apt-get) when `java` / `mvn` are missing;
 #   - Prometheus and promtool (apt-get `prometheus`) when missing, for the alert-rule and
 #     scrape tests;
+#   - helm (go install helm.sh/helm/v4/cmd/helm@v4.3.2) for the Helm chart checks;
 #   - the jars of Apache Kafka 4.4.0 (broker, tools), the Kafka Connect worker and Debezium
 #     3.6.1.Final (Maven Central, via scripts/fetch-jars.sh, cached outside the work tree).
 # Tests start their own scratch MariaDB servers, Kafka brokers and Connect workers on free
@@ -44,6 +45,14 @@ if [ ${#apt_packages[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${apt_packages[@]}" >/dev/null
+fi
+
+# 3b. Helm (a Go module) for the chart checks (tests/helm_chart.rs): about 2 minutes of
+#     `go install` the first time on a machine.
+export PATH="$PATH:$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin"
+if ! command -v helm >/dev/null 2>&1; then
+  log "installing helm v4.3.2 (go install helm.sh/helm/v4/cmd/helm@v4.3.2)"
+  go install helm.sh/helm/v4/cmd/helm@v4.3.2
 fi
 
 # 4. The jars (the first time on a machine: about a minute of Maven downloads).

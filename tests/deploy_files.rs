@@ -101,3 +101,41 @@ fn the_readme_test_command_is_what_ci_runs() {
     );
     assert!(mode & 0o111 != 0, "scripts/test.sh is not executable");
 }
+
+/// docker-compose.yml runs the Kafka version the tests run (tests/jars/kafka/pom.xml).
+#[test]
+fn docker_compose_runs_the_tested_kafka_version() {
+    let pom = read("tests/jars/kafka/pom.xml");
+    let tested = pom
+        .split("<kafka.version>")
+        .nth(1)
+        .and_then(|rest| rest.split('<').next())
+        .expect("tests/jars/kafka/pom.xml sets kafka.version");
+    let compose = read("docker-compose.yml");
+    let image = compose
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("image: apache/kafka:"))
+        .expect("docker-compose.yml runs apache/kafka");
+    let image_version = image.split_whitespace().next().unwrap_or(image);
+    assert_eq!(
+        image_version, tested,
+        "docker-compose.yml runs Kafka {image_version}, the tests {tested}"
+    );
+}
+
+/// The image runs the relay as the non-root user the Helm chart expects (UID 10001) and
+/// builds it with the workspace's locked dependencies (the binary CI tests).
+#[test]
+fn the_dockerfile_runs_as_the_charts_non_root_user() {
+    let dockerfile = read("deploy/Dockerfile");
+    let user = dockerfile
+        .lines()
+        .rev()
+        .find_map(|line| line.strip_prefix("USER "))
+        .expect("the Dockerfile sets USER");
+    assert_eq!(user.trim(), "10001:10001");
+    assert!(dockerfile.contains("--uid 10001"));
+    assert!(dockerfile.contains("cargo build --release --locked -p outbox-relay"));
+    let values = read("deploy/helm/outbox-relay/values.yaml");
+    assert!(values.contains("runAsUser: 10001") && values.contains("fsGroup: 10001"));
+}
