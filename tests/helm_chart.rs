@@ -337,3 +337,66 @@ fn the_prometheus_rules_and_the_dashboard_are_those_of_deploy() {
         .any(|doc| kind_of(doc) == "ServiceMonitor"));
     assert!(rendered.contains("grafana_dashboard: \"1\""));
 }
+
+/// Every rendered manifest decodes strictly (unknown or duplicate fields, wrong types and
+/// unknown kinds fail) into the Kubernetes API types or prometheus-operator's, by the Go
+/// program in deploy/helm/validate (k8s.io/api v0.37): the schemas, offline. It cannot
+/// check what only an API server does (required fields, value ranges).
+#[test]
+fn every_rendered_manifest_decodes_strictly_into_the_kubernetes_types() {
+    let Some(helm) = helm() else { return };
+    if !on_path("go") {
+        assert!(!in_ci(), "go is not installed, and CI=true");
+        eprintln!("skipped: go is not installed");
+        return;
+    }
+    for values in value_sets() {
+        let rendered = template(&helm, &values, &[]).unwrap_or_else(|e| panic!("{values:?}: {e}"));
+        let output = go_validate(&rendered);
+        assert!(
+            output.status.success(),
+            "{values:?}: the manifests do not fit the Kubernetes types:\n{}",
+            text(&output)
+        );
+        let report = String::from_utf8_lossy(&output.stdout);
+        assert!(report.contains("0 invalid"), "{report}");
+    }
+    // The validator can fail: a misspelt field is caught.
+    let rendered = template(&helm, &None, &[]).expect("renders");
+    let broken = rendered.replacen(
+        "terminationGracePeriodSeconds:",
+        "terminationGracePeriod:",
+        1,
+    );
+    let output = go_validate(&broken);
+    assert!(
+        !output.status.success(),
+        "a misspelt field passed:\n{}",
+        text(&output)
+    );
+    assert!(
+        text(&output).contains("terminationGracePeriod"),
+        "{}",
+        text(&output)
+    );
+}
+
+/// `go run .` in deploy/helm/validate with the manifests on stdin.
+fn go_validate(manifests: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new("go")
+        .args(["run", "."])
+        .current_dir(repo_root().join("deploy/helm/validate"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run go");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(manifests.as_bytes())
+        .expect("write the manifests");
+    child.wait_with_output().expect("go run")
+}
