@@ -93,9 +93,22 @@ const GAPLESS_WARNING: &str = "enable.gapless.guarantee is experimental";
 /// Whether librdkafka's log line is its `enable.gapless.guarantee` warning; if so it is
 /// logged at DEBUG, and the first time in the process the relay's own INFO line explains it.
 /// Used by every client context of the crate.
+///
+/// Also kept at DEBUG: "is a producer property and will be ignored by this consumer
+/// instance". The relay hands `[kafka.properties]` to its own consumers too (the `[ha]`
+/// lease, the checkpoint store's reader) so that security and connection settings reach
+/// them; the producer settings there are meant for the producer, and a WARN at every start
+/// would only ask the user to worry.
 pub(crate) fn explain_confwarn(facility: &str, message: &str) -> bool {
     static EXPLAINED: std::sync::Once = std::sync::Once::new();
-    if facility != "CONFWARN" || !message.contains(GAPLESS_WARNING) {
+    if facility != "CONFWARN" {
+        return false;
+    }
+    if message.contains("is a producer property and will be ignored by this consumer") {
+        tracing::debug!(target: "librdkafka", facility, "{message}");
+        return true;
+    }
+    if !message.contains(GAPLESS_WARNING) {
         return false;
     }
     tracing::debug!(target: "librdkafka", facility, "{message}");
@@ -259,7 +272,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_gapless_warning_is_explained() {
+    fn the_gapless_warning_is_explained_and_producer_properties_in_consumers_are_quiet() {
         let gapless = "Configuration property enable.gapless.guarantee is experimental: When set to `true`, ...";
         assert!(explain_confwarn("CONFWARN", gapless));
         assert!(
@@ -268,8 +281,12 @@ mod tests {
         );
         assert!(!explain_confwarn(
             "CONFWARN",
-            "Configuration property linger.ms is a producer property"
+            "Configuration property fetch.wait.max.ms is a consumer property and will be ignored by this producer instance"
         ));
+        assert!(explain_confwarn(
+            "CONFWARN",
+            "Configuration property queue.buffering.max.ms is a producer property and will be ignored by this consumer instance"
+        ), "the relay's own consumers ignore the producer's properties: DEBUG");
         assert!(!explain_confwarn("FAIL", gapless));
     }
 

@@ -94,6 +94,12 @@ pub fn checkpoint_transactional_id(connector: &str) -> String {
     format!("{CHECKPOINT_TRANSACTIONAL_ID_PREFIX}{connector}")
 }
 
+/// The exactly-once sink's `transactional.id` for `connector`: its transactions carry the
+/// events and the checkpoint record together.
+pub fn exactly_once_transactional_id(connector: &str) -> String {
+    format!("outbox-relay-{connector}")
+}
+
 /// `bootstrap.servers` of `properties` (for messages), or `?` when absent.
 fn brokers_of(properties: &[(String, String)]) -> String {
     properties
@@ -407,6 +413,42 @@ impl KafkaCheckpointStore {
         .await
     }
 
+    /// Fences every older producer with `transactional_id` and aborts a transaction one left
+    /// open (`init_transactions` of a short-lived producer with that id). In exactly-once
+    /// mode the sink's transactions hold the checkpoint record: a new leader calls this with
+    /// the sink's id before its first `load`, which would otherwise wait
+    /// [`OPEN_TRANSACTION_WAIT`] for a crashed leader's open transaction and then return the
+    /// checkpoint before it (more to resend, and a failover seconds longer).
+    pub async fn fence_transactional_id(
+        &self,
+        transactional_id: &str,
+    ) -> Result<(), CheckpointStoreError> {
+        let transactional_id = transactional_id.to_owned();
+        self.blocking(move |inner| {
+            let timeout = inner.settings.operation_timeout;
+            let transaction_timeout = timeout.max(Duration::from_secs(1)).as_millis().to_string();
+            let producer: BaseProducer = client_config(
+                &inner.settings.client_properties,
+                &[
+                    ("transactional.id", transactional_id.as_str()),
+                    ("enable.idempotence", "true"),
+                    ("acks", "all"),
+                    ("transaction.timeout.ms", transaction_timeout.as_str()),
+                    // While the broker aborts the old transaction it answers "concurrent
+                    // transactions": ask again soon, not after a growing backoff.
+                    ("retry.backoff.ms", "20"),
+                    ("retry.backoff.max.ms", "100"),
+                ],
+            )
+            .create()
+            .map_err(|error| inner.kafka_error("creating a producer to fence", error))?;
+            producer
+                .init_transactions(timeout)
+                .map_err(|error| inner.classify("fencing older producers", error))
+        })
+        .await
+    }
+
     async fn commit_checked(&self, checkpoint: &Checkpoint) -> Result<(), CheckpointStoreError> {
         let stored = match self.inner.remembered() {
             Some(stored) => stored,
@@ -449,6 +491,9 @@ impl KafkaStoreInner {
                 ("group.id", reader_group.as_str()),
                 ("isolation.level", "read_committed"),
                 ("enable.partition.eof", "true"),
+                // The end of the log is known by an empty fetch: answered at once, not after
+                // the default 500 ms wait (a new leader's takeover waits for this load).
+                ("fetch.wait.max.ms", "10"),
                 ("enable.auto.commit", "false"),
                 ("enable.auto.offset.store", "false"),
                 ("auto.offset.reset", "earliest"),

@@ -17,9 +17,7 @@ pub(crate) struct StoreClientContext;
 
 impl ClientContext for StoreClientContext {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
-        if facility == "CONFWARN" && message.contains("is a producer property")
-            || crate::kafka_context::explain_confwarn(facility, message)
-        {
+        if crate::kafka_context::explain_confwarn(facility, message) {
             return;
         }
         match level {

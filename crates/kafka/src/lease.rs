@@ -211,6 +211,9 @@ struct LeaseContext {
 
 impl ClientContext for LeaseContext {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        if crate::kafka_context::explain_confwarn(facility, message) {
+            return;
+        }
         match level {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert

@@ -38,8 +38,9 @@ pub use backoff::Backoff;
 pub use clock::unix_millis_now;
 pub use kafka_store::{
     checkpoint_record_key, checkpoint_record_value, checkpoint_transactional_id,
-    ensure_checkpoint_topic, KafkaCheckpointStore, KafkaStoreSettings, CHECKPOINT_PARTITION,
-    CHECKPOINT_TRANSACTIONAL_ID_PREFIX, DEFAULT_CHECKPOINT_TOPIC, OPEN_TRANSACTION_WAIT,
+    ensure_checkpoint_topic, exactly_once_transactional_id, KafkaCheckpointStore,
+    KafkaStoreSettings, CHECKPOINT_PARTITION, CHECKPOINT_TRANSACTIONAL_ID_PREFIX,
+    DEFAULT_CHECKPOINT_TOPIC, OPEN_TRANSACTION_WAIT,
 };
 pub use kafka_store_events::register_kafka_store_metrics;
 pub mod lease;

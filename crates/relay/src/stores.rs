@@ -48,7 +48,7 @@ pub async fn open_checkpoint_store(
 /// [`open_checkpoint_store`] for `outbox-relay run`, the store's one writer: a Kafka store
 /// claims its transactional id at once (fencing an older relay with the same connector and
 /// aborting a transaction a crashed one left open, so the first `load` need not wait for
-/// it). [`crate::run_relay`] calls it once per call, not per pipeline attempt (a claim takes
+/// it), and in exactly-once mode the sink's id too (its transactions hold the checkpoint). [`crate::run_relay`] calls it once per call, not per pipeline attempt (a claim takes
 /// a second or more); under `[ha]` every leadership term is a call of its own, so a new
 /// term claims again and fences the previous leader. Read-only users (`checkpoint show`,
 /// `status`, `check`) use [`open_checkpoint_store`], which never disturbs a running relay.
@@ -58,7 +58,20 @@ pub async fn open_checkpoint_store_for_writing(
 ) -> Result<SharedCheckpointStore, CheckpointStoreError> {
     if config.store == "kafka" {
         let store = outbox_kafka::KafkaCheckpointStore::new(kafka_store_settings(config, kafka));
-        store.claim_writer().await?;
+        // In exactly-once mode the sink's transactions hold the checkpoint record: abort a
+        // crashed leader's open one now (beside the store's own claim), so the first load
+        // reads the newest committed checkpoint at once.
+        let fence_sink = async {
+            if kafka.delivery == crate::config::DeliveryMode::ExactlyOnce {
+                let sink_id = outbox_kafka::exactly_once_transactional_id(&config.connector);
+                store.fence_transactional_id(&sink_id).await
+            } else {
+                Ok(())
+            }
+        };
+        let (claimed, fenced) = tokio::join!(store.claim_writer(), fence_sink);
+        claimed?;
+        fenced?;
         return Ok(Arc::new(store));
     }
     open_checkpoint_store(config, kafka).await

@@ -344,7 +344,7 @@ fn transactional_sink_settings(config: &RelayConfig) -> TransactionalSinkSetting
     let commit_interval = config.pipeline.commit_interval();
     TransactionalSinkSettings {
         sink: KafkaSinkSettings::from_relay_config(config),
-        transactional_id: format!("outbox-relay-{}", config.checkpoint.connector),
+        transactional_id: outbox_kafka::exactly_once_transactional_id(&config.checkpoint.connector),
         checkpoint_topic: config.checkpoint.kafka_topic().to_owned(),
         checkpoint_key: outbox_kafka::checkpoint_record_key(&config.checkpoint.connector),
         max_interval: commit_interval,
