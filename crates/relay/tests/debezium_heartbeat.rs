@@ -96,15 +96,6 @@ fn describe(record: &ConsumedRecord) -> String {
     )
 }
 
-fn free_loopback_address() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind a free port")
-        .local_addr()
-        .expect("its address")
-        .port();
-    format!("127.0.0.1:{port}")
-}
-
 /// Appends `[heartbeat]` to a prepared relay's config; returns the whole config.
 fn add_heartbeat_section(relay: &Relay, prefix: &str, topic: &str) -> String {
     let mut config = std::fs::read_to_string(&relay.config_path).expect("read config");

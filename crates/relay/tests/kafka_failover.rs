@@ -32,15 +32,6 @@ const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
 /// start (source connection, checkpoint take-over, producer) and its first send.
 const FAILOVER_SLACK: Duration = Duration::from_secs(6);
 
-fn free_loopback_address() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    format!("127.0.0.1:{port}")
-}
-
 fn sum_of(samples: &BTreeMap<String, f64>, family: &str) -> f64 {
     samples
         .iter()

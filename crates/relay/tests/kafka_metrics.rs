@@ -53,15 +53,6 @@ fn sum_of(samples: &BTreeMap<String, f64>, family: &str) -> f64 {
         .sum()
 }
 
-fn free_loopback_address() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    format!("127.0.0.1:{port}")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_what_was_delivered() {
     let (db, broker) = start_shop_database_and_broker().await;

@@ -11,9 +11,38 @@ use std::time::Duration;
 
 use common::*;
 
-/// How long the dependency stays down after the relay started: longer than one Kafka
-/// metadata timeout and several backoff rounds.
-const OUTAGE: Duration = Duration::from_secs(15);
+/// How long the dependency stays down after the relay started (the 30 s: several
+/// Kafka metadata timeouts and backoff rounds).
+const OUTAGE: Duration = Duration::from_secs(30);
+
+/// While a dependency is down at start, `/readyz` answers 503 with `"ready":false`.
+async fn assert_not_ready(readyz: &str, relay: &Relay, context: &str) {
+    let (status, body) = get_readyz(readyz)
+        .await
+        .unwrap_or_else(|e| panic!("{context}: GET /readyz: {e}\n{}", relay.log_tail(20)));
+    assert!(
+        status == 503 && body.contains("\"ready\":false"),
+        "{context}: /readyz answered {status} {body} while waiting"
+    );
+}
+
+/// Once the relay delivers, `/readyz` answers 200 (retried: readiness follows the first
+/// acknowledgements and checkpoint).
+async fn assert_ready_soon(readyz: &str, relay: &Relay, context: &str) {
+    let started = std::time::Instant::now();
+    loop {
+        let answer = get_readyz(readyz).await;
+        if matches!(&answer, Ok((200, _))) {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{context}: /readyz still {answer:?}\n{}",
+            relay.log_tail(20)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
 
 /// Exactly-once mode with the Kafka checkpoint store, the broker down at start: the store's
 /// `claim_writer` and load are retried (they used to stop the relay after 10 s).
@@ -21,6 +50,8 @@ const OUTAGE: Duration = Duration::from_secs(15);
 async fn exactly_once_with_the_kafka_store_waits_out_a_broker_down_at_start() {
     let (db, mut broker) = start_shop_database_and_private_broker().await;
     let mut setup = RelaySetup::new(&db, &broker.bootstrap());
+    let readyz = free_loopback_address();
+    setup.metrics_listen = Some(readyz.clone());
     setup.kafka_checkpoint_topic = Some(format!("{}.checkpoints", db.tag()));
     let mut relay = Relay::prepare(&setup);
     relay.edit_config(&[(
@@ -32,6 +63,7 @@ async fn exactly_once_with_the_kafka_store_waits_out_a_broker_down_at_start() {
         &db,
         &mut broker,
         &mut relay,
+        &readyz,
         "eos-start",
         "checkpoint store unavailable at startup; retrying",
     )
@@ -52,6 +84,8 @@ async fn at_least_once_waits_out_the_source_down_at_start() {
         ("mysql", "checkpoint store unavailable at startup; retrying"),
     ] {
         let mut setup = RelaySetup::new(&db, &broker.bootstrap());
+        let readyz = free_loopback_address();
+        setup.metrics_listen = Some(readyz.clone());
         if store == "mysql" {
             setup.mysql_checkpoint_url = Some(db.url());
         }
@@ -75,6 +109,7 @@ async fn at_least_once_waits_out_the_source_down_at_start() {
         relay.start();
         tokio::time::sleep(OUTAGE).await;
         relay.assert_running(&format!("{store} store: the source is down at start"));
+        assert_not_ready(&readyz, &relay, &prefix).await;
         assert!(
             log_count(&relay, waiting) >= 1,
             "{store} store: the wait is not said (`{waiting}`):\n{}",
@@ -103,6 +138,8 @@ async fn at_least_once_waits_out_the_source_down_at_start() {
 async fn a_standby_waits_out_a_broker_down_at_start_then_leads() {
     let (db, mut broker) = start_shop_database_and_private_broker().await;
     let mut setup = RelaySetup::new(&db, &broker.bootstrap());
+    let readyz = free_loopback_address();
+    setup.metrics_listen = Some(readyz.clone());
     setup.kafka_checkpoint_topic = Some(format!("{}.checkpoints", db.tag()));
     let mut relay = Relay::prepare(&setup);
     relay.edit_config(&[
@@ -122,6 +159,7 @@ async fn a_standby_waits_out_a_broker_down_at_start_then_leads() {
         &db,
         &mut broker,
         &mut relay,
+        &readyz,
         "ha-start",
         "cannot join the [ha] lease group at startup; retrying",
     )
@@ -135,6 +173,7 @@ async fn waits_out_a_broker_down_at_start(
     db: &outbox_testkit::ScratchMariadb,
     broker: &mut outbox_testkit::kafka::KafkaBroker,
     relay: &mut Relay,
+    readyz: &str,
     prefix: &str,
     waiting: &str,
 ) {
@@ -153,6 +192,7 @@ async fn waits_out_a_broker_down_at_start(
         "the wait is not said (`{waiting}`):\n{}",
         relay.log_tail(20)
     );
+    assert_not_ready(readyz, relay, prefix).await;
     broker.restart().await.expect("the broker starts again");
     assert_all_arrive(
         relay,
@@ -162,6 +202,7 @@ async fn waits_out_a_broker_down_at_start(
         Duration::from_secs(120),
     )
     .await;
+    assert_ready_soon(readyz, relay, prefix).await;
     let status = relay.terminate(Duration::from_secs(30)).await;
     assert!(status.success(), "{status:?}: {}", relay.log_tail(30));
 }
@@ -172,6 +213,8 @@ async fn waits_out_a_broker_down_at_start(
 async fn exactly_once_waits_out_the_source_down_at_start() {
     let (mut db, broker) = start_shop_database_and_broker().await;
     let mut setup = RelaySetup::new(&db, &broker.bootstrap());
+    let readyz = free_loopback_address();
+    setup.metrics_listen = Some(readyz.clone());
     setup.kafka_checkpoint_topic = Some(format!("{}.checkpoints", db.tag()));
     let mut relay = Relay::prepare(&setup);
     relay.edit_config(&[
@@ -198,6 +241,7 @@ async fn exactly_once_waits_out_the_source_down_at_start() {
     relay.start();
     tokio::time::sleep(OUTAGE).await;
     relay.assert_running("the source is down at start");
+    assert_not_ready(&readyz, &relay, "eos-source").await;
     assert!(
         log_count(&relay, "binlog source unavailable; retrying") >= 1,
         "the wait is not said:\n{}",
@@ -236,6 +280,8 @@ async fn at_least_once_with_each_store_waits_out_a_broker_down_at_start() {
         ("kafka", "checkpoint store unavailable at startup; retrying"),
     ] {
         let mut setup = RelaySetup::new(&db, &broker.bootstrap());
+        let readyz = free_loopback_address();
+        setup.metrics_listen = Some(readyz.clone());
         match store {
             "mysql" => setup.mysql_checkpoint_url = Some(db.url()),
             "kafka" => setup.kafka_checkpoint_topic = Some(format!("{}.checkpoints", db.tag())),
@@ -250,6 +296,7 @@ async fn at_least_once_with_each_store_waits_out_a_broker_down_at_start() {
             &db,
             &mut broker,
             &mut relay,
+            &readyz,
             &format!("alo-{store}"),
             waiting,
         )

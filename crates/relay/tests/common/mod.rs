@@ -1243,6 +1243,45 @@ pub async fn stream_random_transactions(
 
 /// `GET /metrics` of a relay over HTTP/1.0: sample (with labels) -> value (bounded waits:
 /// 2 s to connect, 2 s for the answer).
+/// A free `127.0.0.1:PORT` for a relay's `[metrics] listen`.
+pub fn free_loopback_address() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind a free port")
+        .local_addr()
+        .expect("its address")
+        .port();
+    format!("127.0.0.1:{port}")
+}
+
+/// `GET /readyz` of a relay's metrics listener: the HTTP status and the JSON body.
+pub async fn get_readyz(address: &str) -> Result<(u16, String), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let connect = tokio::net::TcpStream::connect(address);
+    let mut stream = tokio::time::timeout(Duration::from_secs(2), connect)
+        .await
+        .map_err(|_| "connect timed out".to_string())?
+        .map_err(|e| format!("connect {address}: {e}"))?;
+    stream
+        .write_all(b"GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(2), stream.read_to_string(&mut response))
+        .await
+        .map_err(|_| "GET /readyz timed out".to_string())?
+        .map_err(|e| e.to_string())?;
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| format!("not an HTTP response: {response:?}"))?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
 pub async fn scrape_metrics(
     address: &str,
 ) -> Result<std::collections::BTreeMap<String, f64>, String> {
