@@ -1,0 +1,83 @@
+//! The DDL that readies an outbox table for poll mode.
+
+use outbox_writer::OutboxTable;
+
+use crate::columns::{quote, PollColumns};
+
+/// The `ALTER TABLE` statements that add the poll-mode columns and indexes to `table`
+/// (created by [`outbox_writer::create_table_sql`] or by hand with the preset's columns):
+///
+/// * the state columns ([`PollColumns`]); a new row is PENDING and due at once, so the
+///   writer's INSERT does not change;
+/// * `poll_seq`, an AUTO_INCREMENT insertion order (existing rows are numbered in primary
+///   key order when it is added);
+/// * an index on (status, sequence) that serves the claim's `ORDER BY` (without it every
+///   claim sorts the whole backlog: 16 times slower at 50,000 rows, measured in
+///   ../shared/notes/poll-claim-index.md) and the lease scan;
+/// * an index on (aggregate id, aggregate type, status, sequence) for the per-aggregate
+///   order check.
+///
+/// Rows already in the table become PENDING: publish or delete them first if the binlog
+/// relay has sent them.
+pub fn poll_mode_ddl(table: &OutboxTable, columns: &PollColumns) -> Vec<String> {
+    let name = table.quoted_name();
+    let mapping = table.columns();
+    let index_prefix = index_prefix(table);
+    vec![format!(
+        "ALTER TABLE {name}\n  \
+             ADD COLUMN {status} VARCHAR(10) CHARACTER SET ascii NOT NULL DEFAULT 'PENDING',\n  \
+             ADD COLUMN {attempts} INT UNSIGNED NOT NULL DEFAULT 0,\n  \
+             ADD COLUMN {next} DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),\n  \
+             ADD COLUMN {locked} DATETIME(6) NULL,\n  \
+             ADD COLUMN {token} CHAR(36) CHARACTER SET ascii NULL,\n  \
+             ADD COLUMN {error} TEXT NULL,\n  \
+             ADD COLUMN {sent} DATETIME(6) NULL,\n  \
+             ADD COLUMN {seq} BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,\n  \
+             ADD UNIQUE KEY {seq_key} ({seq}),\n  \
+             ADD KEY {claim_key} ({status}, {seq}),\n  \
+             ADD KEY {aggregate_key} ({aggregate_id}, {aggregate_type}, {status}, {seq})",
+        status = quote(&columns.status),
+        attempts = quote(&columns.attempts),
+        next = quote(&columns.next_attempt_at),
+        locked = quote(&columns.locked_until),
+        token = quote(&columns.claim_token),
+        error = quote(&columns.last_error),
+        sent = quote(&columns.sent_at),
+        seq = quote(&columns.sequence),
+        seq_key = quote(&format!("{index_prefix}_poll_seq_uq")),
+        claim_key = quote(&format!("{index_prefix}_poll_claim_idx")),
+        aggregate_key = quote(&format!("{index_prefix}_poll_aggregate_idx")),
+        aggregate_id = quote(&mapping.aggregate_id),
+        aggregate_type = quote(&mapping.aggregate_type),
+    )]
+}
+
+/// Index names start with the table's name, cut to keep them within MySQL's 64.
+fn index_prefix(table: &OutboxTable) -> String {
+    let display = table.display_name();
+    let bare = display.rsplit('.').next().unwrap_or(&display);
+    bare.chars().take(40).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use outbox_router::ColumnPreset;
+
+    #[test]
+    fn the_ddl_names_every_column_and_index() {
+        let table = OutboxTable::new("outbox", ColumnPreset::Seeds)
+            .and_then(|table| table.in_database("shop"))
+            .expect("a valid table");
+        let ddl = poll_mode_ddl(&table, &PollColumns::default()).join("\n");
+        for needle in [
+            "ALTER TABLE `shop`.`outbox`",
+            "`poll_status` VARCHAR(10)",
+            "`poll_seq` BIGINT UNSIGNED NOT NULL AUTO_INCREMENT",
+            "ADD KEY `outbox_poll_claim_idx` (`poll_status`, `poll_seq`)",
+            "ADD KEY `outbox_poll_aggregate_idx` (`aggregate_id`, `aggregate_type`, `poll_status`, `poll_seq`)",
+        ] {
+            assert!(ddl.contains(needle), "{needle} missing from\n{ddl}");
+        }
+    }
+}

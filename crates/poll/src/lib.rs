@@ -1,0 +1,39 @@
+//! The polling source of outbox-relay (issue 27), for servers whose binlog the relay may
+//! not read (no REPLICATION grants): the outbox table itself is the queue.
+//!
+//! Each row carries its delivery state in columns the writer's poll-mode DDL adds
+//! ([`poll_mode_ddl`]): `status` (PENDING, PROCESSING, SENT, DEAD), `attempts`,
+//! `next_attempt_at`, `locked_until` (the lease), `claim_token` (the fencing token),
+//! `last_error`, `sent_at`, and `poll_seq`, the insertion order.
+//!
+//! # The protocol ([`Poller`])
+//! 1. **Claim**, one short transaction: the due PENDING rows that are each the oldest unsent
+//!    row of their aggregate, oldest first, `FOR UPDATE SKIP LOCKED`, become PROCESSING with
+//!    `attempts + 1`, `locked_until = now + lease` and a fresh claim token.
+//! 2. The caller publishes them.
+//! 3. **Mark**: `SENT ... WHERE claim_token = ?` — only rows this claim still holds. A worker
+//!    whose lease ran out and whose rows were reclaimed marks nothing (a fencing rejection):
+//!    its late publish is a duplicate with the same id, never a loss.
+//! 4. **Lease expiry** ([`Poller::expire_leases`]): PROCESSING rows whose lease ended go back
+//!    to PENDING without a token, so another worker can claim them.
+//!
+//! # Per-key order
+//! A row is claimable only if no older row (`poll_seq`) of its aggregate (type and id) is
+//! PENDING or PROCESSING: at most one row per aggregate is in flight across all relays, and
+//! an aggregate's rows are published in insertion order. DEAD rows do not block their
+//! aggregate (they went to the dead-letter topic; a replay sends them after later ones).
+//!
+//! # Servers
+//! `SKIP LOCKED` needs MySQL 8.0 or MariaDB 10.6; [`check_server`] refuses older ones.
+
+mod claim;
+mod columns;
+mod ddl;
+mod error;
+mod server;
+
+pub use claim::{Claim, ClaimedRow, MarkOutcome, Poller};
+pub use columns::{PollColumns, RowStatus};
+pub use ddl::poll_mode_ddl;
+pub use error::PollError;
+pub use server::{check_server, ServerVersion};
