@@ -21,6 +21,53 @@ pub struct Poller {
     update_sent: String,
     /// Returns PROCESSING rows whose lease ended to PENDING.
     update_expired: String,
+    /// Puts one claimed row back to PENDING (due after a delay) or DEAD, under its token.
+    update_failed: String,
+    /// Puts DEAD rows back to PENDING; completed by the selection's condition.
+    update_replay_prefix: String,
+    /// Deletes a batch of SENT rows sent before a time.
+    delete_sent: String,
+    /// The event id column, quoted (replay by id).
+    quoted_event_id: String,
+    /// The next-attempt column, quoted (replay since a time).
+    quoted_next_attempt: String,
+}
+
+/// What became of a claimed row whose publish failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureOutcome {
+    /// Back to PENDING, due after the delay.
+    Retrying,
+    /// DEAD: attempts exhausted or rejected for good; `last_error` says why.
+    Dead,
+    /// The claim no longer held the row (its lease ended and it was reclaimed): nothing
+    /// was changed.
+    Fenced,
+}
+
+/// A failed publish of one claimed row, as [`Poller::record_failure`] records it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure<'a> {
+    /// Why (stored in the last-error column).
+    pub error: &'a str,
+    /// Rejected for good (a permanent error): DEAD at once.
+    pub permanent: bool,
+    /// Attempts after which a transient failure is DEAD too.
+    pub max_attempts: u32,
+    /// When the row is due again (a transient failure below `max_attempts`).
+    pub delay: std::time::Duration,
+}
+
+/// Which DEAD rows `poll replay` puts back to PENDING.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplaySelection {
+    /// One event, by id.
+    Id(String),
+    /// Every DEAD row.
+    All,
+    /// DEAD rows whose last attempt was due at or after this time (`YYYY-MM-DD HH:MM:SS`,
+    /// the server's time zone).
+    Since(String),
 }
 
 /// A claimed row: what the router needs, and where it stands.
@@ -99,6 +146,24 @@ impl Poller {
                 "UPDATE {name} SET {status} = '{pending}', {token} = NULL, {locked} = NULL \
                  WHERE {status} = '{processing}' AND {locked} < NOW(6)"
             ),
+            update_failed: format!(
+                "UPDATE {name} SET {status} = ?, {next} = NOW(6) + INTERVAL ? MICROSECOND, \
+                 {locked} = NULL, {token} = NULL, {last_error} = ? \
+                 WHERE {seq} = ? AND {token} = ? AND {status} = '{processing}'",
+                last_error = quote(&columns.last_error),
+            ),
+            update_replay_prefix: format!(
+                "UPDATE {name} SET {status} = '{pending}', {attempts} = 0, {next} = NOW(6) \
+                 WHERE {status} = '{dead}' AND ",
+                dead = RowStatus::Dead.as_str(),
+            ),
+            delete_sent: format!(
+                "DELETE FROM {name} WHERE {status} = '{sent}' \
+                 AND {sent_at} < NOW(6) - INTERVAL ? MICROSECOND ORDER BY {seq} LIMIT ?",
+                sent_at = quote(&columns.sent_at),
+            ),
+            quoted_event_id: event_id.clone(),
+            quoted_next_attempt: next.clone(),
         }
     }
 
@@ -185,6 +250,89 @@ impl Poller {
             .await
             .map_err(|source| self.failed("expiring leases", source))?;
         Ok(conn.affected_rows())
+    }
+
+    /// A claimed row's publish failed: DEAD when the failure is permanent or the row's
+    /// attempts reached `max_attempts`, else PENDING again, due after `delay`. Only while
+    /// `claim` still holds the row ([`FailureOutcome::Fenced`] otherwise).
+    pub async fn record_failure(
+        &self,
+        conn: &mut mysql_async::Conn,
+        claim: &Claim,
+        row: &ClaimedRow,
+        failure: &Failure<'_>,
+    ) -> Result<FailureOutcome, PollError> {
+        let dies = failure.permanent || row.attempts >= failure.max_attempts;
+        let status = if dies {
+            RowStatus::Dead
+        } else {
+            RowStatus::Pending
+        };
+        let delay_micros = u64::try_from(failure.delay.as_micros()).unwrap_or(u64::MAX);
+        conn.exec_drop(
+            &self.update_failed,
+            (
+                status.as_str(),
+                delay_micros,
+                failure.error,
+                row.sequence,
+                claim.token.as_str(),
+            ),
+        )
+        .await
+        .map_err(|source| self.failed("recording a failed attempt", source))?;
+        Ok(match (conn.affected_rows(), dies) {
+            (0, _) => FailureOutcome::Fenced,
+            (_, true) => FailureOutcome::Dead,
+            (_, false) => FailureOutcome::Retrying,
+        })
+    }
+
+    /// Puts the selected DEAD rows back to PENDING with their ids unchanged (attempts from
+    /// zero, due now); how many.
+    pub async fn replay(
+        &self,
+        conn: &mut mysql_async::Conn,
+        selection: &ReplaySelection,
+    ) -> Result<u64, PollError> {
+        let (condition, params): (String, Vec<Value>) = match selection {
+            ReplaySelection::Id(id) => (
+                format!("{} = ?", self.quoted_event_id),
+                vec![Value::from(id.as_str())],
+            ),
+            ReplaySelection::All => ("1 = 1".to_owned(), Vec::new()),
+            ReplaySelection::Since(time) => (
+                format!("{} >= ?", self.quoted_next_attempt),
+                vec![Value::from(time.as_str())],
+            ),
+        };
+        let statement = format!("{}{condition}", self.update_replay_prefix);
+        conn.exec_drop(statement, Params::Positional(params))
+            .await
+            .map_err(|source| self.failed("replaying dead rows", source))?;
+        Ok(conn.affected_rows())
+    }
+
+    /// Deletes SENT rows sent more than `retention` ago, `batch` rows per statement (short
+    /// locks), until none is left; how many.
+    pub async fn delete_sent(
+        &self,
+        conn: &mut mysql_async::Conn,
+        retention: std::time::Duration,
+        batch: u32,
+    ) -> Result<u64, PollError> {
+        let retention_micros = u64::try_from(retention.as_micros()).unwrap_or(u64::MAX);
+        let mut deleted = 0;
+        loop {
+            conn.exec_drop(&self.delete_sent, (retention_micros, batch))
+                .await
+                .map_err(|source| self.failed("deleting sent rows", source))?;
+            let this_batch = conn.affected_rows();
+            deleted += this_batch;
+            if this_batch < u64::from(batch) {
+                return Ok(deleted);
+            }
+        }
     }
 
     fn claimed_row(&self, row: Row) -> Result<ClaimedRow, PollError> {

@@ -30,10 +30,12 @@ mod claim;
 mod columns;
 mod ddl;
 mod error;
+mod retry;
 mod server;
 
-pub use claim::{Claim, ClaimedRow, MarkOutcome, Poller};
+pub use claim::{Claim, ClaimedRow, Failure, FailureOutcome, MarkOutcome, Poller, ReplaySelection};
 pub use columns::{PollColumns, RowStatus};
 pub use ddl::poll_mode_ddl;
 pub use error::PollError;
+pub use retry::{jittered_retry_delay, retry_delay};
 pub use server::{check_server, ServerVersion};

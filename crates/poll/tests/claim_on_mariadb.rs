@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::TxOpts;
-use outbox_poll::{check_server, poll_mode_ddl, Claim, PollColumns, Poller};
+use outbox_poll::{
+    check_server, poll_mode_ddl, Claim, Failure, FailureOutcome, PollColumns, Poller,
+    ReplaySelection,
+};
 use outbox_testkit::ScratchMariadb;
 use outbox_writer::{create_table_sql, ColumnPreset, OutboxTable};
 
@@ -214,4 +217,184 @@ async fn the_claim_is_served_by_its_index_without_a_sort() {
             .any(|line| line.contains("outbox_poll_aggregate_idx")),
         "the per-aggregate check does not use its index: {plan:#?}"
     );
+}
+
+fn transient(error: &str, max_attempts: u32, delay: Duration) -> Failure<'_> {
+    Failure {
+        error,
+        permanent: false,
+        max_attempts,
+        delay,
+    }
+}
+
+async fn last_error_of(conn: &mut mysql_async::Conn, id: &str) -> Option<String> {
+    conn.exec_first(
+        "SELECT poll_last_error FROM shop.outbox WHERE event_id = ?",
+        (id,),
+    )
+    .await
+    .expect("select")
+    .expect("the row exists")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_row_backs_off_dies_after_max_attempts_and_replays_with_its_id() {
+    let (db, poller) = poll_table().await;
+    let mut conn = db.conn().await.unwrap();
+    insert(&mut conn, "a", "a1").await;
+    let max_attempts = 2;
+
+    // Attempt 1 fails (transient): PENDING again, not due for 10 s.
+    let claim = poller.claim(&mut conn, 10, LEASE).await.unwrap();
+    let outcome = poller
+        .record_failure(
+            &mut conn,
+            &claim,
+            &claim.rows[0],
+            &transient("broker down", max_attempts, Duration::from_secs(10)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, FailureOutcome::Retrying);
+    assert_eq!(status_of(&mut conn, "a1").await, "PENDING");
+    assert!(
+        poller
+            .claim(&mut conn, 10, LEASE)
+            .await
+            .unwrap()
+            .rows
+            .is_empty(),
+        "claimed before it was due"
+    );
+    conn.query_drop("UPDATE shop.outbox SET poll_next_attempt_at = NOW(6)")
+        .await
+        .unwrap();
+
+    // Attempt 2 fails: attempts reached max_attempts, so DEAD with the error.
+    let claim = poller.claim(&mut conn, 10, LEASE).await.unwrap();
+    assert_eq!(claim.rows[0].attempts, 2);
+    let outcome = poller
+        .record_failure(
+            &mut conn,
+            &claim,
+            &claim.rows[0],
+            &transient("still down", max_attempts, Duration::ZERO),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, FailureOutcome::Dead);
+    assert_eq!(status_of(&mut conn, "a1").await, "DEAD");
+    assert_eq!(
+        last_error_of(&mut conn, "a1").await.as_deref(),
+        Some("still down")
+    );
+    assert!(poller
+        .claim(&mut conn, 10, LEASE)
+        .await
+        .unwrap()
+        .rows
+        .is_empty());
+
+    // A stale claim cannot record anything.
+    let fenced = poller
+        .record_failure(
+            &mut conn,
+            &claim,
+            &claim.rows[0],
+            &transient("late", max_attempts, Duration::ZERO),
+        )
+        .await
+        .unwrap();
+    assert_eq!(fenced, FailureOutcome::Fenced);
+
+    // Replay: the same id, attempts from zero.
+    assert_eq!(
+        poller
+            .replay(&mut conn, &ReplaySelection::Id("nope".into()))
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        poller
+            .replay(&mut conn, &ReplaySelection::Id("a1".into()))
+            .await
+            .unwrap(),
+        1
+    );
+    let replayed = poller.claim(&mut conn, 10, LEASE).await.unwrap();
+    assert_eq!(ids(&replayed), ["a1"]);
+    assert_eq!(replayed.rows[0].attempts, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_row_does_not_block_its_aggregate_and_replay_all_revives_every_dead_row() {
+    let (db, poller) = poll_table().await;
+    let mut conn = db.conn().await.unwrap();
+    for (aggregate, name) in [("a", "a1"), ("a", "a2"), ("b", "b1")] {
+        insert(&mut conn, aggregate, name).await;
+    }
+    let claim = poller.claim(&mut conn, 10, LEASE).await.unwrap();
+    assert_eq!(ids(&claim), ["a1", "b1"]);
+    for row in &claim.rows {
+        let outcome = poller
+            .record_failure(
+                &mut conn,
+                &claim,
+                row,
+                &Failure {
+                    error: "rejected for good",
+                    permanent: true,
+                    max_attempts: 10,
+                    delay: Duration::ZERO,
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(outcome, FailureOutcome::Dead);
+    }
+    let next = poller.claim(&mut conn, 10, LEASE).await.unwrap();
+    assert_eq!(ids(&next), ["a2"], "a dead a1 must not hold a2 back");
+    assert_eq!(
+        poller
+            .replay(&mut conn, &ReplaySelection::All)
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(status_of(&mut conn, "b1").await, "PENDING");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_deletes_only_sent_rows_past_the_retention_in_batches() {
+    let (db, poller) = poll_table().await;
+    let mut conn = db.conn().await.unwrap();
+    for index in 0..5 {
+        insert(&mut conn, &format!("agg-{index}"), &format!("e{index}")).await;
+    }
+    let claim = poller.claim(&mut conn, 3, LEASE).await.unwrap();
+    poller.mark_sent(&mut conn, &claim).await.unwrap();
+    assert_eq!(
+        poller
+            .delete_sent(&mut conn, Duration::from_secs(3600), 2)
+            .await
+            .unwrap(),
+        0,
+        "inside the retention"
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        poller
+            .delete_sent(&mut conn, Duration::from_millis(1), 2)
+            .await
+            .unwrap(),
+        3
+    );
+    let left: u64 = conn
+        .query_first("SELECT COUNT(*) FROM shop.outbox")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(left, 2, "the unsent rows stay");
 }
