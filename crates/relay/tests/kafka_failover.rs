@@ -2,12 +2,13 @@
 //! and a MySQL checkpoint store on a scratch MariaDB, the real Apache Kafka broker deciding
 //! who leads. The leader is found through its `outbox_relay_leader` metric.
 //!
-//! * `the_leader_killed_repeatedly_fails_over_within_the_session_timeout`: kill -9 of the
-//!   leader, three times, while a writer commits continuously; every event arrives (also
-//!   through Kafka's console consumer), and the time from the kill to the first record the
-//!   new leader produced (records carry the producer's send time,
-//!   `timestamp_source = "producer_time"`) stays within the session timeout plus a few
-//!   seconds.
+//! * `kill_loop_*` (issue 25 part 2): a loop of kill -9 of the leader, of a standby, a
+//!   SIGSTOP'd zombie and a double fault while a writer commits all along, with the MySQL
+//!   store (at-least-once) and exactly-once: every event arrives (also through Kafka's
+//!   console consumer; `read_committed` exactly once), no standby publishes, and the time
+//!   from each disturbance to the first record the new leader produced (records carry the
+//!   producer's send time, `timestamp_source = "producer_time"`) stays within the session
+//!   timeout plus 2 s at p99. `scripts/bench-failover.sh` runs it with 30 rounds.
 //! * `a_paused_leader_is_fenced_and_rejoins_as_a_standby`: SIGSTOP of the leader until
 //!   another relay leads, then SIGCONT: the stored checkpoint never moves backwards (read
 //!   from the table all along), nothing is lost, the old leader stops publishing and is a
@@ -178,95 +179,6 @@ fn now_ms() -> i64 {
 fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
     let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
     sorted[index]
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_leader_killed_repeatedly_fails_over_within_the_session_timeout() {
-    let (db, broker) = start_shop_database_and_broker().await;
-    let mut group = ha_group(&db, broker, 3).await;
-    for member in &mut group {
-        member.relay.start();
-    }
-    let stop_writing = Arc::new(AtomicBool::new(false));
-    let writer = spawn_writer(
-        ShopWriter::connect(&db, "failover").await,
-        stop_writing.clone(),
-    );
-    let topics: Vec<String> = ALTERNATING_AGGREGATE_TYPES
-        .iter()
-        .map(|t| topic_for(&db, t))
-        .collect();
-
-    let mut kills: Vec<i64> = Vec::new();
-    let mut leader = wait_for_single_leader(&group, None, Duration::from_secs(60)).await;
-    for round in 0..3 {
-        // Let the leader publish for a while, then kill it.
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        group[leader]
-            .relay
-            .assert_running(&format!("round {round}"));
-        group[leader].relay.kill9();
-        kills.push(now_ms());
-        let next = wait_for_single_leader(
-            &group,
-            Some(leader),
-            SESSION_TIMEOUT + FAILOVER_SLACK + Duration::from_secs(10),
-        )
-        .await;
-        assert_ne!(next, leader);
-        // The killed one comes back as a standby.
-        group[leader].relay.start();
-        leader = next;
-    }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    stop_writing.store(true, Ordering::SeqCst);
-    let writer = writer.await.unwrap();
-    let relay_of_leader = &group[leader].relay;
-    let records = read_until_ids_then_settled(
-        &broker.bootstrap(),
-        &topics,
-        &writer.committed,
-        Duration::from_secs(60),
-    )
-    .await;
-    let summary =
-        assert_writer_delivery("after three failovers", &writer, &records, relay_of_leader);
-    let console = assert_console_consumer_agrees(&broker.bootstrap(), &records).await;
-    assert_writer_delivery("kafka-console-consumer", &writer, &console, relay_of_leader);
-
-    // Failover time: from each kill to the first record sent after it (by the new leader:
-    // the killed process sends nothing more).
-    let mut failovers: Vec<Duration> = kills
-        .iter()
-        .map(|&killed| {
-            let first = records
-                .iter()
-                .filter_map(|r| r.timestamp)
-                .filter(|&t| t > killed)
-                .min()
-                .unwrap_or_else(|| panic!("no record after the kill at {killed}"));
-            Duration::from_millis(u64::try_from(first - killed).unwrap())
-        })
-        .collect();
-    failovers.sort();
-    let (p50, max) = (percentile(&failovers, 0.5), *failovers.last().unwrap());
-    println!(
-        "failover (kill -9 of the leader -> first record of the new leader), {} kills: p50 {p50:?}, max {max:?}, all {failovers:?}; session timeout {SESSION_TIMEOUT:?}; {} events, {summary:?}",
-        failovers.len(),
-        writer.committed.len()
-    );
-    assert!(
-        max <= SESSION_TIMEOUT + FAILOVER_SLACK,
-        "a failover took {max:?}, more than the session timeout {SESSION_TIMEOUT:?} + {FAILOVER_SLACK:?}"
-    );
-    // Exactly one relay leads at the end, the others are standbys that never exited.
-    for member in &mut group {
-        member.relay.assert_running("at the end");
-    }
-    for member in &mut group {
-        member.relay.stop_gracefully("graceful stop").await;
-    }
-    writer.close().await;
 }
 
 /// The stored checkpoint as the table holds it: (binlog file, position, leader epoch).

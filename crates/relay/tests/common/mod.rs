@@ -1253,8 +1253,8 @@ pub fn free_loopback_address() -> String {
     format!("127.0.0.1:{port}")
 }
 
-/// `GET /readyz` of a relay's metrics listener: the HTTP status and the JSON body.
-pub async fn get_readyz(address: &str) -> Result<(u16, String), String> {
+/// `GET PATH` (HTTP/1.0) of a relay's metrics listener: the status code and the body.
+pub async fn http_get(address: &str, path: &str) -> Result<(u16, String), String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let connect = tokio::net::TcpStream::connect(address);
     let mut stream = tokio::time::timeout(Duration::from_secs(2), connect)
@@ -1262,48 +1262,36 @@ pub async fn get_readyz(address: &str) -> Result<(u16, String), String> {
         .map_err(|_| "connect timed out".to_string())?
         .map_err(|e| format!("connect {address}: {e}"))?;
     stream
-        .write_all(b"GET /readyz HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
         .await
         .map_err(|e| e.to_string())?;
     let mut response = String::new();
     tokio::time::timeout(Duration::from_secs(2), stream.read_to_string(&mut response))
         .await
-        .map_err(|_| "GET /readyz timed out".to_string())?
+        .map_err(|_| format!("GET {path} timed out"))?
         .map_err(|e| e.to_string())?;
-    let status = response
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("not an HTTP response: {response:?}"))?;
+    let status = head
         .split_whitespace()
         .nth(1)
         .and_then(|code| code.parse().ok())
-        .ok_or_else(|| format!("not an HTTP response: {response:?}"))?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
+        .ok_or_else(|| format!("not an HTTP status line: {head:?}"))?;
+    Ok((status, body.to_owned()))
 }
 
+/// `GET /readyz`: the HTTP status and the JSON body.
+pub async fn get_readyz(address: &str) -> Result<(u16, String), String> {
+    http_get(address, "/readyz").await
+}
+
+/// `GET /metrics`, parsed ([`parse_metrics_text`]).
 pub async fn scrape_metrics(
     address: &str,
 ) -> Result<std::collections::BTreeMap<String, f64>, String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let connect = tokio::net::TcpStream::connect(address);
-    let mut stream = tokio::time::timeout(Duration::from_secs(2), connect)
-        .await
-        .map_err(|_| "connect timed out".to_string())?
-        .map_err(|e| format!("connect {address}: {e}"))?;
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut response = String::new();
-    tokio::time::timeout(Duration::from_secs(2), stream.read_to_string(&mut response))
-        .await
-        .map_err(|_| "GET /metrics timed out".to_string())?
-        .map_err(|e| e.to_string())?;
-    let (_, body) = response
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("not an HTTP response: {response:?}"))?;
-    Ok(parse_metrics_text(body))
+    let (_, body) = http_get(address, "/metrics").await?;
+    Ok(parse_metrics_text(&body))
 }
 
 /// Prometheus text exposition: sample name (with labels) -> value; comments, blank lines
