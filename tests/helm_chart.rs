@@ -140,7 +140,6 @@ fn config_as_the_pod_sees_it(config: &str, secret_mount: Option<&str>, dir: &Pat
     };
     let local = dir.join("secrets");
     std::fs::create_dir_all(&local).expect("secrets dir");
-    let mut rewritten = config.to_owned();
     for line in config.lines() {
         if let Some(start) = line.find(mount) {
             let path = &line[start..];
@@ -149,8 +148,7 @@ fn config_as_the_pod_sees_it(config: &str, secret_mount: Option<&str>, dir: &Pat
             std::fs::write(local.join(name), "placeholder").expect("placeholder file");
         }
     }
-    rewritten = rewritten.replace(mount, &local.display().to_string());
-    rewritten
+    config.replace(mount, &local.display().to_string())
 }
 
 #[test]

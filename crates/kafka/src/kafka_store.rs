@@ -425,26 +425,16 @@ impl KafkaCheckpointStore {
     ) -> Result<(), CheckpointStoreError> {
         let transactional_id = transactional_id.to_owned();
         self.blocking(move |inner| {
-            let timeout = inner.settings.operation_timeout;
-            let transaction_timeout = timeout.max(Duration::from_secs(1)).as_millis().to_string();
-            let producer: BaseProducer = client_config(
-                &inner.settings.client_properties,
-                &[
-                    ("transactional.id", transactional_id.as_str()),
-                    ("enable.idempotence", "true"),
-                    ("acks", "all"),
-                    ("transaction.timeout.ms", transaction_timeout.as_str()),
-                    // While the broker aborts the old transaction it answers "concurrent
-                    // transactions": ask again soon, not after a growing backoff.
-                    ("retry.backoff.ms", "20"),
-                    ("retry.backoff.max.ms", "100"),
-                ],
-            )
-            .create()
-            .map_err(|error| inner.kafka_error("creating a producer to fence", error))?;
-            producer
-                .init_transactions(timeout)
-                .map_err(|error| inner.classify("fencing older producers", error))
+            // While the broker aborts the old transaction it answers "concurrent
+            // transactions": ask again soon, not after a growing backoff.
+            let retry_soon = [("retry.backoff.ms", "20"), ("retry.backoff.max.ms", "100")];
+            inner
+                .initialized_transactional_producer(
+                    &transactional_id,
+                    &retry_soon,
+                    "fencing older producers",
+                )
+                .map(drop)
         })
         .await
     }
@@ -692,31 +682,45 @@ impl KafkaStoreInner {
 
     /// Creates the transactional producer and calls `init_transactions`, unless `slot`
     /// already holds one.
+    /// A producer with `transactional_id` (idempotent, `acks=all`, plus `extra`) whose
+    /// `init_transactions` returned: every older producer with the id is fenced and a
+    /// transaction one left open is aborted. `operation` names the init in an error.
+    fn initialized_transactional_producer(
+        &self,
+        transactional_id: &str,
+        extra: &[(&str, &str)],
+        operation: &'static str,
+    ) -> Result<BaseProducer, CheckpointStoreError> {
+        let timeout = self.settings.operation_timeout;
+        // The broker aborts a transaction of this producer left open by a crash after
+        // this long (a transaction here lasts milliseconds).
+        let transaction_timeout = timeout.max(Duration::from_secs(1)).as_millis().to_string();
+        let mut properties = vec![
+            ("transactional.id", transactional_id),
+            ("enable.idempotence", "true"),
+            ("acks", "all"),
+            ("transaction.timeout.ms", transaction_timeout.as_str()),
+        ];
+        properties.extend_from_slice(extra);
+        let producer: BaseProducer = client_config(&self.settings.client_properties, &properties)
+            .create()
+            .map_err(|error| self.kafka_error("creating a transactional producer", error))?;
+        producer
+            .init_transactions(timeout)
+            .map_err(|error| self.classify(operation, error))?;
+        Ok(producer)
+    }
+
     fn ensure_producer(&self, slot: &mut Option<ProducerSlot>) -> Result<(), CheckpointStoreError> {
         if slot.is_some() {
             return Ok(());
         }
-        let settings = &self.settings;
-        let timeout = settings.operation_timeout;
-        let transactional_id = checkpoint_transactional_id(&settings.connector);
-        // The broker aborts a transaction of this producer left open by a crash after
-        // this long (a transaction here lasts milliseconds).
-        let transaction_timeout = timeout.max(Duration::from_secs(1)).as_millis().to_string();
-        let producer: BaseProducer = client_config(
-            &settings.client_properties,
-            &[
-                ("transactional.id", transactional_id.as_str()),
-                ("enable.idempotence", "true"),
-                ("acks", "all"),
-                ("linger.ms", "0"),
-                ("transaction.timeout.ms", transaction_timeout.as_str()),
-            ],
-        )
-        .create()
-        .map_err(|error| self.kafka_error("creating the transactional producer", error))?;
-        producer
-            .init_transactions(timeout)
-            .map_err(|error| self.classify("initializing transactions", error))?;
+        let transactional_id = checkpoint_transactional_id(&self.settings.connector);
+        let producer = self.initialized_transactional_producer(
+            &transactional_id,
+            &[("linger.ms", "0")],
+            "initializing transactions",
+        )?;
         *slot = Some(ProducerSlot(producer));
         Ok(())
     }

@@ -105,24 +105,14 @@ async fn at_least_once_waits_out_the_source_down_at_start() {
             (writer.master_position().await, writer.committed.clone())
         };
 
-        db.stop();
-        relay.start();
-        tokio::time::sleep(OUTAGE).await;
-        relay.assert_running(&format!("{store} store: the source is down at start"));
-        assert_not_ready(&readyz, &relay, &prefix).await;
-        assert!(
-            log_count(&relay, waiting) >= 1,
-            "{store} store: the wait is not said (`{waiting}`):\n{}",
-            relay.log_tail(20)
-        );
-
-        db.restart().await.expect("the server starts again");
-        assert_all_arrive(
-            &relay,
+        waits_out_the_source_down_at_start(
+            &mut db,
             &broker.bootstrap(),
-            &[topic_for(&db, "order")],
+            &mut relay,
+            &readyz,
+            &format!("{store} store"),
+            waiting,
             &committed,
-            Duration::from_secs(90),
         )
         .await;
         wait_for_checkpoint(&relay, &end, Duration::from_secs(30)).await;
@@ -207,6 +197,39 @@ async fn waits_out_a_broker_down_at_start(
     assert!(status.success(), "{status:?}: {}", relay.log_tail(30));
 }
 
+/// Stops the source server, starts `relay` and checks that it is still up after
+/// [`OUTAGE`], said what it waits for (`waiting`, a log line) and is not ready; then starts
+/// the server again: every one of `committed` must arrive.
+async fn waits_out_the_source_down_at_start(
+    db: &mut outbox_testkit::ScratchMariadb,
+    bootstrap: &str,
+    relay: &mut Relay,
+    readyz: &str,
+    context: &str,
+    waiting: &str,
+    committed: &[Event],
+) {
+    db.stop();
+    relay.start();
+    tokio::time::sleep(OUTAGE).await;
+    relay.assert_running(&format!("{context}: the source is down at start"));
+    assert_not_ready(readyz, relay, context).await;
+    assert!(
+        log_count(relay, waiting) >= 1,
+        "{context}: the wait is not said (`{waiting}`):\n{}",
+        relay.log_tail(20)
+    );
+    db.restart().await.expect("the server starts again");
+    assert_all_arrive(
+        relay,
+        bootstrap,
+        &[topic_for(db, "order")],
+        committed,
+        Duration::from_secs(90),
+    )
+    .await;
+}
+
 /// Exactly-once mode with the Kafka checkpoint store, the source down at start: the source's
 /// connection is retried under `source.startup_attempts` (the store answers meanwhile).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,24 +260,14 @@ async fn exactly_once_waits_out_the_source_down_at_start() {
         writer.committed.clone()
     };
 
-    db.stop();
-    relay.start();
-    tokio::time::sleep(OUTAGE).await;
-    relay.assert_running("the source is down at start");
-    assert_not_ready(&readyz, &relay, "eos-source").await;
-    assert!(
-        log_count(&relay, "binlog source unavailable; retrying") >= 1,
-        "the wait is not said:\n{}",
-        relay.log_tail(20)
-    );
-
-    db.restart().await.expect("the server starts again");
-    assert_all_arrive(
-        &relay,
+    waits_out_the_source_down_at_start(
+        &mut db,
         &broker.bootstrap(),
-        &[topic_for(&db, "order")],
+        &mut relay,
+        &readyz,
+        "eos-source",
+        "binlog source unavailable; retrying",
         &committed,
-        Duration::from_secs(90),
     )
     .await;
     let status = relay.terminate(Duration::from_secs(30)).await;

@@ -874,11 +874,19 @@ pub async fn assert_all_arrive(
     limit: Duration,
 ) -> Vec<ConsumedRecord> {
     let records = read_until_ids(bootstrap, topics, expected, limit).await;
+    let seen: BTreeSet<String> = records.iter().filter_map(|r| r.header_str("id")).collect();
+    let missing: Vec<&str> = expected
+        .iter()
+        .map(|event| event.id.as_str())
+        .filter(|id| !seen.contains(*id))
+        .collect();
     assert!(
-        records.len() >= expected.len(),
-        "{} of {} events arrived:\n{}",
-        records.len(),
+        missing.is_empty(),
+        "{} of {} events missing ({} records read), first: {:?}\n{}",
+        missing.len(),
         expected.len(),
+        records.len(),
+        &missing[..missing.len().min(10)],
         relay.log_tail(30)
     );
     records
@@ -1241,8 +1249,6 @@ pub async fn stream_random_transactions(
     writer
 }
 
-/// `GET /metrics` of a relay over HTTP/1.0: sample (with labels) -> value (bounded waits:
-/// 2 s to connect, 2 s for the answer).
 /// A free `127.0.0.1:PORT` for a relay's `[metrics] listen`.
 pub fn free_loopback_address() -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -1253,7 +1259,8 @@ pub fn free_loopback_address() -> String {
     format!("127.0.0.1:{port}")
 }
 
-/// `GET PATH` (HTTP/1.0) of a relay's metrics listener: the status code and the body.
+/// `GET PATH` (HTTP/1.0) of a relay's metrics listener: the status code and the body
+/// (bounded waits: 2 s to connect, 2 s for the answer).
 pub async fn http_get(address: &str, path: &str) -> Result<(u16, String), String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let connect = tokio::net::TcpStream::connect(address);
@@ -1286,7 +1293,7 @@ pub async fn get_readyz(address: &str) -> Result<(u16, String), String> {
     http_get(address, "/readyz").await
 }
 
-/// `GET /metrics`, parsed ([`parse_metrics_text`]).
+/// `GET /metrics`: sample (with labels) -> value ([`parse_metrics_text`]).
 pub async fn scrape_metrics(
     address: &str,
 ) -> Result<std::collections::BTreeMap<String, f64>, String> {
