@@ -6,19 +6,27 @@ use outbox_writer::OutboxTable;
 
 use crate::columns::{quote, PollColumns, RowStatus};
 use crate::error::PollError;
+use crate::ledger::SettledClaim;
+use crate::sql_row::{column_names, row_image};
 
 /// One table's poller: the statements of the protocol (see the crate docs), built once.
 #[derive(Debug, Clone)]
 pub struct Poller {
     /// `database.table`, for messages.
     table_name: String,
-    /// The claim's SELECT: due PENDING rows, oldest unsent of their aggregate, oldest first.
+    /// The claim's SELECT: due PENDING rows (every column: the router reads them), oldest
+    /// unsent of their aggregate, oldest first.
     select_claimable: String,
+    /// The claim's state columns, unquoted, to find them among the selected ones.
+    state_columns: ClaimColumns,
     /// Sets the selected rows PROCESSING under the new token and lease; completed by
     /// `IN (?, ...)` with one placeholder per selected row.
     update_claimed_prefix: String,
     /// Marks a claim's rows SENT while its token holds.
     update_sent: String,
+    /// Extends the lease of a claim's rows while its token holds; completed by
+    /// `IN (?, ...)` with one placeholder per token.
+    update_renew_prefix: String,
     /// Returns PROCESSING rows whose lease ended to PENDING.
     update_expired: String,
     /// Puts one claimed row back to PENDING (due after a delay) or DEAD, under its token.
@@ -31,6 +39,35 @@ pub struct Poller {
     quoted_event_id: String,
     /// The next-attempt column, quoted (replay since a time).
     quoted_next_attempt: String,
+}
+
+/// The statement run on every poller connection before its first claim: TIMESTAMP columns
+/// in UTC (the row image's seconds since the epoch). Text comes as utf8mb4, the client
+/// library's connection character set.
+pub const SESSION_SETUP: &str = "SET time_zone = '+00:00'";
+
+/// The claim's own columns, by name (unquoted).
+#[derive(Debug, Clone)]
+struct ClaimColumns {
+    sequence: String,
+    event_id: String,
+    aggregate_type: String,
+    aggregate_id: String,
+    attempts: String,
+}
+
+/// Where [`ClaimColumns`] are in a claim's result.
+struct StatePositions {
+    sequence: usize,
+    event_id: usize,
+    aggregate_type: usize,
+    aggregate_id: usize,
+    attempts: usize,
+}
+
+/// A duration in whole microseconds, for `INTERVAL ? MICROSECOND`.
+fn micros(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// What became of a claimed row whose publish failed.
@@ -66,7 +103,7 @@ pub enum ReplaySelection {
     /// Every DEAD row.
     All,
     /// DEAD rows whose last attempt was due at or after this time (`YYYY-MM-DD HH:MM:SS`,
-    /// the server's time zone).
+    /// in the session's time zone: UTC after [`SESSION_SETUP`]).
     Since(String),
 }
 
@@ -94,6 +131,18 @@ pub struct Claim {
     pub rows: Vec<ClaimedRow>,
 }
 
+/// What settling a claim did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SettleOutcome {
+    /// Rows marked SENT.
+    pub marked: u64,
+    /// Rows marked DEAD (dead-lettered).
+    pub dead: u64,
+    /// Rows the claim no longer held (reclaimed after its lease ended): their publish was
+    /// a duplicate, a fencing rejection.
+    pub fenced: u64,
+}
+
 /// What a mark did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MarkOutcome {
@@ -105,10 +154,37 @@ pub struct MarkOutcome {
 }
 
 impl Poller {
-    /// The statements for `table` with `columns`.
+    /// The statements for a table the writer library describes.
     pub fn new(table: &OutboxTable, columns: &PollColumns) -> Self {
-        let name = table.quoted_name();
-        let mapping = table.columns();
+        Self::for_table(
+            table.quoted_name(),
+            table.display_name(),
+            table.columns(),
+            columns,
+        )
+    }
+
+    /// The statements for `database.table` (the relay's `[[outbox]]` table) whose router
+    /// columns are `mapping`.
+    pub fn for_relay_table(
+        table: &outbox_binlog::TableName,
+        mapping: &outbox_router::ColumnMapping,
+        columns: &PollColumns,
+    ) -> Self {
+        Self::for_table(
+            format!("{}.{}", quote(&table.database), quote(&table.table)),
+            format!("{}.{}", table.database, table.table),
+            mapping,
+            columns,
+        )
+    }
+
+    fn for_table(
+        name: String,
+        display_name: String,
+        mapping: &outbox_router::ColumnMapping,
+        columns: &PollColumns,
+    ) -> Self {
         let status = quote(&columns.status);
         let seq = quote(&columns.sequence);
         let next = quote(&columns.next_attempt_at);
@@ -122,10 +198,9 @@ impl Poller {
         let processing = RowStatus::Processing.as_str();
         let sent = RowStatus::Sent.as_str();
         Self {
-            table_name: table.display_name(),
+            table_name: display_name,
             select_claimable: format!(
-                "SELECT o.{seq}, o.{event_id}, o.{aggregate_type}, o.{aggregate_id}, o.{attempts} \
-                 FROM {name} o \
+                "SELECT o.* FROM {name} o \
                  WHERE o.{status} = '{pending}' AND o.{next} <= NOW(6) \
                  AND NOT EXISTS (SELECT 1 FROM {name} e \
                    WHERE e.{aggregate_id} = o.{aggregate_id} AND e.{aggregate_type} = o.{aggregate_type} \
@@ -141,6 +216,10 @@ impl Poller {
                 "UPDATE {name} SET {status} = '{sent}', {sent_at} = NOW(6), {locked} = NULL \
                  WHERE {token} = ? AND {status} = '{processing}' AND {seq} BETWEEN ? AND ?",
                 sent_at = quote(&columns.sent_at),
+            ),
+            update_renew_prefix: format!(
+                "UPDATE {name} SET {locked} = NOW(6) + INTERVAL ? MICROSECOND \
+                 WHERE {status} = '{processing}' AND {token} IN "
             ),
             update_expired: format!(
                 "UPDATE {name} SET {status} = '{pending}', {token} = NULL, {locked} = NULL \
@@ -164,6 +243,13 @@ impl Poller {
             ),
             quoted_event_id: event_id.clone(),
             quoted_next_attempt: next.clone(),
+            state_columns: ClaimColumns {
+                sequence: columns.sequence.clone(),
+                event_id: mapping.event_id.clone(),
+                aggregate_type: mapping.aggregate_type.clone(),
+                aggregate_id: mapping.aggregate_id.clone(),
+                attempts: columns.attempts.clone(),
+            },
         }
     }
 
@@ -180,24 +266,48 @@ impl Poller {
         limit: u32,
         lease: std::time::Duration,
     ) -> Result<Claim, PollError> {
+        self.claim_rows(conn, limit, lease)
+            .await
+            .map(|(claim, _images)| claim)
+    }
+
+    /// [`Poller::claim`], with each claimed row's image for the router (every column, as
+    /// the binlog decoder types them; in the claim's order). The connection's session must
+    /// have run [`SESSION_SETUP`] (TIMESTAMPs in UTC).
+    pub async fn claim_rows(
+        &self,
+        conn: &mut mysql_async::Conn,
+        limit: u32,
+        lease: std::time::Duration,
+    ) -> Result<(Claim, Vec<outbox_binlog::Row>), PollError> {
         let token = uuid::Uuid::now_v7().to_string();
         let mut tx = conn
             .start_transaction(TxOpts::default())
             .await
             .map_err(|source| self.failed("starting the claim", source))?;
-        let rows: Vec<Row> = tx
+        let selected: Vec<Row> = tx
             .exec(&self.select_claimable, (limit,))
             .await
             .map_err(|source| self.failed("selecting claimable rows", source))?;
-        let rows = rows
-            .into_iter()
-            .map(|row| self.claimed_row(row))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut rows = Vec::with_capacity(selected.len());
+        let mut images = Vec::with_capacity(selected.len());
+        if let Some(first) = selected.first() {
+            let names = column_names(first.columns_ref());
+            let positions = self.state_positions(&names)?;
+            for row in selected {
+                let claimed = self.claimed_row(&row, &positions)?;
+                let image = row_image(row, &names).map_err(|message| PollError::BadRow {
+                    table: self.table_name.clone(),
+                    message: format!("event {}: {message}", claimed.event_id),
+                })?;
+                rows.push(claimed);
+                images.push(image);
+            }
+        }
         if !rows.is_empty() {
             let placeholders = vec!["?"; rows.len()].join(", ");
             let statement = format!("{}({placeholders})", self.update_claimed_prefix);
-            let lease_micros = u64::try_from(lease.as_micros()).unwrap_or(u64::MAX);
-            let mut values = vec![Value::from(lease_micros), Value::from(token.as_str())];
+            let mut values = vec![Value::from(micros(lease)), Value::from(token.as_str())];
             values.extend(rows.iter().map(|row| Value::from(row.sequence)));
             tx.exec_drop(statement, Params::Positional(values))
                 .await
@@ -206,14 +316,29 @@ impl Poller {
         tx.commit()
             .await
             .map_err(|source| self.failed("committing the claim", source))?;
-        let rows = rows
-            .into_iter()
-            .map(|row| ClaimedRow {
-                attempts: row.attempts + 1,
-                ..row
-            })
-            .collect();
-        Ok(Claim { token, rows })
+        Ok((Claim { token, rows }, images))
+    }
+
+    /// Extends by `lease` (from now) the lease of every row still held by one of `tokens`
+    /// (claims still being published); how many rows. A token whose rows were reclaimed
+    /// extends nothing.
+    pub async fn renew_leases(
+        &self,
+        conn: &mut mysql_async::Conn,
+        tokens: &[&str],
+        lease: std::time::Duration,
+    ) -> Result<u64, PollError> {
+        if tokens.is_empty() {
+            return Ok(0);
+        }
+        let placeholders = vec!["?"; tokens.len()].join(", ");
+        let statement = format!("{}({placeholders})", self.update_renew_prefix);
+        let mut values = vec![Value::from(micros(lease))];
+        values.extend(tokens.iter().map(|token| Value::from(*token)));
+        conn.exec_drop(statement, Params::Positional(values))
+            .await
+            .map_err(|source| self.failed("renewing leases", source))?;
+        Ok(conn.affected_rows())
     }
 
     /// Marks `claim`'s rows SENT where its token still holds; the rest are counted as
@@ -243,6 +368,39 @@ impl Poller {
         })
     }
 
+    /// Marks a claim whose every row was published: its dead-lettered rows DEAD with their
+    /// reason, then the rest SENT, each only where the claim's token still holds.
+    pub async fn settle(
+        &self,
+        conn: &mut mysql_async::Conn,
+        settled: &SettledClaim,
+    ) -> Result<SettleOutcome, PollError> {
+        let mut dead = 0;
+        let mut fenced = 0;
+        for (row, reason) in &settled.dead {
+            let failure = Failure {
+                error: reason,
+                permanent: true,
+                max_attempts: 0,
+                delay: std::time::Duration::ZERO,
+            };
+            match self
+                .record_failure(conn, &settled.claim, row, &failure)
+                .await?
+            {
+                FailureOutcome::Fenced => fenced += 1,
+                FailureOutcome::Dead | FailureOutcome::Retrying => dead += 1,
+            }
+        }
+        let marked = self.mark_sent(conn, &settled.claim).await?;
+        Ok(SettleOutcome {
+            marked: marked.marked,
+            dead,
+            // mark_sent counts the DEAD rows as not marked: they were not fenced.
+            fenced: fenced + marked.fenced.saturating_sub(dead + fenced),
+        })
+    }
+
     /// Returns PROCESSING rows whose lease ended to PENDING (no token: the old claim can no
     /// longer mark them); how many.
     pub async fn expire_leases(&self, conn: &mut mysql_async::Conn) -> Result<u64, PollError> {
@@ -268,7 +426,7 @@ impl Poller {
         } else {
             RowStatus::Pending
         };
-        let delay_micros = u64::try_from(failure.delay.as_micros()).unwrap_or(u64::MAX);
+        let delay_micros = micros(failure.delay);
         conn.exec_drop(
             &self.update_failed,
             (
@@ -321,7 +479,7 @@ impl Poller {
         retention: std::time::Duration,
         batch: u32,
     ) -> Result<u64, PollError> {
-        let retention_micros = u64::try_from(retention.as_micros()).unwrap_or(u64::MAX);
+        let retention_micros = micros(retention);
         let mut deleted = 0;
         loop {
             conn.exec_drop(&self.delete_sent, (retention_micros, batch))
@@ -335,21 +493,56 @@ impl Poller {
         }
     }
 
-    fn claimed_row(&self, row: Row) -> Result<ClaimedRow, PollError> {
-        type Columns = (u64, String, String, String, u32);
-        let (sequence, event_id, aggregate_type, aggregate_id, attempts) =
-            mysql_async::from_row_opt::<Columns>(row).map_err(|error| PollError::BadRow {
+    /// Where the claim's own columns are among the selected ones.
+    fn state_positions(&self, names: &[String]) -> Result<StatePositions, PollError> {
+        let find = |name: &str| {
+            names
+                .iter()
+                .position(|selected| selected == name)
+                .ok_or_else(|| PollError::BadRow {
+                    table: self.table_name.clone(),
+                    message: format!(
+                        "the table has no column `{name}` (columns: {}); add the poll-mode columns (outbox-writer's poll_mode_ddl) or fix the column names in the config",
+                        names.join(", ")
+                    ),
+                })
+        };
+        let columns = &self.state_columns;
+        Ok(StatePositions {
+            sequence: find(&columns.sequence)?,
+            event_id: find(&columns.event_id)?,
+            aggregate_type: find(&columns.aggregate_type)?,
+            aggregate_id: find(&columns.aggregate_id)?,
+            attempts: find(&columns.attempts)?,
+        })
+    }
+
+    fn claimed_row(&self, row: &Row, at: &StatePositions) -> Result<ClaimedRow, PollError> {
+        let read = |index: usize, what: &str| {
+            row.as_ref(index).cloned().ok_or_else(|| PollError::BadRow {
                 table: self.table_name.clone(),
-                message: format!(
-                    "a claimed row does not read as (sequence, event id, aggregate type, aggregate id, attempts): {error:?}"
-                ),
-            })?;
+                message: format!("a claimed row has no {what}"),
+            })
+        };
+        let bad = |what: &str, error: mysql_async::FromValueError| PollError::BadRow {
+            table: self.table_name.clone(),
+            message: format!("a claimed row's {what} does not read: {error:?}"),
+        };
+        let text = |index: usize, what: &str| {
+            mysql_async::from_value_opt::<String>(read(index, what)?)
+                .map_err(|error| bad(what, error))
+        };
+        let sequence = mysql_async::from_value_opt::<u64>(read(at.sequence, "sequence")?)
+            .map_err(|error| bad("sequence", error))?;
+        let attempts = mysql_async::from_value_opt::<u32>(read(at.attempts, "attempts")?)
+            .map_err(|error| bad("attempts", error))?;
         Ok(ClaimedRow {
             sequence,
-            event_id,
-            aggregate_type,
-            aggregate_id,
-            attempts,
+            event_id: text(at.event_id, "event id")?,
+            aggregate_type: text(at.aggregate_type, "aggregate type")?,
+            aggregate_id: text(at.aggregate_id, "aggregate id")?,
+            // This claim counts as an attempt (the UPDATE adds it).
+            attempts: attempts + 1,
         })
     }
 

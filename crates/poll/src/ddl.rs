@@ -8,7 +8,9 @@ use crate::columns::{quote, PollColumns};
 /// (created by [`outbox_writer::create_table_sql`] or by hand with the preset's columns):
 ///
 /// * the state columns ([`PollColumns`]); a new row is PENDING and due at once, so the
-///   writer's INSERT does not change;
+///   writer's INSERT does not change; the times are `TIMESTAMP`s, instants compared alike
+///   whatever a session's `time_zone` (as `DATETIME`s, a writer in another zone would set a
+///   due time hours off);
 /// * `poll_seq`, an AUTO_INCREMENT insertion order (existing rows are numbered in primary
 ///   key order when it is added);
 /// * an index on (status, sequence) that serves the claim's `ORDER BY` (without it every
@@ -27,11 +29,11 @@ pub fn poll_mode_ddl(table: &OutboxTable, columns: &PollColumns) -> Vec<String> 
         "ALTER TABLE {name}\n  \
              ADD COLUMN {status} VARCHAR(10) CHARACTER SET ascii NOT NULL DEFAULT 'PENDING',\n  \
              ADD COLUMN {attempts} INT UNSIGNED NOT NULL DEFAULT 0,\n  \
-             ADD COLUMN {next} DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),\n  \
-             ADD COLUMN {locked} DATETIME(6) NULL,\n  \
+             ADD COLUMN {next} TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),\n  \
+             ADD COLUMN {locked} TIMESTAMP(6) NULL,\n  \
              ADD COLUMN {token} CHAR(36) CHARACTER SET ascii NULL,\n  \
              ADD COLUMN {error} TEXT NULL,\n  \
-             ADD COLUMN {sent} DATETIME(6) NULL,\n  \
+             ADD COLUMN {sent} TIMESTAMP(6) NULL,\n  \
              ADD COLUMN {seq} BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,\n  \
              ADD UNIQUE KEY {seq_key} ({seq}),\n  \
              ADD KEY {claim_key} ({status}, {seq}),\n  \

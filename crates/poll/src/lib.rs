@@ -30,12 +30,18 @@ mod claim;
 mod columns;
 mod ddl;
 mod error;
+mod ledger;
 mod retry;
 mod server;
+mod sql_row;
 
-pub use claim::{Claim, ClaimedRow, Failure, FailureOutcome, MarkOutcome, Poller, ReplaySelection};
+pub use claim::{
+    Claim, ClaimedRow, Failure, FailureOutcome, MarkOutcome, Poller, ReplaySelection,
+    SettleOutcome, SESSION_SETUP,
+};
 pub use columns::{PollColumns, RowStatus};
 pub use ddl::poll_mode_ddl;
 pub use error::PollError;
+pub use ledger::{ClaimLedger, RowOutcome, RowTicket, SettledClaim};
 pub use retry::{jittered_retry_delay, retry_delay};
 pub use server::{check_server, ServerVersion};

@@ -398,3 +398,96 @@ async fn cleanup_deletes_only_sent_rows_past_the_retention_in_batches() {
         .unwrap();
     assert_eq!(left, 2, "the unsent rows stay");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claimed_rows_come_with_typed_images_and_settle_as_sent_or_dead() {
+    let (db, poller) = poll_table().await;
+    let mut conn = db.conn().await.unwrap();
+    conn.query_drop(outbox_poll::SESSION_SETUP)
+        .await
+        .expect("session setup");
+    // Columns of the types an outbox table carries, beside the preset's.
+    conn.query_drop(
+        "ALTER TABLE shop.outbox ADD COLUMN tenant INT UNSIGNED NULL, \
+         ADD COLUMN digest VARBINARY(4) NULL, ADD COLUMN noted_at TIMESTAMP(3) NULL, \
+         ADD COLUMN price DECIMAL(8,2) NULL",
+    )
+    .await
+    .expect("alter");
+    // A writer in another time zone stores the TIMESTAMP: the image is UTC all the same.
+    let mut writer = db.conn().await.unwrap();
+    writer
+        .query_drop("SET time_zone = '+05:00'")
+        .await
+        .expect("writer's zone");
+    writer.query_drop(
+        "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload, \
+         created_at, tenant, digest, noted_at, price) VALUES \
+         ('e1', 'order', 'a', 'created', '{\"n\":1}', '2026-01-02 03:04:05.123456', 7, \
+          X'00ff', '2026-01-02 08:04:05.250', 12.50), \
+         ('e2', 'order', 'b', 'created', '{}', NOW(6), NULL, NULL, NULL, NULL)",
+    )
+    .await
+    .expect("insert");
+    let (claim, images) = poller
+        .claim_rows(&mut conn, 10, LEASE)
+        .await
+        .expect("claim");
+    assert_eq!(ids(&claim), ["e1", "e2"]);
+    let first = &images[0];
+    use outbox_binlog::{DateTime, Value};
+    assert_eq!(first.get("event_id"), Some(&Value::Text("e1".into())));
+    assert_eq!(first.get("payload"), Some(&Value::Text("{\"n\":1}".into())));
+    assert_eq!(first.get("tenant"), Some(&Value::UInt(7)));
+    assert_eq!(first.get("digest"), Some(&Value::Bytes(vec![0, 0xff])));
+    assert_eq!(first.get("price"), Some(&Value::Decimal("12.50".into())));
+    assert_eq!(
+        first.get("created_at"),
+        Some(&Value::DateTime(DateTime {
+            year: 2026,
+            month: 1,
+            day: 2,
+            hour: 3,
+            minute: 4,
+            second: 5,
+            micros: 123_456,
+        }))
+    );
+    // 2026-01-02T03:04:05.250Z
+    assert_eq!(
+        first.get("noted_at"),
+        Some(&Value::Timestamp {
+            unix_seconds: 1_767_323_045,
+            micros: 250_000,
+        })
+    );
+    assert_eq!(images[1].get("tenant"), Some(&Value::Null));
+
+    // The lease of a live claim is renewed; a token that holds nothing renews nothing.
+    let renewed = poller
+        .renew_leases(&mut conn, &[claim.token.as_str(), "gone"], LEASE * 2)
+        .await
+        .expect("renew");
+    assert_eq!(renewed, 2);
+
+    let mut ledger = outbox_poll::ClaimLedger::new();
+    let tickets = ledger.open(0, claim);
+    use outbox_poll::RowOutcome;
+    assert!(ledger
+        .settle(
+            tickets[0],
+            RowOutcome::DeadLettered("rejected: too large".into())
+        )
+        .is_none());
+    let settled = ledger
+        .settle(tickets[1], RowOutcome::Delivered)
+        .expect("settled");
+    let outcome = poller.settle(&mut conn, &settled).await.expect("settle");
+    assert_eq!((outcome.marked, outcome.dead, outcome.fenced), (1, 1, 0));
+    assert_eq!(status_of(&mut conn, "e1").await, "DEAD");
+    assert_eq!(
+        last_error_of(&mut conn, "e1").await.as_deref(),
+        Some("rejected: too large")
+    );
+    assert_eq!(status_of(&mut conn, "e2").await, "SENT");
+}

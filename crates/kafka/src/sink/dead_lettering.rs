@@ -4,7 +4,7 @@
 use rdkafka::error::KafkaError;
 
 use super::pending::PendingRecords;
-use super::{OutboundRecord, SinkError, SinkObserver};
+use super::{OutboundRecord, SinkError, SinkObserver, SinkTicket};
 use crate::config::DeadLetterConfig;
 use crate::dead_letter::{
     dead_letter_for_record, kafka_error_class, now_millis, FailureReport, RecordOrigin,
@@ -44,7 +44,7 @@ pub(super) enum PermanentAction {
 }
 
 /// Applies the dead-letter policy to a permanent failure of `sequence`.
-pub(super) fn on_permanent_failure<T>(
+pub(super) fn on_permanent_failure<T: SinkTicket>(
     pending: &mut PendingRecords<T>,
     sequence: u64,
     error: KafkaError,
@@ -93,6 +93,7 @@ pub(super) fn on_permanent_failure<T>(
         first_failure_ms: item.first_failure_ms,
         last_failure_ms: now,
     };
+    item.ticket.dead_lettered(&failure.message);
     item.record = dead_letter_replacing(&item.record, &item.origin, &failure, dead_letter, metrics);
     Ok(PermanentAction::DeadLettered)
 }

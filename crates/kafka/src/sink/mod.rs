@@ -97,6 +97,18 @@ pub use transactional::{
     SequencedTicket, TransactionalSinkSettings, TransactionalSummary,
 };
 
+/// What the at-least-once sink tells a record's ticket besides handing it back on ack.
+pub trait SinkTicket {
+    /// Kafka rejected the record for good and the sink swapped it for its dead letter: the
+    /// ack that follows is the dead letter's. The binlog relay's checkpoint treats both
+    /// alike (the default ignores it); the polling source marks the row DEAD instead of
+    /// SENT, with `reason`.
+    fn dead_lettered(&mut self, _reason: &str) {}
+}
+
+impl SinkTicket for u32 {}
+impl SinkTicket for u64 {}
+
 /// A record ready for Kafka, independent of how it was routed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboundRecord {

@@ -17,7 +17,9 @@ use super::pending::PendingRecords;
 use super::producer::{create_sink_producer, enqueue, DeliveryOutcome, SinkProducer};
 use super::rebuild::{purge_producer, stall_deadline, Rebuild};
 use super::topics::{reach_cluster_at_startup, TopicManager};
-use super::{KafkaSinkSettings, ShutdownSignal, SinkError, SinkItem, SinkObserver, SinkSummary};
+use super::{
+    KafkaSinkSettings, ShutdownSignal, SinkError, SinkItem, SinkObserver, SinkSummary, SinkTicket,
+};
 use crate::backoff::Backoff;
 use crate::internal_events::{
     DeliveryFailedTransient, InFlightChanged, InternalEvent, OldestUnackedChanged,
@@ -38,7 +40,7 @@ pub async fn run_kafka_sink<T, F, S>(
     mut shutdown: S,
 ) -> Result<SinkSummary, SinkError>
 where
-    T: Send + 'static,
+    T: SinkTicket + Send + 'static,
     F: FnMut(T) + Send,
     S: ShutdownSignal,
 {

@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use super::identity::gtid_only_binlog_position;
 use crate::budget::{BudgetPermit, InFlightBudget};
 use crate::metrics::Metrics;
-use crate::sink::{BatchBoundary, SequencedTicket};
+use crate::sink::{BatchBoundary, SequencedTicket, SinkTicket};
 use crate::xa_hold::XaRelease;
 
 /// The ack tracker shared by the router task (adds records, ends transactions) and the
@@ -86,6 +86,9 @@ pub(super) fn delivery_acker(
         acked.notify_one();
     }
 }
+
+/// A dead letter is acked under its record's token: the checkpoint passes either alike.
+impl SinkTicket for RecordTicket {}
 
 impl SequencedTicket for RecordTicket {
     fn sequence(&self) -> u64 {
