@@ -98,7 +98,9 @@ pub struct RelayConfig {
     pub route: outbox_router::RouteConfig,
     /// Where records go.
     pub kafka: KafkaConfig,
-    /// Where the relay remembers how far it got.
+    /// Where the relay remembers how far it got (binlog mode; poll mode keeps its state in
+    /// the outbox table and takes only `connector` from here).
+    #[serde(default)]
     pub checkpoint: CheckpointConfig,
     /// Prometheus endpoint; absent means no metrics listener.
     #[serde(default)]
@@ -268,6 +270,13 @@ pub struct SourceConfig {
     /// column lookups).
     #[serde(default)]
     pub tls: crate::security::MysqlTlsConfig,
+    /// `binlog` (the default: tail the binlog) or `poll` (poll the outbox table, for a user
+    /// without replication grants; see [`crate::poll_config`]).
+    #[serde(default)]
+    pub mode: crate::poll_config::SourceMode,
+    /// `[source.poll]`: the polling source's settings (used with `mode = "poll"`).
+    #[serde(default)]
+    pub poll: crate::poll_config::PollConfig,
 }
 
 impl std::fmt::Debug for SourceConfig {
@@ -282,6 +291,8 @@ impl std::fmt::Debug for SourceConfig {
             .field("startup_attempts", &self.startup_attempts)
             .field("password_file", &self.password_file)
             .field("tls", &self.tls)
+            .field("mode", &self.mode)
+            .field("poll", &self.poll)
             .finish_non_exhaustive()
     }
 }
@@ -484,6 +495,25 @@ pub struct CheckpointConfig {
     /// MySQL store: `[checkpoint.tls]`, the same keys as `[source.tls]`.
     #[serde(default)]
     pub tls: crate::security::MysqlTlsConfig,
+}
+
+/// No `[checkpoint]` section: the file store without a path, which binlog mode refuses
+/// naming `checkpoint.path`; poll mode needs none.
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        Self {
+            store: default_store(),
+            path: None,
+            url: None,
+            database: default_checkpoint_database(),
+            table: default_checkpoint_table(),
+            connector: default_connector(),
+            topic: None,
+            operation_timeout_ms: default_checkpoint_operation_timeout_ms(),
+            password_file: None,
+            tls: crate::security::MysqlTlsConfig::default(),
+        }
+    }
 }
 
 fn default_store() -> String {
@@ -808,7 +838,11 @@ impl RelayConfig {
             return Err(invalid(&key, error.to_string()));
         }
 
-        self.validate_checkpoint()?;
+        self.source.poll.validate()?;
+        match self.source.mode {
+            crate::poll_config::SourceMode::Binlog => self.validate_checkpoint()?,
+            crate::poll_config::SourceMode::Poll => self.validate_poll_mode()?,
+        }
         self.heartbeat.validate(&self.route)?;
 
         if let Some(listen) = &self.metrics.listen {
@@ -844,6 +878,32 @@ impl RelayConfig {
     }
 
     /// `[checkpoint]`: the keys each store needs, and none of another store's.
+    /// What poll mode refuses: a checkpoint store (its state is in the outbox table, so a
+    /// store set up here would be silently unused) and exactly-once delivery (claims are
+    /// at-least-once: a publish and its mark are not one transaction).
+    fn validate_poll_mode(&self) -> Result<(), ConfigError> {
+        let checkpoint = &self.checkpoint;
+        let unused = [
+            ("checkpoint.store", checkpoint.store != default_store()),
+            ("checkpoint.path", checkpoint.path.is_some()),
+            ("checkpoint.url", checkpoint.url.is_some()),
+            ("checkpoint.topic", checkpoint.topic.is_some()),
+        ];
+        if let Some((key, _)) = unused.iter().find(|(_, set)| *set) {
+            return Err(invalid(
+                key,
+                "is a checkpoint store setting, but [source] mode = \"poll\" keeps each event's state in the outbox table and stores no checkpoint; remove it (only checkpoint.connector is used), or use mode = \"binlog\"",
+            ));
+        }
+        if self.kafka.delivery == DeliveryMode::ExactlyOnce {
+            return Err(invalid(
+                "kafka.delivery",
+                "\"exactly_once\" is not available with [source] mode = \"poll\": a row's publish and its SENT mark are not one transaction, so a crash between them publishes it again (same id); use delivery = \"at_least_once\" with idempotent consumers, or mode = \"binlog\"",
+            ));
+        }
+        Ok(())
+    }
+
     fn validate_checkpoint(&self) -> Result<(), ConfigError> {
         let checkpoint = &self.checkpoint;
         let store = checkpoint.store.as_str();
