@@ -359,7 +359,7 @@ fn transactional_sink_settings(config: &RelayConfig) -> TransactionalSinkSetting
 }
 
 /// Awaits a task; if it failed (error or panic) triggers `controller`.
-async fn stop_on_failure<T, E>(
+pub(super) async fn stop_on_failure<T, E>(
     task: tokio::task::JoinHandle<Result<T, E>>,
     controller: &ShutdownController,
 ) -> Result<Result<T, E>, tokio::task::JoinError> {
@@ -371,7 +371,7 @@ async fn stop_on_failure<T, E>(
 }
 
 /// A task's result, with panics turned into [`RelayError::TaskFailed`] and errors collected.
-fn flatten_task<T>(
+pub(super) fn flatten_task<T>(
     task: &'static str,
     joined: Result<Result<T, RelayError>, tokio::task::JoinError>,
     errors: &mut Vec<RelayError>,

@@ -105,6 +105,10 @@ pub enum RelayError {
     /// the in-flight budget (see [`crate::xa_hold`]).
     #[error("{0}")]
     XaHoldTooLarge(String),
+    /// The poll source failed definitely (a refused statement, an old server, a row that
+    /// does not read).
+    #[error("poll source: {0}")]
+    Poll(#[source] outbox_poll::PollError),
     /// The Kafka sink stopped.
     #[error("Kafka sink: {0}")]
     Sink(#[source] SinkError),

@@ -65,6 +65,7 @@ mod attempt;
 mod committer;
 mod error;
 mod identity;
+mod poll;
 mod router_task;
 mod source;
 mod startup;
@@ -132,6 +133,18 @@ pub async fn run_relay(
         start_observability(&config, &metrics, &controller).await?;
     }
     let _heartbeats = crate::heartbeat::spawn_heartbeats(&config, &controller, &metrics);
+    if config.source.mode == crate::poll_config::SourceMode::Poll {
+        let outcome = poll::run_poll_relay(&config, router, &metrics, &controller).await;
+        controller.trigger();
+        if let Ok(summary) = &outcome {
+            tracing::info!(
+                delivered = summary.delivered,
+                abandoned = summary.abandoned,
+                "relay stopped"
+            );
+        }
+        return outcome;
+    }
     // Opened once per call, not per attempt: a Kafka store claims its writer here (fencing
     // an older relay, or under [ha] the previous term's leader: each term is a call).
     let Some(store) = startup::checkpoint_store_at_startup(
@@ -234,15 +247,18 @@ pub(crate) async fn start_observability(
                 controller.subscribe(),
             ),
         );
-        spawn_named(
-            "purge-horizon",
-            crate::purge_horizon::run_purge_horizon(
-                config.source.connection_url(),
-                config.source.tls_options(),
-                metrics.clone(),
-                controller.subscribe(),
-            ),
-        );
+        // Poll mode reads no binlog (and its user may not list the binlog files).
+        if config.source.mode == crate::poll_config::SourceMode::Binlog {
+            spawn_named(
+                "purge-horizon",
+                crate::purge_horizon::run_purge_horizon(
+                    config.source.connection_url(),
+                    config.source.tls_options(),
+                    metrics.clone(),
+                    controller.subscribe(),
+                ),
+            );
+        }
     }
     Ok(())
 }

@@ -1,0 +1,615 @@
+//! Poll mode (`[source] mode = "poll"`): the outbox table is the source. `outbox-poll`
+//! claims due rows under a lease and a fencing token; the same router and Kafka sink as the
+//! binlog mode publish them; a claim whose every row was acked (delivered, or its dead
+//! letter) is marked SENT (DEAD for dead letters) under its token.
+//!
+//! # Contract
+//! * **At least once, same id.** A row is marked SENT only after Kafka acked its record. A
+//!   relay that dies between publish and mark leaves the row PROCESSING; when its lease
+//!   ends any relay claims it again and publishes it again with the same id.
+//! * **Leases hold while publishing.** The claims this relay is still publishing have
+//!   their lease renewed every third of `lease_ms` (task `poll-leases`, which also returns
+//!   rows of expired leases, anyone's, to PENDING and deletes SENT rows past the
+//!   retention). So a lease ends only for a relay that stopped or lost the database.
+//! * **Per-key order.** A claim takes only the oldest unsent row of an aggregate
+//!   (`outbox-poll`): an aggregate has at most one row in flight across all relays.
+//! * **Bounded.** At most `pipeline.max_in_flight` claimed rows are unsettled at a time.
+//!
+//! # Shutdown
+//! Claiming stops; the sink drains within `pipeline.shutdown_timeout_ms`; every claim
+//! settled by then is marked. Rows of claims not settled stay PROCESSING until their lease
+//! ends, then are claimed again (duplicates, never losses).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use outbox_binlog::{BinlogError, BinlogPosition, RowChange, RowOperation, TableName};
+use outbox_poll::{
+    ClaimLedger, PollError, Poller, RowOutcome, RowTicket, SettledClaim, SESSION_SETUP,
+};
+use outbox_router::{RouteOutcome, Router};
+use tokio::sync::{mpsc, Notify};
+
+use super::attempt::{flatten_task, stop_on_failure};
+use super::error::RelayError;
+use super::RelaySummary;
+use crate::backoff::Backoff;
+use crate::config::RelayConfig;
+use crate::dead_letter::{dead_letter_for_routing_error, RecordOrigin};
+use crate::internal_events::{DeadLettered, InternalEvent, RecordRouted, RowSkipped};
+use crate::metrics::Metrics;
+use crate::replay::{AttemptSinkObserver, SentThrough};
+use crate::shutdown::{Shutdown, ShutdownController};
+use crate::sink::{run_kafka_sink, KafkaSinkSettings, OutboundRecord, SinkItem, SinkTicket};
+use crate::tasks::spawn_named;
+
+/// One polled table: its name (shared by its rows) and its statements.
+struct PolledTable {
+    /// `database.table`, as the router and the dead letters name it.
+    name: Arc<TableName>,
+    /// Claim, mark, renew, expire, clean up.
+    poller: Poller,
+}
+
+/// The sink's ticket for a claimed row's record.
+struct PollTicket {
+    /// Which claim and row, to settle in the ledger.
+    row: RowTicket,
+    /// Set when the record went to the dead-letter topic (routing error, or Kafka
+    /// rejected it for good): the row becomes DEAD with this reason.
+    dead_letter: Option<String>,
+}
+
+impl SinkTicket for PollTicket {
+    fn dead_lettered(&mut self, reason: &str) {
+        self.dead_letter = Some(reason.to_owned());
+    }
+}
+
+/// The claims in flight, shared by the claim task (opens), the sink's ack callback
+/// (settles) and the lease task (renews).
+type SharedLedger = Arc<Mutex<ClaimLedger>>;
+
+fn lock_ledger(ledger: &SharedLedger) -> std::sync::MutexGuard<'_, ClaimLedger> {
+    // A poisoned lock: a task panicked mid-update, and that failure stops the relay.
+    ledger
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Runs poll mode until shutdown or a definite error.
+pub(super) async fn run_poll_relay(
+    config: &RelayConfig,
+    router: Arc<Router>,
+    metrics: &Arc<Metrics>,
+    controller: &ShutdownController,
+) -> Result<RelaySummary, RelayError> {
+    let columns = config.source.poll.columns.poll_columns();
+    let tables: Arc<[PolledTable]> = config
+        .outbox
+        .iter()
+        .map(|table| PolledTable {
+            name: Arc::new(table.table.clone()),
+            poller: Poller::for_relay_table(&table.table, &table.column_mapping(), &columns),
+        })
+        .collect();
+    let mut claims_connection = PollConnection::new(config, "claims");
+    let Some(conn) = claims_connection.connect_at_startup(controller).await? else {
+        return Ok(RelaySummary::default());
+    };
+    outbox_poll::check_server(conn)
+        .await
+        .map_err(RelayError::Poll)?;
+    tracing::info!(
+        server = %config.source.redacted_url(),
+        tables = tables.len(),
+        "poll source connected"
+    );
+
+    let ledger: SharedLedger = Arc::new(Mutex::new(ClaimLedger::new()));
+    let capacity_freed = Arc::new(Notify::new());
+    let (settled_tx, settled_rx) = mpsc::unbounded_channel::<SettledClaim>();
+    let batch_capacity = config
+        .pipeline
+        .channel_capacity
+        .div_ceil(config.source.poll.batch_size as usize)
+        .max(1);
+    let (records_tx, records_rx) = mpsc::channel::<Vec<SinkItem<PollTicket>>>(batch_capacity);
+
+    // Claiming has its own stop: a failing claim task stops claiming while the sink still
+    // delivers (and the settle task marks) what was claimed.
+    let claims_stop = ShutdownController::new();
+    {
+        let mut global = controller.subscribe();
+        let claims_stop = claims_stop.clone();
+        spawn_named("poll-stop-forwarder", async move {
+            global.recv().await;
+            claims_stop.trigger();
+        });
+    }
+    let claim_task = spawn_named(
+        "poll-claims",
+        run_claims(
+            ClaimsContext {
+                tables: tables.clone(),
+                router,
+                ledger: ledger.clone(),
+                capacity_freed: capacity_freed.clone(),
+                metrics: metrics.clone(),
+                config: config.clone(),
+                settled: settled_tx.clone(),
+            },
+            claims_connection,
+            records_tx,
+            claims_stop.subscribe(),
+        ),
+    );
+    let on_delivered = {
+        let ledger = ledger.clone();
+        let capacity_freed = capacity_freed.clone();
+        move |ticket: PollTicket| {
+            let outcome = match ticket.dead_letter {
+                Some(reason) => RowOutcome::DeadLettered(reason),
+                None => RowOutcome::Delivered,
+            };
+            let settled = lock_ledger(&ledger).settle(ticket.row, outcome);
+            capacity_freed.notify_one();
+            if let Some(settled) = settled {
+                // The settle task outlives the sink (it ends when this sender is dropped).
+                let _ = settled_tx.send(settled);
+            }
+        }
+    };
+    let sink_task = spawn_named(
+        "kafka-sink",
+        run_kafka_sink(
+            KafkaSinkSettings::from_relay_config(config),
+            records_rx,
+            on_delivered,
+            Arc::new(AttemptSinkObserver {
+                metrics: metrics.clone(),
+                sent_through: SentThrough::default(),
+            }),
+            controller.subscribe(),
+        ),
+    );
+    let settle_task = spawn_named(
+        "poll-settle",
+        run_settle(
+            tables.clone(),
+            PollConnection::new(config, "marks"),
+            settled_rx,
+            controller.clone(),
+        ),
+    );
+    let leases_stop = ShutdownController::new();
+    let leases_task = spawn_named(
+        "poll-leases",
+        run_leases(
+            tables,
+            ledger,
+            PollConnection::new(config, "leases"),
+            config.source.poll.clone(),
+            leases_stop.subscribe(),
+        ),
+    );
+
+    let (claim_result, sink_result) = tokio::join!(
+        stop_on_failure(claim_task, &claims_stop),
+        stop_on_failure(sink_task, controller),
+    );
+    let mut errors: Vec<RelayError> = Vec::new();
+    let mut summary = RelaySummary::default();
+    flatten_task("poll-claims", claim_result, &mut errors);
+    if let Some(sink_summary) = flatten_task(
+        "kafka-sink",
+        sink_result.map(|r| r.map_err(RelayError::Sink)),
+        &mut errors,
+    ) {
+        summary.delivered = sink_summary.delivered;
+        summary.abandoned = sink_summary.abandoned;
+    }
+    // The sink is done: its ack callback (the settle channel's sender) is gone, so the
+    // settle task marks what is left and ends; the leases are renewed until then.
+    flatten_task("poll-settle", settle_task.await, &mut errors);
+    leases_stop.trigger();
+    flatten_task("poll-leases", leases_task.await, &mut errors);
+    for error in &errors {
+        tracing::error!(%error, "relay stopped on error");
+    }
+    controller.trigger();
+    match errors.into_iter().next() {
+        None => Ok(summary),
+        Some(error) => Err(error),
+    }
+}
+
+/// What the claim task works with besides its connection and channel.
+struct ClaimsContext {
+    tables: Arc<[PolledTable]>,
+    router: Arc<Router>,
+    ledger: SharedLedger,
+    /// Woken by every settled row: the claim task waits on it at `max_in_flight`.
+    capacity_freed: Arc<Notify>,
+    metrics: Arc<Metrics>,
+    config: RelayConfig,
+    /// A claim settled by skipped rows alone goes to the settle task from here.
+    settled: mpsc::UnboundedSender<SettledClaim>,
+}
+
+/// Claims due rows table by table, routes them and hands them to the sink; waits
+/// `interval_ms` after a round in which no claim was full.
+async fn run_claims(
+    context: ClaimsContext,
+    mut connection: PollConnection,
+    records: mpsc::Sender<Vec<SinkItem<PollTicket>>>,
+    mut shutdown: Shutdown,
+) -> Result<(), RelayError> {
+    let poll = &context.config.source.poll;
+    let max_in_flight = context.config.pipeline.max_in_flight.max(1);
+    loop {
+        let mut any_full = false;
+        for (index, table) in context.tables.iter().enumerate() {
+            // Bounded: wait for acks while max_in_flight rows are unsettled.
+            let room = loop {
+                let notified = context.capacity_freed.notified();
+                let in_flight = lock_ledger(&context.ledger).rows_in_flight();
+                if in_flight < max_in_flight {
+                    break max_in_flight - in_flight;
+                }
+                tokio::select! {
+                    _ = shutdown.recv() => return Ok(()),
+                    _ = notified => {}
+                }
+            };
+            let limit = poll.batch_size.min(u32::try_from(room).unwrap_or(u32::MAX));
+            let claimed = match connection.get(&mut shutdown).await? {
+                None => return Ok(()),
+                Some(conn) => table.poller.claim_rows(conn, limit, poll.lease()).await,
+            };
+            let (claim, images) = match claimed {
+                Ok(claimed) => claimed,
+                Err(error) => {
+                    connection.failed(error)?;
+                    continue;
+                }
+            };
+            any_full |= claim.rows.len() as u32 >= limit;
+            if claim.rows.is_empty() {
+                continue;
+            }
+            let tickets = lock_ledger(&context.ledger).open(index, claim);
+            let batch = route_claimed(&context, table, tickets, images)?;
+            tokio::select! {
+                _ = shutdown.recv() => return Ok(()),
+                sent = records.send(batch) => if sent.is_err() { return Ok(()) },
+            }
+        }
+        if !any_full {
+            tokio::select! {
+                _ = shutdown.recv() => return Ok(()),
+                _ = tokio::time::sleep(poll.interval()) => {}
+            }
+        }
+    }
+}
+
+/// The records of one claim's rows: routed, or their dead letters (a routing error
+/// stops the relay under policy `fail`).
+fn route_claimed(
+    context: &ClaimsContext,
+    table: &PolledTable,
+    tickets: Vec<RowTicket>,
+    images: Vec<outbox_binlog::Row>,
+) -> Result<Vec<SinkItem<PollTicket>>, RelayError> {
+    let dead_letter = &context.config.dead_letter;
+    let now = u32::try_from(outbox_kafka::unix_millis_now() / 1000).unwrap_or(u32::MAX);
+    let mut batch = Vec::with_capacity(tickets.len());
+    for (ticket, image) in tickets.into_iter().zip(images) {
+        let row = RowChange {
+            table: table.name.clone(),
+            operation: RowOperation::Insert,
+            before: None,
+            after: Some(image),
+            // The claim's time: a polled row has no binlog event.
+            event_timestamp: now,
+            event_position: BinlogPosition::new(String::new(), 0),
+            transaction_gtid: None,
+            in_xa_transaction: false,
+        };
+        let mut ticket = PollTicket {
+            row: ticket,
+            dead_letter: None,
+        };
+        let record = match context.router.route(&row) {
+            Ok(RouteOutcome::Record(record)) => {
+                RecordRouted.emit(&context.metrics);
+                OutboundRecord::from(record)
+            }
+            Ok(RouteOutcome::Skipped { reason }) => {
+                // Only UPDATE/DELETE rows are skipped, and a claim yields inserts: settle
+                // it as sent all the same, so the row cannot block its aggregate.
+                RowSkipped {
+                    reason: &format!("{reason:?}"),
+                    table: &row.table,
+                    warn: true,
+                }
+                .emit(&context.metrics);
+                if let Some(settled) =
+                    lock_ledger(&context.ledger).settle(ticket.row, RowOutcome::Delivered)
+                {
+                    // The settle task ends only after this task: it is still receiving.
+                    let _ = context.settled.send(settled);
+                }
+                continue;
+            }
+            Err(error) if !dead_letter.dead_letters("routing") => {
+                return Err(RelayError::Routing(Box::new(error)));
+            }
+            Err(error) => {
+                let letter = dead_letter_for_routing_error(&error, &row, dead_letter);
+                let message = error.to_string();
+                DeadLettered {
+                    class: "routing",
+                    id: error.event_id.as_deref(),
+                    original_topic: "",
+                    dead_letter_topic: &dead_letter.topic,
+                    attempts: 1,
+                    error: &message,
+                }
+                .emit(&context.metrics);
+                ticket.dead_letter = Some(message);
+                letter
+            }
+        };
+        batch.push(SinkItem {
+            record,
+            ticket,
+            origin: RecordOrigin::of_row(&row),
+        });
+    }
+    Ok(batch)
+}
+
+/// Marks each settled claim (SENT, DEAD for dead letters) under its token; a lost
+/// connection is reconnected and the same claim marked again. Ends when the sink is done
+/// (the channel closes) and every claim received was marked.
+async fn run_settle(
+    tables: Arc<[PolledTable]>,
+    mut connection: PollConnection,
+    mut settled: mpsc::UnboundedReceiver<SettledClaim>,
+    controller: ShutdownController,
+) -> Result<(), RelayError> {
+    // Marks are retried until they succeed, even during shutdown (the sink's drain
+    // waits for nothing here), unless the database stays away: then the rows' leases end
+    // and they are published again.
+    let mut shutdown = ShutdownController::new().subscribe();
+    while let Some(claim) = settled.recv().await {
+        let Some(table) = tables.get(claim.table) else {
+            continue;
+        };
+        loop {
+            let Some(conn) = connection.get(&mut shutdown).await? else {
+                return Ok(());
+            };
+            match table.poller.settle(conn, &claim).await {
+                Ok(outcome) => {
+                    if outcome.fenced > 0 {
+                        tracing::warn!(
+                            table = %table.name,
+                            fenced = outcome.fenced,
+                            "rows of a claim were reclaimed after its lease ended: their publish was a duplicate (same ids)"
+                        );
+                    }
+                    break;
+                }
+                Err(error) => {
+                    if let Err(definite) = connection.failed(error) {
+                        controller.trigger();
+                        return Err(definite);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Renews the leases of the claims in flight, returns expired leases (anyone's) to
+/// PENDING, and deletes SENT rows past the retention; until `shutdown`.
+async fn run_leases(
+    tables: Arc<[PolledTable]>,
+    ledger: SharedLedger,
+    mut connection: PollConnection,
+    poll: crate::poll_config::PollConfig,
+    mut shutdown: Shutdown,
+) -> Result<(), RelayError> {
+    const CLEANUP_EVERY: Duration = Duration::from_secs(60);
+    let lease = poll.lease();
+    let mut tick = tokio::time::interval(lease / 3);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_cleanup: Option<tokio::time::Instant> = None;
+    loop {
+        tokio::select! {
+            _ = shutdown.recv() => return Ok(()),
+            _ = tick.tick() => {}
+        }
+        let Some(conn) = connection.get(&mut shutdown).await? else {
+            return Ok(());
+        };
+        let open = lock_ledger(&ledger).open_tokens();
+        let cleanup_due = poll.sent_retention_s > 0
+            && last_cleanup.is_none_or(|last| last.elapsed() >= CLEANUP_EVERY);
+        let mut result = Ok(());
+        for (index, table) in tables.iter().enumerate() {
+            let tokens: Vec<&str> = open
+                .get(&index)
+                .map(|tokens| tokens.iter().map(String::as_str).collect())
+                .unwrap_or_default();
+            result = async {
+                table.poller.renew_leases(conn, &tokens, lease).await?;
+                let expired = table.poller.expire_leases(conn).await?;
+                if expired > 0 {
+                    tracing::warn!(table = %table.name, rows = expired, "leases ended (a relay stopped or lost the database): the rows are claimable again");
+                }
+                if cleanup_due {
+                    let deleted = table
+                        .poller
+                        .delete_sent(
+                            conn,
+                            Duration::from_secs(poll.sent_retention_s),
+                            poll.cleanup_batch,
+                        )
+                        .await?;
+                    tracing::debug!(table = %table.name, deleted, "deleted SENT rows past the retention");
+                }
+                Ok::<(), PollError>(())
+            }
+            .await;
+            if result.is_err() {
+                break;
+            }
+        }
+        match result {
+            Ok(()) => {
+                if cleanup_due {
+                    last_cleanup = Some(tokio::time::Instant::now());
+                }
+            }
+            Err(error) => connection.failed(error)?,
+        }
+    }
+}
+
+/// One connection of the poll source: opened on demand with the session setup, dropped
+/// after a transient failure and reopened after a backoff.
+struct PollConnection {
+    /// `source.url` with the password.
+    url: String,
+    /// `[source.tls]`.
+    tls: outbox_binlog::TlsOptions,
+    /// `source.connect_timeout_ms`.
+    timeout: Duration,
+    /// `source.startup_attempts`, for the first connect only.
+    startup_attempts: u32,
+    /// For messages: which task's connection.
+    purpose: &'static str,
+    /// The open connection, if any.
+    conn: Option<mysql_async::Conn>,
+    /// Between reconnects.
+    backoff: Backoff,
+    /// Set after a failure: wait this long before reconnecting.
+    retry_in: Option<Duration>,
+}
+
+impl PollConnection {
+    fn new(config: &RelayConfig, purpose: &'static str) -> Self {
+        Self {
+            url: config.source.connection_url(),
+            tls: config.source.tls_options(),
+            timeout: Duration::from_millis(config.source.connect_timeout_ms),
+            startup_attempts: config.source.startup_attempts,
+            purpose,
+            conn: None,
+            backoff: Backoff::new(
+                Duration::from_millis(config.source.reconnect_initial_backoff_ms),
+                Duration::from_millis(config.source.reconnect_max_backoff_ms),
+            ),
+            retry_in: None,
+        }
+    }
+
+    /// The first connection: transient failures are retried `startup_attempts` times
+    /// (0: forever); `None` if `controller` fired meanwhile.
+    async fn connect_at_startup(
+        &mut self,
+        controller: &ShutdownController,
+    ) -> Result<Option<&mut mysql_async::Conn>, RelayError> {
+        let mut shutdown = controller.subscribe();
+        let started = std::time::Instant::now();
+        let mut attempts = 0u32;
+        loop {
+            attempts += 1;
+            match self.open().await {
+                Ok(conn) => {
+                    self.conn = Some(conn);
+                    return Ok(self.conn.as_mut());
+                }
+                Err(error) if !error.is_transient() => return Err(RelayError::Source(error)),
+                Err(error) => {
+                    if self.startup_attempts != 0 && attempts >= self.startup_attempts {
+                        return Err(RelayError::SourceUnreachable {
+                            server: crate::redact::redact_url(&self.url),
+                            attempts,
+                            waited: started.elapsed(),
+                            source: Box::new(error),
+                        });
+                    }
+                    let delay = self.backoff.next_delay();
+                    tracing::warn!(%error, attempt = attempts, retry_in_ms = delay.as_millis() as u64, "poll source: the server is not reachable yet");
+                    tokio::select! {
+                        _ = shutdown.recv() => return Ok(None),
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// The connection, reconnecting after the backoff a failure asked for; `None` on
+    /// shutdown. Definite connect errors (a refused password) stop the relay.
+    async fn get(
+        &mut self,
+        shutdown: &mut Shutdown,
+    ) -> Result<Option<&mut mysql_async::Conn>, RelayError> {
+        loop {
+            if self.conn.is_some() {
+                return Ok(self.conn.as_mut());
+            }
+            if let Some(delay) = self.retry_in.take() {
+                tokio::select! {
+                    _ = shutdown.recv() => return Ok(None),
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+            match self.open().await {
+                Ok(conn) => {
+                    self.backoff.reset();
+                    self.conn = Some(conn);
+                }
+                Err(error) if error.is_transient() => {
+                    let delay = self.backoff.next_delay();
+                    tracing::warn!(%error, connection = self.purpose, retry_in_ms = delay.as_millis() as u64, "poll source: reconnecting");
+                    self.retry_in = Some(delay);
+                }
+                Err(error) => return Err(RelayError::Source(error)),
+            }
+        }
+    }
+
+    /// After a failed statement: a transient error drops the connection (reopened after a
+    /// backoff by the next [`PollConnection::get`]); a definite one stops the relay.
+    fn failed(&mut self, error: PollError) -> Result<(), RelayError> {
+        if !error.is_transient() {
+            return Err(RelayError::Poll(error));
+        }
+        let delay = self.backoff.next_delay();
+        tracing::warn!(%error, connection = self.purpose, retry_in_ms = delay.as_millis() as u64, "poll source: retrying after a transient failure");
+        self.conn = None;
+        self.retry_in = Some(delay);
+        Ok(())
+    }
+
+    async fn open(&self) -> Result<mysql_async::Conn, BinlogError> {
+        let (mut conn, _tls) =
+            outbox_binlog::connect_to_server(&self.url, &self.tls, self.timeout).await?;
+        conn.query_drop(SESSION_SETUP)
+            .await
+            .map_err(|error| BinlogError::Connection {
+                server: crate::redact::redact_url(&self.url),
+                message: format!("setting up the poll session: {error}"),
+            })?;
+        Ok(conn)
+    }
+}
