@@ -131,13 +131,26 @@ pub struct Claim {
     pub rows: Vec<ClaimedRow>,
 }
 
-/// What settling a claim did.
+/// When a row whose publish failed is due again, and when it is given up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts after which a failed row is DEAD.
+    pub max_attempts: u32,
+    /// Backoff after the first failure (doubling, full jitter).
+    pub initial: std::time::Duration,
+    /// Bound of the backoff.
+    pub max: std::time::Duration,
+}
+
+/// What settling a claim did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SettleOutcome {
     /// Rows marked SENT.
     pub marked: u64,
-    /// Rows marked DEAD (dead-lettered).
+    /// Rows marked DEAD (dead-lettered, or failed `max_attempts` times).
     pub dead: u64,
+    /// Rows back to PENDING after a failed publish, due after a backoff.
+    pub retrying: u64,
     /// Rows the claim no longer held (reclaimed after its lease ended): their publish was
     /// a duplicate, a fencing rejection.
     pub fenced: u64,
@@ -368,37 +381,44 @@ impl Poller {
         })
     }
 
-    /// Marks a claim whose every row was published: its dead-lettered rows DEAD with their
-    /// reason, then the rest SENT, each only where the claim's token still holds.
+    /// Marks a claim whose every row was settled, each only where the claim's token still
+    /// holds: dead-lettered rows DEAD with their reason; rows whose publish failed PENDING
+    /// again after a backoff ([`RetryPolicy`]), or DEAD at its `max_attempts`; the rest SENT.
     pub async fn settle(
         &self,
         conn: &mut mysql_async::Conn,
         settled: &SettledClaim,
+        retry: &RetryPolicy,
     ) -> Result<SettleOutcome, PollError> {
-        let mut dead = 0;
+        let mut outcome = SettleOutcome::default();
         let mut fenced = 0;
-        for (row, reason) in &settled.dead {
+        let failures = settled
+            .dead
+            .iter()
+            .map(|row| (row, true))
+            .chain(settled.failed.iter().map(|row| (row, false)));
+        for ((row, reason), permanent) in failures {
             let failure = Failure {
                 error: reason,
-                permanent: true,
-                max_attempts: 0,
-                delay: std::time::Duration::ZERO,
+                permanent,
+                max_attempts: retry.max_attempts,
+                delay: crate::retry::jittered_retry_delay(row.attempts, retry.initial, retry.max),
             };
             match self
                 .record_failure(conn, &settled.claim, row, &failure)
                 .await?
             {
                 FailureOutcome::Fenced => fenced += 1,
-                FailureOutcome::Dead | FailureOutcome::Retrying => dead += 1,
+                FailureOutcome::Dead => outcome.dead += 1,
+                FailureOutcome::Retrying => outcome.retrying += 1,
             }
         }
         let marked = self.mark_sent(conn, &settled.claim).await?;
-        Ok(SettleOutcome {
-            marked: marked.marked,
-            dead,
-            // mark_sent counts the DEAD rows as not marked: they were not fenced.
-            fenced: fenced + marked.fenced.saturating_sub(dead + fenced),
-        })
+        outcome.marked = marked.marked;
+        // mark_sent counts every row it did not mark; the failed ones were not fenced.
+        let unmarked_failures = outcome.dead + outcome.retrying + fenced;
+        outcome.fenced = fenced + marked.fenced.saturating_sub(unmarked_failures);
+        Ok(outcome)
     }
 
     /// Returns PROCESSING rows whose lease ended to PENDING (no token: the old claim can no

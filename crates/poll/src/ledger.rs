@@ -22,6 +22,9 @@ pub enum RowOutcome {
     /// The record could not be routed, or Kafka rejected it for good: its dead letter was
     /// acknowledged instead; the row becomes DEAD with this reason.
     DeadLettered(String),
+    /// The sink gave up on the record (Kafka unreachable or failing): the row goes back to
+    /// PENDING with a backoff, or DEAD at `max_attempts`, with this reason.
+    Failed(String),
 }
 
 /// A claim whose every row was settled: mark it ([`crate::Poller::settle`]).
@@ -33,6 +36,8 @@ pub struct SettledClaim {
     pub claim: Claim,
     /// Its dead-lettered rows and why.
     pub dead: Vec<(ClaimedRow, String)>,
+    /// Its rows whose publish failed (to retry later) and why.
+    pub failed: Vec<(ClaimedRow, String)>,
 }
 
 /// The open claims of one relay.
@@ -55,6 +60,8 @@ struct OpenClaim {
     unsettled: usize,
     /// Rows settled as dead letters, by sequence, with the reason.
     dead: Vec<(u64, String)>,
+    /// Rows whose publish failed, by sequence, with the reason.
+    failed: Vec<(u64, String)>,
 }
 
 impl ClaimLedger {
@@ -87,6 +94,7 @@ impl ClaimLedger {
                 unsettled: tickets.len(),
                 claim,
                 dead: Vec::new(),
+                failed: Vec::new(),
             },
         );
         tickets
@@ -101,26 +109,41 @@ impl ClaimLedger {
         }
         open.unsettled -= 1;
         self.rows_in_flight -= 1;
-        if let RowOutcome::DeadLettered(reason) = outcome {
-            open.dead.push((ticket.sequence, reason));
+        match outcome {
+            RowOutcome::Delivered => {}
+            RowOutcome::DeadLettered(reason) => open.dead.push((ticket.sequence, reason)),
+            RowOutcome::Failed(reason) => open.failed.push((ticket.sequence, reason)),
         }
         if open.unsettled > 0 {
             return None;
         }
         let OpenClaim {
-            table, claim, dead, ..
+            table,
+            claim,
+            dead,
+            failed,
+            ..
         } = self.open.remove(&ticket.claim)?;
-        let dead = dead
-            .into_iter()
-            .filter_map(|(sequence, reason)| {
-                claim
-                    .rows
-                    .iter()
-                    .find(|row| row.sequence == sequence)
-                    .map(|row| (row.clone(), reason))
-            })
-            .collect();
-        Some(SettledClaim { table, claim, dead })
+        let rows_of = |settled: Vec<(u64, String)>| {
+            settled
+                .into_iter()
+                .filter_map(|(sequence, reason)| {
+                    claim
+                        .rows
+                        .iter()
+                        .find(|row| row.sequence == sequence)
+                        .map(|row| (row.clone(), reason))
+                })
+                .collect()
+        };
+        let dead = rows_of(dead);
+        let failed = rows_of(failed);
+        Some(SettledClaim {
+            table,
+            claim,
+            dead,
+            failed,
+        })
     }
 
     /// Rows claimed and not settled yet.
@@ -172,6 +195,12 @@ mod tests {
             ledger.settle(tickets[0], RowOutcome::DeadLettered("too large".into())),
             None
         );
+        let more = ledger.open(0, claim("t0", &[9]));
+        let alone = ledger
+            .settle(more[0], RowOutcome::Failed("no ack".into()))
+            .expect("a one-row claim settles at once");
+        assert_eq!(alone.failed[0].0.sequence, 9);
+        assert!(alone.dead.is_empty());
         let settled = ledger
             .settle(tickets[1], RowOutcome::Delivered)
             .expect("the last row settles the claim");
@@ -179,6 +208,7 @@ mod tests {
         assert_eq!(settled.dead.len(), 1);
         assert_eq!(settled.dead[0].0.sequence, 1);
         assert_eq!(settled.dead[0].1, "too large");
+        assert!(settled.failed.is_empty());
         assert_eq!(ledger.rows_in_flight(), 0);
         assert!(ledger.open_tokens().is_empty());
     }

@@ -36,7 +36,7 @@ mod server;
 mod sql_row;
 
 pub use claim::{
-    Claim, ClaimedRow, Failure, FailureOutcome, MarkOutcome, Poller, ReplaySelection,
+    Claim, ClaimedRow, Failure, FailureOutcome, MarkOutcome, Poller, ReplaySelection, RetryPolicy,
     SettleOutcome, SESSION_SETUP,
 };
 pub use columns::{PollColumns, RowStatus};

@@ -482,12 +482,59 @@ async fn claimed_rows_come_with_typed_images_and_settle_as_sent_or_dead() {
     let settled = ledger
         .settle(tickets[1], RowOutcome::Delivered)
         .expect("settled");
-    let outcome = poller.settle(&mut conn, &settled).await.expect("settle");
-    assert_eq!((outcome.marked, outcome.dead, outcome.fenced), (1, 1, 0));
+    let retry = outbox_poll::RetryPolicy {
+        max_attempts: 5,
+        initial: Duration::from_secs(60),
+        max: Duration::from_secs(60),
+    };
+    let outcome = poller
+        .settle(&mut conn, &settled, &retry)
+        .await
+        .expect("settle");
+    assert_eq!(
+        (
+            outcome.marked,
+            outcome.dead,
+            outcome.retrying,
+            outcome.fenced
+        ),
+        (1, 1, 0, 0)
+    );
     assert_eq!(status_of(&mut conn, "e1").await, "DEAD");
     assert_eq!(
         last_error_of(&mut conn, "e1").await.as_deref(),
         Some("rejected: too large")
     );
     assert_eq!(status_of(&mut conn, "e2").await, "SENT");
+
+    // A publish the sink gave up on: PENDING again, not due before its backoff.
+    conn.query_drop(
+        "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('e3', 'order', 'c', 'created', '{}')",
+    )
+    .await
+    .expect("insert");
+    let claim = poller.claim(&mut conn, 10, LEASE).await.expect("claim");
+    let tickets = ledger.open(0, claim);
+    let settled = ledger
+        .settle(tickets[0], RowOutcome::Failed("no ack for 30s".into()))
+        .expect("settled");
+    let outcome = poller
+        .settle(&mut conn, &settled, &retry)
+        .await
+        .expect("settle");
+    assert_eq!(
+        (
+            outcome.marked,
+            outcome.dead,
+            outcome.retrying,
+            outcome.fenced
+        ),
+        (0, 0, 1, 0)
+    );
+    assert_eq!(status_of(&mut conn, "e3").await, "PENDING");
+    assert_eq!(
+        last_error_of(&mut conn, "e3").await.as_deref(),
+        Some("no ack for 30s")
+    );
 }

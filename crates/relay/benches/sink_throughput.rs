@@ -54,6 +54,7 @@ fn main() {
                 drain_timeout: Duration::from_secs(30),
                 dead_letter: Default::default(),
                 stall_timeout: Duration::from_secs(30),
+                give_up_on_rebuild: false,
             };
             let (tx, rx) = tokio::sync::mpsc::channel(1024);
             let acked = Arc::new(AtomicU64::new(0));

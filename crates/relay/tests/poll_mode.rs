@@ -121,3 +121,105 @@ async fn committed_rows_are_published_and_marked_sent_rolled_back_ones_never() {
     );
     relay.stop_gracefully("end of test").await;
 }
+
+/// The highest `poll_attempts` among rows in `status`, and how many rows are DEAD.
+async fn attempts_and_dead(conn: &mut mysql_async::Conn) -> (u64, u64) {
+    conn.query_first(
+        "SELECT COALESCE(MAX(IF(poll_status = 'PENDING', poll_attempts, 0)), 0), \
+         COALESCE(SUM(poll_status = 'DEAD'), 0) FROM shop.outbox",
+    )
+    .await
+    .expect("query")
+    .expect("a row")
+}
+
+/// Contract test 4: the broker is down for 30 s. Rows the sink cannot deliver go back to
+/// PENDING with a backoff (attempts counted, the reason kept), none is DEAD before
+/// `max_attempts`, and every one is delivered and SENT once the broker is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_down_30_s_puts_rows_back_to_pending_and_delivers_them_after() {
+    let (db, mut broker) = start_shop_database_and_private_broker().await;
+    add_poll_columns(&db).await;
+    let mut setup = poll_setup(
+        &db,
+        &broker.bootstrap(),
+        &[
+            "interval_ms = 50",
+            "lease_ms = 5000",
+            "max_attempts = 100",
+            "retry_initial_backoff_ms = 500",
+            "retry_max_backoff_ms = 2000",
+        ],
+    );
+    setup.kafka_extra = vec!["stall_timeout_ms = 3000".into()];
+    let mut relay = Relay::prepare(&setup);
+    relay.start();
+    let mut writer = ShopWriter::connect(&db, "outage").await;
+    for index in 0..10 {
+        writer.alternating_transaction(index, 1, true, false).await;
+    }
+    let mut conn = db.conn().await.expect("connect");
+    wait_all_sent(
+        &mut conn,
+        &relay,
+        writer.committed.len(),
+        Duration::from_secs(30),
+    )
+    .await;
+
+    broker.stop().expect("the broker stops");
+    let down_since = Instant::now();
+    for index in 10..30 {
+        writer.alternating_transaction(index, 1, true, false).await;
+    }
+    let mut most_attempts = 0;
+    while down_since.elapsed() < Duration::from_secs(30) {
+        let (attempts, dead) = attempts_and_dead(&mut conn).await;
+        assert_eq!(
+            dead,
+            0,
+            "no row may die before max_attempts\n{}",
+            relay.log_tail(30)
+        );
+        most_attempts = most_attempts.max(attempts);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        most_attempts >= 2,
+        "rows went back to PENDING and were claimed again (attempts seen: {most_attempts})\n{}",
+        relay.log_tail(40)
+    );
+    let reason: Option<String> = conn
+        .query_first(
+            "SELECT poll_last_error FROM shop.outbox WHERE poll_last_error IS NOT NULL LIMIT 1",
+        )
+        .await
+        .expect("query");
+    assert!(
+        reason
+            .as_deref()
+            .is_some_and(|reason| reason.contains("no ack")),
+        "the reason is kept: {reason:?}"
+    );
+    relay.assert_running("through the outage");
+
+    broker.restart().await.expect("the broker restarts");
+    wait_all_sent(
+        &mut conn,
+        &relay,
+        writer.committed.len(),
+        Duration::from_secs(60),
+    )
+    .await;
+    let topics = vec![topic_for(&db, "order"), topic_for(&db, "customer")];
+    let records = read_until_ids_then_settled(
+        &broker.bootstrap(),
+        &topics,
+        &writer.committed,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_writer_delivery("broker down 30 s", &writer, &records, &relay);
+    assert_eq!(attempts_and_dead(&mut conn).await.1, 0);
+    relay.stop_gracefully("end of test").await;
+}

@@ -104,6 +104,12 @@ pub trait SinkTicket {
     /// alike (the default ignores it); the polling source marks the row DEAD instead of
     /// SENT, with `reason`.
     fn dead_lettered(&mut self, _reason: &str) {}
+
+    /// The sink gave up on the record (only with
+    /// [`KafkaSinkSettings::give_up_on_rebuild`]): it was not delivered as far as the sink
+    /// knows (a copy may still arrive: a duplicate), and the ack that follows hands the
+    /// ticket back for its source to retry.
+    fn gave_up(&mut self, _reason: &str) {}
 }
 
 impl SinkTicket for u32 {}
@@ -196,6 +202,12 @@ pub struct KafkaSinkSettings {
     /// purged and rebuilt and every unacked record resent in input order (librdkafka's own
     /// delivery timeout is infinite).
     pub stall_timeout: Duration,
+    /// Hand records back instead of resending them: when the producer must be replaced
+    /// (a stall, a failure librdkafka gave up on, a fatal error), every unacked record's
+    /// ticket is told [`SinkTicket::gave_up`] and handed back through `on_delivered`, and
+    /// the new producer starts empty. For a source that retries on its own schedule (poll
+    /// mode: the row goes back to PENDING with a backoff); the binlog relay resends.
+    pub give_up_on_rebuild: bool,
 }
 
 impl KafkaSinkSettings {
@@ -216,6 +228,7 @@ impl KafkaSinkSettings {
             dead_letter: DeadLetterConfig::default(),
             startup_attempts: kafka.startup_attempts,
             stall_timeout: Duration::from_millis(kafka.stall_timeout_ms),
+            give_up_on_rebuild: false,
         }
     }
 

@@ -127,11 +127,28 @@ where
                 // Dropping a producer flushes for up to 500 ms: not on the runtime.
                 tokio::task::spawn_blocking(move || drop(old));
                 generation += 1;
-                for item in pending.values_mut() {
-                    item.sent_at = None;
+                if settings.give_up_on_rebuild {
+                    // The old producer is purged: nothing of these records is left in
+                    // flight, so their source may retry them in any order it likes.
+                    let unacked: Vec<u64> = pending.sequences().collect();
+                    for sequence in unacked {
+                        if let Some(mut item) = pending.remove(sequence) {
+                            item.ticket.gave_up(&request.reason);
+                            on_delivered(item.ticket);
+                        }
+                    }
+                    waiting_for_resend.clear();
+                    InFlightChanged {
+                        in_flight: pending.len(),
+                    }
+                    .emit(metrics);
+                } else {
+                    for item in pending.values_mut() {
+                        item.sent_at = None;
+                    }
+                    waiting_for_resend = pending.sequences().collect();
+                    resend_timer = Some(Box::pin(tokio::time::sleep(request.resend_after)));
                 }
-                waiting_for_resend = pending.sequences().collect();
-                resend_timer = Some(Box::pin(tokio::time::sleep(request.resend_after)));
             }
         }
         // A record Kafka rejected before is resent alone (see the resend below); the others

@@ -1340,3 +1340,101 @@ async fn the_sink_producer_reports_sequence_generation_and_big_payloads_through_
         .await
         .unwrap();
 }
+
+/// A ticket that remembers whether the sink gave up on its record.
+struct GiveUpTicket {
+    number: u32,
+    gave_up: Option<String>,
+}
+
+impl SinkTicket for GiveUpTicket {
+    fn gave_up(&mut self, reason: &str) {
+        self.gave_up = Some(reason.to_owned());
+    }
+}
+
+/// With `give_up_on_rebuild` (poll mode), records the cluster never acks come back to
+/// their source once the stall watchdog replaces the producer, each told why, none
+/// counted as delivered; and the sink takes new input afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn give_up_mode_hands_stalled_records_back_instead_of_resending_them() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("sink.giveup", 1, 1).unwrap();
+    cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 100_000],
+    );
+    let mut settings = settings(&cluster.bootstrap_servers());
+    settings.give_up_on_rebuild = true;
+    let metrics = new_metrics();
+    let handed_back = Arc::new(Mutex::new(Vec::new()));
+    let (tx, rx) = mpsc::channel(4);
+    let controller = shutdown_controller();
+    let sink = {
+        let handed_back = handed_back.clone();
+        tokio::spawn(run_kafka_sink(
+            settings,
+            rx,
+            move |ticket: GiveUpTicket| handed_back.lock().unwrap().push(ticket),
+            metrics.clone(),
+            controller.subscribe(),
+        ))
+    };
+    let batch = |range: std::ops::Range<u32>| {
+        range
+            .map(|n| SinkItem {
+                record: record("sink.giveup", n),
+                ticket: GiveUpTicket {
+                    number: n,
+                    gave_up: None,
+                },
+                origin: RecordOrigin::default(),
+            })
+            .collect::<Vec<_>>()
+    };
+    tx.send(batch(0..10)).await.unwrap();
+    let started = std::time::Instant::now();
+    while handed_back.lock().unwrap().len() < 10 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the stalled records did not come back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    {
+        let back = handed_back.lock().unwrap();
+        let mut numbers: Vec<u32> = back.iter().map(|ticket| ticket.number).collect();
+        numbers.sort_unstable();
+        assert_eq!(numbers, (0..10).collect::<Vec<_>>());
+        assert!(
+            back.iter().all(|ticket| ticket
+                .gave_up
+                .as_deref()
+                .is_some_and(|why| why.contains("no ack"))),
+            "each ticket is told why"
+        );
+    }
+    assert!(metrics.producer_stalls.get() >= 1);
+    // The cluster recovers; the next records go through the new producer.
+    cluster.clear_request_errors(RDKafkaApiKey::Produce);
+    tx.send(batch(10..13)).await.unwrap();
+    while handed_back.lock().unwrap().len() < 13 {
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "records after the give-up were not delivered"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(tx);
+    let summary = tokio::time::timeout(Duration::from_secs(30), sink)
+        .await
+        .expect("the sink ends when its input does")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        summary.delivered, 3,
+        "given-up records are not delivered ones"
+    );
+    let back = handed_back.lock().unwrap();
+    assert!(back[10..].iter().all(|ticket| ticket.gave_up.is_none()));
+}

@@ -26,7 +26,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use outbox_binlog::{BinlogError, BinlogPosition, RowChange, RowOperation, TableName};
 use outbox_poll::{
-    ClaimLedger, PollError, Poller, RowOutcome, RowTicket, SettledClaim, SESSION_SETUP,
+    ClaimLedger, PollError, Poller, RetryPolicy, RowOutcome, RowTicket, SettledClaim, SESSION_SETUP,
 };
 use outbox_router::{RouteOutcome, Router};
 use tokio::sync::{mpsc, Notify};
@@ -59,11 +59,30 @@ struct PollTicket {
     /// Set when the record went to the dead-letter topic (routing error, or Kafka
     /// rejected it for good): the row becomes DEAD with this reason.
     dead_letter: Option<String>,
+    /// Set when the sink gave up on the record (no ack within `kafka.stall_timeout_ms`, a
+    /// failure librdkafka gave up on): the row goes back to PENDING with a backoff.
+    gave_up: Option<String>,
+}
+
+impl PollTicket {
+    /// How the row's publish ended, once the sink handed the ticket back.
+    fn outcome(self) -> RowOutcome {
+        match (self.gave_up, self.dead_letter) {
+            // A dead letter the sink gave up on was not written either: retry the row.
+            (Some(reason), _) => RowOutcome::Failed(reason),
+            (None, Some(reason)) => RowOutcome::DeadLettered(reason),
+            (None, None) => RowOutcome::Delivered,
+        }
+    }
 }
 
 impl SinkTicket for PollTicket {
     fn dead_lettered(&mut self, reason: &str) {
         self.dead_letter = Some(reason.to_owned());
+    }
+
+    fn gave_up(&mut self, reason: &str) {
+        self.gave_up = Some(reason.to_owned());
     }
 }
 
@@ -149,11 +168,8 @@ pub(super) async fn run_poll_relay(
         let ledger = ledger.clone();
         let capacity_freed = capacity_freed.clone();
         move |ticket: PollTicket| {
-            let outcome = match ticket.dead_letter {
-                Some(reason) => RowOutcome::DeadLettered(reason),
-                None => RowOutcome::Delivered,
-            };
-            let settled = lock_ledger(&ledger).settle(ticket.row, outcome);
+            let row = ticket.row;
+            let settled = lock_ledger(&ledger).settle(row, ticket.outcome());
             capacity_freed.notify_one();
             if let Some(settled) = settled {
                 // The settle task outlives the sink (it ends when this sender is dropped).
@@ -161,10 +177,17 @@ pub(super) async fn run_poll_relay(
             }
         }
     };
+    // A row the sink cannot deliver goes back to PENDING and is retried on the table's
+    // schedule (backoff, max_attempts) instead of the sink's: one row per aggregate is in
+    // flight, so giving records back never reorders a key.
+    let sink_settings = KafkaSinkSettings {
+        give_up_on_rebuild: true,
+        ..KafkaSinkSettings::from_relay_config(config)
+    };
     let sink_task = spawn_named(
         "kafka-sink",
         run_kafka_sink(
-            KafkaSinkSettings::from_relay_config(config),
+            sink_settings,
             records_rx,
             on_delivered,
             Arc::new(AttemptSinkObserver {
@@ -178,6 +201,11 @@ pub(super) async fn run_poll_relay(
         "poll-settle",
         run_settle(
             tables.clone(),
+            RetryPolicy {
+                max_attempts: config.source.poll.max_attempts,
+                initial: Duration::from_millis(config.source.poll.retry_initial_backoff_ms),
+                max: Duration::from_millis(config.source.poll.retry_max_backoff_ms),
+            },
             PollConnection::new(config, "marks"),
             settled_rx,
             controller.clone(),
@@ -321,6 +349,7 @@ fn route_claimed(
         let mut ticket = PollTicket {
             row: ticket,
             dead_letter: None,
+            gave_up: None,
         };
         let record = match context.router.route(&row) {
             Ok(RouteOutcome::Record(record)) => {
@@ -377,6 +406,7 @@ fn route_claimed(
 /// (the channel closes) and every claim received was marked.
 async fn run_settle(
     tables: Arc<[PolledTable]>,
+    retry: RetryPolicy,
     mut connection: PollConnection,
     mut settled: mpsc::UnboundedReceiver<SettledClaim>,
     controller: ShutdownController,
@@ -393,8 +423,17 @@ async fn run_settle(
             let Some(conn) = connection.get(&mut shutdown).await? else {
                 return Ok(());
             };
-            match table.poller.settle(conn, &claim).await {
+            match table.poller.settle(conn, &claim, &retry).await {
                 Ok(outcome) => {
+                    if outcome.retrying + outcome.dead > 0 {
+                        tracing::warn!(
+                            table = %table.name,
+                            retrying = outcome.retrying,
+                            dead = outcome.dead,
+                            reason = claim.failed.first().or(claim.dead.first()).map(|(_, reason)| reason.as_str()).unwrap_or(""),
+                            "rows not delivered: back to PENDING with a backoff, or DEAD (dead-lettered, or max_attempts reached)"
+                        );
+                    }
                     if outcome.fenced > 0 {
                         tracing::warn!(
                             table = %table.name,

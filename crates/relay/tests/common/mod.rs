@@ -410,6 +410,8 @@ pub struct RelaySetup {
     /// `Some(lines)`: `[source] mode = "poll"` with these `[source.poll]` lines, and no
     /// `[checkpoint]` section.
     pub poll: Option<Vec<String>>,
+    /// More `[kafka]` lines (TOML), e.g. `stall_timeout_ms = 3000`.
+    pub kafka_extra: Vec<String>,
 }
 
 impl RelaySetup {
@@ -447,6 +449,7 @@ impl RelaySetup {
             route_extra: Vec::new(),
             topic_tag: String::new(),
             poll: None,
+            kafka_extra: Vec::new(),
         }
     }
 }
@@ -509,6 +512,7 @@ brokers = "{brokers}"
 create_topics = {create_topics}
 topic_partitions = {topic_partitions}
 topic_replication_factor = 1
+{kafka_extra}
 
 [kafka.properties]
 {properties}
@@ -533,6 +537,7 @@ commit_interval_ms = {commit_interval_ms}
                 })
                 .collect::<String>(),
             route_extra = setup.route_extra.join("\n"),
+            kafka_extra = setup.kafka_extra.join("\n"),
             metrics_section = setup
                 .metrics_listen
                 .as_ref()
