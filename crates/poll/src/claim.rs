@@ -27,7 +27,7 @@ pub struct Poller {
     /// Extends the lease of a claim's rows while its token holds; completed by
     /// `IN (?, ...)` with one placeholder per token.
     update_renew_prefix: String,
-    /// Returns PROCESSING rows whose lease ended to PENDING.
+    /// The lease expiry: PROCESSING rows whose lease ended become PENDING.
     update_expired: String,
     /// Puts one claimed row back to PENDING (due after a delay) or DEAD, under its token.
     update_failed: String,
@@ -35,6 +35,8 @@ pub struct Poller {
     update_replay_prefix: String,
     /// Deletes a batch of SENT rows sent before a time.
     delete_sent: String,
+    /// Counts the unfinished and DEAD rows, and the oldest due PENDING row's wait.
+    select_status: String,
     /// The event id column, quoted (replay by id).
     quoted_event_id: String,
     /// The next-attempt column, quoted (replay since a time).
@@ -140,6 +142,20 @@ pub struct RetryPolicy {
     pub initial: std::time::Duration,
     /// Bound of the backoff.
     pub max: std::time::Duration,
+}
+
+/// A table's backlog, as [`Poller::status`] counts it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableStatus {
+    /// Rows waiting to be claimed (due or backing off).
+    pub pending: u64,
+    /// Rows claimed and not settled.
+    pub processing: u64,
+    /// Rows given up on.
+    pub dead: u64,
+    /// How long the oldest due PENDING row has been due (its age, for a row that never
+    /// failed); zero when none is due.
+    pub oldest_due_wait: std::time::Duration,
 }
 
 /// What settling a claim did.
@@ -253,6 +269,12 @@ impl Poller {
                 "DELETE FROM {name} WHERE {status} = '{sent}' \
                  AND {sent_at} < NOW(6) - INTERVAL ? MICROSECOND ORDER BY {seq} LIMIT ?",
                 sent_at = quote(&columns.sent_at),
+            ),
+            select_status: format!(
+                "SELECT {status}, COUNT(*), \
+                 COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(IF({next} <= NOW(6), {next}, NULL)), NOW(6)), 0) \
+                 FROM {name} WHERE {status} IN ('{pending}', '{processing}', '{dead}') GROUP BY {status}",
+                dead = RowStatus::Dead.as_str(),
             ),
             quoted_event_id: event_id.clone(),
             quoted_next_attempt: next.clone(),
@@ -419,6 +441,28 @@ impl Poller {
         let unmarked_failures = outcome.dead + outcome.retrying + fenced;
         outcome.fenced = fenced + marked.fenced.saturating_sub(unmarked_failures);
         Ok(outcome)
+    }
+
+    /// How many rows are PENDING, PROCESSING and DEAD, and how long the oldest due PENDING
+    /// row has waited (SENT rows are not counted: the index serves the other states only).
+    pub async fn status(&self, conn: &mut mysql_async::Conn) -> Result<TableStatus, PollError> {
+        let rows: Vec<(String, u64, i64)> = conn
+            .query(&self.select_status)
+            .await
+            .map_err(|source| self.failed("counting rows by status", source))?;
+        let mut status = TableStatus::default();
+        for (state, count, wait_micros) in rows {
+            match state.as_str() {
+                "PENDING" => {
+                    status.pending = count;
+                    status.oldest_due_wait =
+                        std::time::Duration::from_micros(u64::try_from(wait_micros).unwrap_or(0));
+                }
+                "PROCESSING" => status.processing = count,
+                _ => status.dead = count,
+            }
+        }
+        Ok(status)
     }
 
     /// Returns PROCESSING rows whose lease ended to PENDING (no token: the old claim can no

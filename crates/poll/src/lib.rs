@@ -37,7 +37,7 @@ mod sql_row;
 
 pub use claim::{
     Claim, ClaimedRow, Failure, FailureOutcome, MarkOutcome, Poller, ReplaySelection, RetryPolicy,
-    SettleOutcome, SESSION_SETUP,
+    SettleOutcome, TableStatus, SESSION_SETUP,
 };
 pub use columns::{PollColumns, RowStatus};
 pub use ddl::poll_mode_ddl;

@@ -102,6 +102,12 @@ pub enum Command {
         #[command(subcommand)]
         action: DlqAction,
     },
+    /// Poll mode (`[source] mode = "poll"`): the outbox rows' delivery states.
+    Poll {
+        /// status or replay.
+        #[command(subcommand)]
+        action: PollAction,
+    },
     /// Start a scratch MariaDB and an in-process Kafka, write sample orders with outbox
     /// rows, relay them and print what arrived plus the stored checkpoint.
     Demo {
@@ -153,6 +159,35 @@ pub enum DlqAction {
         /// unknown: routing errors).
         #[arg(long)]
         topic: Option<String>,
+    },
+}
+
+/// `poll` actions.
+#[derive(Debug, Subcommand)]
+pub enum PollAction {
+    /// Print each outbox table's PENDING, PROCESSING and DEAD row counts and the oldest due
+    /// row's wait, one JSON line per table.
+    Status {
+        /// The TOML config file.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Put DEAD rows back to PENDING (same event id, attempts from zero, due now): the
+    /// relay publishes them again. Prints one JSON line per table with the count.
+    Replay {
+        /// The TOML config file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The DEAD row with this event id.
+        #[arg(long, group = "selection")]
+        id: Option<String>,
+        /// Every DEAD row.
+        #[arg(long, group = "selection")]
+        all: bool,
+        /// DEAD rows whose last attempt was due at or after this UTC time,
+        /// `YYYY-MM-DD HH:MM:SS`.
+        #[arg(long, group = "selection")]
+        since: Option<String>,
     },
 }
 

@@ -59,6 +59,9 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
             action: crate::cli::ConfigAction::FromDebezium { file },
         } => crate::from_debezium::from_debezium_command(&file, &mut std::io::stdout().lock()),
         Command::Dlq { action } => dlq_command(action, &mut std::io::stdout().lock()).await,
+        Command::Poll { action } => {
+            crate::poll_commands::poll_command(action, &mut std::io::stdout().lock()).await
+        }
         Command::Recover {
             config,
             after,

@@ -61,6 +61,7 @@ pub mod internal_events;
 pub use outbox_kafka::kafka_context;
 pub mod metrics;
 pub mod pipeline;
+pub mod poll_commands;
 pub mod poll_config;
 pub mod progress;
 pub mod purge_horizon;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use mysql_async::prelude::Queryable;
 use outbox_poll::{poll_mode_ddl, PollColumns};
+use outbox_testkit::consume::{read_all, ReadStop};
 use outbox_testkit::ScratchMariadb;
 use outbox_writer::{ColumnPreset, OutboxTable};
 
@@ -221,5 +222,146 @@ async fn a_broker_down_30_s_puts_rows_back_to_pending_and_delivers_them_after() 
     .await;
     assert_writer_delivery("broker down 30 s", &writer, &records, &relay);
     assert_eq!(attempts_and_dead(&mut conn).await.1, 0);
+    relay.stop_gracefully("end of test").await;
+}
+
+/// `(status, last error)` of the row with `id`.
+async fn row_state(conn: &mut mysql_async::Conn, id: &str) -> (String, Option<String>) {
+    conn.exec_first(
+        "SELECT poll_status, poll_last_error FROM shop.outbox WHERE event_id = ?",
+        (id,),
+    )
+    .await
+    .expect("query")
+    .expect("the row exists")
+}
+
+/// Contract test 5: a poison row (the broker rejects it for good) is DEAD with its reason
+/// and in the dead-letter topic; the rows after it in its aggregate flow; after the fix,
+/// `poll replay --id` delivers it once more with the same id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_row_dies_into_the_dlq_and_replays_with_its_id_after_the_fix() {
+    let (db, broker) = start_shop_database_and_broker().await;
+    add_poll_columns(&db).await;
+    broker
+        .create_topic_with_config(
+            &topic_for(&db, "order"),
+            1,
+            &[("max.message.bytes", "4096")],
+        )
+        .await
+        .expect("topic with a small record limit");
+    let setup = poll_setup(&db, &broker.bootstrap(), &["interval_ms = 50"]);
+    let mut relay = Relay::prepare(&setup);
+    let mut conn = db.conn().await.expect("connect");
+    let big = format!("{{\"blob\":\"{}\"}}", "y".repeat(20_000));
+    for (id, payload) in [
+        ("small-1", "{\"n\":1}".to_owned()),
+        ("poison-2", big),
+        ("small-3", "{\"n\":3}".to_owned()),
+    ] {
+        conn.exec_drop(
+            "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES (?, 'order', 'order-1', 'created', ?)",
+            (id, payload),
+        )
+        .await
+        .expect("insert");
+    }
+    relay.start();
+    let letters = read_all(
+        &broker.bootstrap(),
+        &[&dlq_topic(&db)],
+        ReadStop::Count(1),
+        Duration::from_secs(60),
+    )
+    .await
+    .expect("read the dead-letter topic");
+    assert_eq!(
+        letters[0].header_str("id").as_deref(),
+        Some("poison-2"),
+        "{}",
+        relay.log_tail(30)
+    );
+    let topic = topic_for(&db, "order");
+    let delivered = read_all(
+        &broker.bootstrap(),
+        &[&topic],
+        ReadStop::Count(2),
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("read");
+    let ids: Vec<String> = delivered
+        .iter()
+        .filter_map(|r| r.header_str("id"))
+        .collect();
+    assert_eq!(
+        ids,
+        ["small-1", "small-3"],
+        "a DEAD row does not block its aggregate"
+    );
+    let started = Instant::now();
+    let (status, reason) = loop {
+        let state = row_state(&mut conn, "poison-2").await;
+        if state.0 == "DEAD" || started.elapsed() > Duration::from_secs(20) {
+            break state;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(status, "DEAD");
+    assert!(
+        reason
+            .as_deref()
+            .is_some_and(|reason| reason.to_lowercase().contains("too large")),
+        "the broker's reason is kept: {reason:?}"
+    );
+    let config = relay.config_path.to_string_lossy().into_owned();
+    let (code, stdout, stderr) = run_relay_command(&["poll", "status", "--config", &config]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("\"dead\":1"), "{stdout}");
+
+    // The fix: the payload is cut to what the topic takes. Replay keeps the id.
+    conn.query_drop(
+        "UPDATE shop.outbox SET payload = '{\"blob\":\"trimmed\"}' WHERE event_id = 'poison-2'",
+    )
+    .await
+    .expect("fix the row");
+    let (code, stdout, stderr) =
+        run_relay_command(&["poll", "replay", "--id", "poison-2", "--config", &config]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("\"replayed\":1"), "{stdout}");
+    let delivered = read_all(
+        &broker.bootstrap(),
+        &[&topic],
+        ReadStop::Count(3),
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("read");
+    let replayed = &delivered[2];
+    assert_eq!(replayed.header_str("id").as_deref(), Some("poison-2"));
+    assert_eq!(
+        replayed.value.as_deref(),
+        Some(&b"{\"blob\":\"trimmed\"}"[..])
+    );
+    let mut sent = String::new();
+    for _ in 0..100 {
+        sent = row_state(&mut conn, "poison-2").await.0;
+        if sent == "SENT" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(sent, "SENT");
+    let letters = read_all(
+        &broker.bootstrap(),
+        &[&dlq_topic(&db)],
+        ReadStop::Count(2),
+        Duration::from_secs(3),
+    )
+    .await
+    .expect("read");
+    assert_eq!(letters.len(), 1, "one dead letter: the replay delivered");
     relay.stop_gracefully("end of test").await;
 }

@@ -129,24 +129,33 @@ where
                 generation += 1;
                 if settings.give_up_on_rebuild {
                     // The old producer is purged: nothing of these records is left in
-                    // flight, so their source may retry them in any order it likes.
+                    // flight, so their source may retry them in any order it likes. A
+                    // record Kafka rejected for good stays until its dead letter is written
+                    // (handed back, its rejections would be forgotten and it would never
+                    // die).
                     let unacked: Vec<u64> = pending.sequences().collect();
                     for sequence in unacked {
+                        let rejected = pending
+                            .get(sequence)
+                            .is_some_and(|item| item.permanent_failures > 0);
+                        if rejected {
+                            continue;
+                        }
                         if let Some(mut item) = pending.remove(sequence) {
                             item.ticket.gave_up(&request.reason);
                             on_delivered(item.ticket);
                         }
                     }
-                    waiting_for_resend.clear();
                     InFlightChanged {
                         in_flight: pending.len(),
                     }
                     .emit(metrics);
-                } else {
-                    for item in pending.values_mut() {
-                        item.sent_at = None;
-                    }
-                    waiting_for_resend = pending.sequences().collect();
+                }
+                for item in pending.values_mut() {
+                    item.sent_at = None;
+                }
+                waiting_for_resend = pending.sequences().collect();
+                if !waiting_for_resend.is_empty() {
                     resend_timer = Some(Box::pin(tokio::time::sleep(request.resend_after)));
                 }
             }

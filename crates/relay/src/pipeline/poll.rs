@@ -104,14 +104,9 @@ pub(super) async fn run_poll_relay(
     metrics: &Arc<Metrics>,
     controller: &ShutdownController,
 ) -> Result<RelaySummary, RelayError> {
-    let columns = config.source.poll.columns.poll_columns();
-    let tables: Arc<[PolledTable]> = config
-        .outbox
-        .iter()
-        .map(|table| PolledTable {
-            name: Arc::new(table.table.clone()),
-            poller: Poller::for_relay_table(&table.table, &table.column_mapping(), &columns),
-        })
+    let tables: Arc<[PolledTable]> = polled_tables(config)
+        .into_iter()
+        .map(|(name, poller)| PolledTable { name, poller })
         .collect();
     let mut claims_connection = PollConnection::new(config, "claims");
     let Some(conn) = claims_connection.connect_at_startup(controller).await? else {
@@ -641,14 +636,38 @@ impl PollConnection {
     }
 
     async fn open(&self) -> Result<mysql_async::Conn, BinlogError> {
-        let (mut conn, _tls) =
-            outbox_binlog::connect_to_server(&self.url, &self.tls, self.timeout).await?;
-        conn.query_drop(SESSION_SETUP)
-            .await
-            .map_err(|error| BinlogError::Connection {
-                server: crate::redact::redact_url(&self.url),
-                message: format!("setting up the poll session: {error}"),
-            })?;
-        Ok(conn)
+        open_poll_session(&self.url, &self.tls, self.timeout).await
     }
+}
+
+/// A connection to the source with the poll session set up ([`SESSION_SETUP`]): the
+/// poll source's, and the `poll` commands'.
+pub(crate) async fn open_poll_session(
+    url: &str,
+    tls: &outbox_binlog::TlsOptions,
+    timeout: Duration,
+) -> Result<mysql_async::Conn, BinlogError> {
+    let (mut conn, _tls) = outbox_binlog::connect_to_server(url, tls, timeout).await?;
+    conn.query_drop(SESSION_SETUP)
+        .await
+        .map_err(|error| BinlogError::Connection {
+            server: crate::redact::redact_url(url),
+            message: format!("setting up the poll session: {error}"),
+        })?;
+    Ok(conn)
+}
+
+/// The configured outbox tables with their pollers, in config order.
+pub(crate) fn polled_tables(config: &RelayConfig) -> Vec<(Arc<TableName>, Poller)> {
+    let columns = config.source.poll.columns.poll_columns();
+    config
+        .outbox
+        .iter()
+        .map(|table| {
+            (
+                Arc::new(table.table.clone()),
+                Poller::for_relay_table(&table.table, &table.column_mapping(), &columns),
+            )
+        })
+        .collect()
 }

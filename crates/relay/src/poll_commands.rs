@@ -1,0 +1,125 @@
+//! `outbox-relay poll status|replay`: the outbox rows' delivery states in poll mode.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use outbox_poll::ReplaySelection;
+
+use crate::cli::PollAction;
+use crate::config::RelayConfig;
+use crate::pipeline::{open_poll_session, polled_tables};
+
+/// Runs a `poll` action; returns the exit code.
+pub async fn poll_command(action: PollAction, out: &mut dyn Write) -> anyhow::Result<i32> {
+    match action {
+        PollAction::Status { config } => {
+            let config = load(&config)?;
+            let mut conn = connect(&config).await?;
+            for (table, poller) in polled_tables(&config) {
+                let status = poller
+                    .status(&mut conn)
+                    .await
+                    .with_context(|| format!("reading the poll states of {table}"))?;
+                let line = serde_json::json!({
+                    "table": table.to_string(),
+                    "pending": status.pending,
+                    "processing": status.processing,
+                    "dead": status.dead,
+                    "oldest_due_wait_seconds": status.oldest_due_wait.as_secs_f64(),
+                });
+                writeln!(out, "{line}")?;
+            }
+            Ok(0)
+        }
+        PollAction::Replay {
+            config,
+            id,
+            all,
+            since,
+        } => {
+            let selection = match (id, all, since) {
+                (Some(id), _, _) => ReplaySelection::Id(id),
+                (None, true, _) => ReplaySelection::All,
+                (None, false, Some(since)) => ReplaySelection::Since(checked_utc_time(&since)?),
+                (None, false, None) => {
+                    bail!("say which DEAD rows to replay: --id ID, --all or --since 'YYYY-MM-DD HH:MM:SS'")
+                }
+            };
+            let config = load(&config)?;
+            let mut conn = connect(&config).await?;
+            for (table, poller) in polled_tables(&config) {
+                let replayed = poller
+                    .replay(&mut conn, &selection)
+                    .await
+                    .with_context(|| format!("replaying DEAD rows of {table}"))?;
+                let line = serde_json::json!({"table": table.to_string(), "replayed": replayed});
+                writeln!(out, "{line}")?;
+            }
+            Ok(0)
+        }
+    }
+}
+
+fn load(path: &Path) -> anyhow::Result<RelayConfig> {
+    let config = RelayConfig::load(path)?;
+    if config.source.mode != crate::poll_config::SourceMode::Poll {
+        bail!(
+            "{}: [source] mode is \"binlog\"; `poll` commands read the poll-mode columns of a relay with mode = \"poll\"",
+            path.display()
+        );
+    }
+    Ok(config)
+}
+
+async fn connect(config: &RelayConfig) -> anyhow::Result<mysql_async::Conn> {
+    open_poll_session(
+        &config.source.connection_url(),
+        &config.source.tls_options(),
+        Duration::from_millis(config.source.connect_timeout_ms),
+    )
+    .await
+    .with_context(|| format!("connecting to {}", config.source.redacted_url()))
+}
+
+/// `YYYY-MM-DD HH:MM:SS` (the server would read anything else as a zero date and replay
+/// every DEAD row).
+fn checked_utc_time(text: &str) -> anyhow::Result<String> {
+    let bytes = text.as_bytes();
+    let shape_ok = bytes.len() == 19
+        && bytes.iter().enumerate().all(|(index, byte)| match index {
+            4 | 7 => *byte == b'-',
+            10 => *byte == b' ',
+            13 | 16 => *byte == b':',
+            _ => byte.is_ascii_digit(),
+        });
+    if !shape_ok {
+        bail!(
+            "--since `{text}` is not a UTC time `YYYY-MM-DD HH:MM:SS`, e.g. `2026-12-06 17:30:00`"
+        );
+    }
+    Ok(text.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_takes_only_a_full_utc_time() {
+        assert_eq!(
+            checked_utc_time("2026-12-06 17:30:00").unwrap(),
+            "2026-12-06 17:30:00"
+        );
+        for bad in [
+            "2026-12-06",
+            "2026-12-06T17:30:00Z",
+            "yesterday",
+            "2026-12-06 17:30:0x",
+        ] {
+            let error = checked_utc_time(bad).unwrap_err().to_string();
+            assert!(error.contains("YYYY-MM-DD HH:MM:SS"), "{error}");
+        }
+    }
+}
