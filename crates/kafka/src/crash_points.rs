@@ -9,12 +9,19 @@
 //! calls [`std::process::abort`] (no destructors, no final checkpoint, no flush: the same as
 //! a crash). Unset (the only setting in production), each check is one relaxed atomic load.
 //!
-//! The two points are the seeds' failure tests 1 and 2:
+//! `OUTBOX_RELAY_PAUSE_AT=NAME:MS` instead makes the relay wait MS milliseconds the first
+//! time it reaches the point (a stall at an exact step, for fencing tests); the caller
+//! sleeps ([`pause_once_if_armed`]).
+//!
+//! The points (the first two are the seeds' failure tests 1 and 2):
 //! * `before-publish`: a record was routed but not yet handed to the Kafka producer. After a
 //!   restart the event must be delivered (it was never acked, so the checkpoint is behind it).
 //! * `before-checkpoint-commit`: Kafka acknowledged records, and the committer is about to
 //!   store the checkpoint that covers them. After a restart they are delivered again with the
 //!   same `id` (at-least-once), and the checkpoint then moves past them.
+//! * `before-poll-mark`: poll mode; Kafka acknowledged a claim's records and the relay is
+//!   about to mark the rows SENT. After the lease ends they are published again with the
+//!   same `id`, then marked.
 
 use std::sync::OnceLock;
 
@@ -28,6 +35,8 @@ pub enum CrashPoint {
     BeforePublish,
     /// Right after acked records became committable, before the checkpoint is stored.
     BeforeCheckpointCommit,
+    /// Poll mode: a claim's records are acked, its rows not marked yet.
+    BeforePollMark,
 }
 
 impl CrashPoint {
@@ -36,6 +45,7 @@ impl CrashPoint {
         match self {
             CrashPoint::BeforePublish => "before-publish",
             CrashPoint::BeforeCheckpointCommit => "before-checkpoint-commit",
+            CrashPoint::BeforePollMark => "before-poll-mark",
         }
     }
 
@@ -44,6 +54,7 @@ impl CrashPoint {
         [
             CrashPoint::BeforePublish,
             CrashPoint::BeforeCheckpointCommit,
+            CrashPoint::BeforePollMark,
         ]
         .into_iter()
         .find(|point| point.name() == text.trim())
@@ -63,7 +74,7 @@ fn armed() -> Option<CrashPoint> {
             ),
             None => tracing::warn!(
                 value = %text,
-                "{CRASH_AT_VARIABLE} names no crash point (before-publish, before-checkpoint-commit); ignored"
+                "{CRASH_AT_VARIABLE} names no crash point (before-publish, before-checkpoint-commit, before-poll-mark); ignored"
             ),
         }
         point
@@ -82,6 +93,48 @@ pub fn crash_if_armed(point: CrashPoint) {
     }
 }
 
+/// The environment variable that arms a pause point: `NAME:MILLISECONDS`.
+pub const PAUSE_AT_VARIABLE: &str = "OUTBOX_RELAY_PAUSE_AT";
+
+/// The armed pause point and its length, read once from the environment.
+fn armed_pause() -> Option<(CrashPoint, std::time::Duration)> {
+    static ARMED: OnceLock<Option<(CrashPoint, std::time::Duration)>> = OnceLock::new();
+    *ARMED.get_or_init(|| {
+        let text = std::env::var(PAUSE_AT_VARIABLE).ok()?;
+        let parsed = text.split_once(':').and_then(|(name, millis)| {
+            Some((
+                CrashPoint::parse(name)?,
+                std::time::Duration::from_millis(millis.trim().parse().ok()?),
+            ))
+        });
+        match parsed {
+            Some((point, pause)) => tracing::warn!(
+                pause_point = point.name(),
+                pause_ms = pause.as_millis() as u64,
+                "{PAUSE_AT_VARIABLE} is set: this process will stall on purpose once (failure tests only)"
+            ),
+            None => tracing::warn!(value = %text, "{PAUSE_AT_VARIABLE} is not NAME:MILLISECONDS of a known point; ignored"),
+        }
+        parsed
+    })
+}
+
+/// How long to pause if `point` is the armed pause point and this is the first time it
+/// is reached (logged); `None` otherwise.
+pub fn pause_once_if_armed(point: CrashPoint) -> Option<std::time::Duration> {
+    static PAUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let (armed, pause) = armed_pause()?;
+    if armed != point || PAUSED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return None;
+    }
+    tracing::warn!(
+        pause_point = point.name(),
+        pause_ms = pause.as_millis() as u64,
+        "pause point reached ({PAUSE_AT_VARIABLE}): stalling"
+    );
+    Some(pause)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,6 +144,7 @@ mod tests {
         for point in [
             CrashPoint::BeforePublish,
             CrashPoint::BeforeCheckpointCommit,
+            CrashPoint::BeforePollMark,
         ] {
             assert_eq!(CrashPoint::parse(point.name()), Some(point));
         }

@@ -27,9 +27,12 @@ pub enum RowOutcome {
     Failed(String),
 }
 
-/// A claim whose every row was settled: mark it ([`crate::Poller::settle`]).
+/// A claim whose every row was settled: mark it ([`crate::Poller::settle`]), then tell the
+/// ledger ([`ClaimLedger::marked`]); its lease is renewed until then.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SettledClaim {
+    /// The ledger's number for the claim.
+    pub number: u64,
     /// Which configured table (the caller's index).
     pub table: usize,
     /// The claim, with its token.
@@ -49,6 +52,9 @@ pub struct ClaimLedger {
     next_claim: u64,
     /// Rows claimed and not settled yet, over every open claim: the caller bounds it.
     rows_in_flight: usize,
+    /// Settled claims not marked yet, by number: (table, token). Their leases are renewed
+    /// too, or a slow mark would let another relay publish them again.
+    marking: BTreeMap<u64, (usize, String)>,
 }
 
 /// A claim being published.
@@ -138,7 +144,10 @@ impl ClaimLedger {
         };
         let dead = rows_of(dead);
         let failed = rows_of(failed);
+        self.marking
+            .insert(ticket.claim, (table, claim.token.clone()));
         Some(SettledClaim {
+            number: ticket.claim,
             table,
             claim,
             dead,
@@ -151,14 +160,22 @@ impl ClaimLedger {
         self.rows_in_flight
     }
 
-    /// The tokens of the open claims, by table: their leases need renewing.
+    /// A settled claim was marked: its lease needs no renewing any more.
+    pub fn marked(&mut self, number: u64) {
+        self.marking.remove(&number);
+    }
+
+    /// The tokens of the claims being published or marked, by table: their leases need
+    /// renewing.
     pub fn open_tokens(&self) -> BTreeMap<usize, Vec<String>> {
         let mut tokens: BTreeMap<usize, Vec<String>> = BTreeMap::new();
-        for open in self.open.values() {
-            tokens
-                .entry(open.table)
-                .or_default()
-                .push(open.claim.token.clone());
+        let open = self
+            .open
+            .values()
+            .map(|open| (open.table, &open.claim.token));
+        let marking = self.marking.values().map(|(table, token)| (*table, token));
+        for (table, token) in open.chain(marking) {
+            tokens.entry(table).or_default().push(token.clone());
         }
         tokens
     }
@@ -210,6 +227,13 @@ mod tests {
         assert_eq!(settled.dead[0].1, "too large");
         assert!(settled.failed.is_empty());
         assert_eq!(ledger.rows_in_flight(), 0);
+        // Renewed until marked.
+        assert_eq!(
+            ledger.open_tokens(),
+            BTreeMap::from([(0, vec!["t1".to_owned(), "t0".to_owned()])])
+        );
+        ledger.marked(alone.number);
+        ledger.marked(settled.number);
         assert!(ledger.open_tokens().is_empty());
     }
 

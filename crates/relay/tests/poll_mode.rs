@@ -365,3 +365,145 @@ async fn a_poison_row_dies_into_the_dlq_and_replays_with_its_id_after_the_fix() 
     assert_eq!(letters.len(), 1, "one dead letter: the replay delivered");
     relay.stop_gracefully("end of test").await;
 }
+
+/// Inserts `count` events of distinct aggregates in one transaction; returns their ids.
+async fn insert_events(conn: &mut mysql_async::Conn, prefix: &str, count: usize) -> Vec<String> {
+    let ids: Vec<String> = (0..count).map(|n| format!("{prefix}-{n}")).collect();
+    let mut tx = conn
+        .start_transaction(mysql_async::TxOpts::default())
+        .await
+        .expect("begin");
+    for (n, id) in ids.iter().enumerate() {
+        tx.exec_drop(
+            "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+             VALUES (?, 'order', ?, 'created', '{}')",
+            (id, format!("{prefix}-order-{n}")),
+        )
+        .await
+        .expect("insert");
+    }
+    tx.commit().await.expect("commit");
+    ids
+}
+
+/// How many records carry each of `ids` on the order topic (read until every id came
+/// `copies` times, or the limit).
+async fn copies_of(broker: &str, db: &ScratchMariadb, ids: &[String], copies: usize) -> Vec<usize> {
+    let wanted = ids.len() * copies;
+    let records = read_all(
+        broker,
+        &[&topic_for(db, "order")],
+        ReadStop::Count(wanted),
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("read");
+    ids.iter()
+        .map(|id| {
+            records
+                .iter()
+                .filter(|r| r.header_str("id").as_deref() == Some(id))
+                .count()
+        })
+        .collect()
+}
+
+/// Waits until `relay`'s log contains `needle`.
+async fn wait_for_log(relay: &Relay, needle: &str, limit: Duration) {
+    let started = Instant::now();
+    while !relay.log().contains(needle) {
+        assert!(
+            started.elapsed() < limit,
+            "no `{needle}` in the log after {limit:?}:\n{}",
+            relay.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Contract test 3: a relay killed after Kafka acked its records and before it marked the
+/// rows: after the lease ends they are published again with the same ids (nothing lost),
+/// then marked SENT on their second attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_killed_between_publish_and_mark_publishes_again_with_the_same_ids() {
+    let (db, broker) = start_shop_database_and_broker().await;
+    add_poll_columns(&db).await;
+    let setup = poll_setup(
+        &db,
+        &broker.bootstrap(),
+        &["interval_ms = 50", "lease_ms = 2000"],
+    );
+    let mut relay = Relay::prepare(&setup);
+    let mut conn = db.conn().await.expect("connect");
+    let ids = insert_events(&mut conn, "crash", 5).await;
+    relay.start_with_env(&[("OUTBOX_RELAY_CRASH_AT", "before-poll-mark")]);
+    let status = relay.wait_for_exit(Duration::from_secs(30)).await;
+    assert!(!status.success(), "the crash point aborts the relay");
+    assert_eq!(
+        copies_of(&broker.bootstrap(), &db, &ids, 1).await,
+        vec![1; 5],
+        "published before the crash"
+    );
+    assert_eq!(
+        statuses(&mut conn).await,
+        [("PROCESSING".to_owned(), 5)],
+        "not marked"
+    );
+
+    relay.start();
+    wait_all_sent(&mut conn, &relay, 5, Duration::from_secs(30)).await;
+    assert_eq!(
+        copies_of(&broker.bootstrap(), &db, &ids, 2).await,
+        vec![2; 5],
+        "published again, same ids"
+    );
+    let attempts: Vec<u32> = conn
+        .query("SELECT poll_attempts FROM shop.outbox ORDER BY poll_seq")
+        .await
+        .expect("query");
+    assert_eq!(attempts, vec![2; 5]);
+    relay.stop_gracefully("end of test").await;
+}
+
+/// Contract test 2: a relay stalls (SIGSTOP) past its lease with a claim acked but not
+/// marked; another relay reclaims the rows, publishes and marks them; the stalled relay's
+/// mark is refused by the fencing token, and its publish was a duplicate with the same ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_relays_mark_is_fenced_after_another_relay_reclaimed_its_rows() {
+    let (db, broker) = start_shop_database_and_broker().await;
+    add_poll_columns(&db).await;
+    let setup = poll_setup(
+        &db,
+        &broker.bootstrap(),
+        &["interval_ms = 50", "lease_ms = 2000"],
+    );
+    let mut stalled = Relay::prepare(&setup);
+    let mut other = Relay::prepare(&setup);
+    let mut conn = db.conn().await.expect("connect");
+    let ids = insert_events(&mut conn, "fence", 3).await;
+    stalled.start_with_env(&[("OUTBOX_RELAY_PAUSE_AT", "before-poll-mark:8000")]);
+    wait_for_log(&stalled, "pause point reached", Duration::from_secs(30)).await;
+    stalled.send_signal("STOP");
+    other.start();
+    wait_all_sent(&mut conn, &other, 3, Duration::from_secs(30)).await;
+    stalled.send_signal("CONT");
+    wait_for_log(
+        &stalled,
+        "reclaimed after its lease ended",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(
+        stalled.log().contains("fenced=3"),
+        "{}",
+        stalled.log_tail(20)
+    );
+    assert_eq!(
+        copies_of(&broker.bootstrap(), &db, &ids, 2).await,
+        vec![2; 3],
+        "the stalled publish is a duplicate, same ids"
+    );
+    assert_eq!(statuses(&mut conn).await, [("SENT".to_owned(), 3)]);
+    stalled.stop_gracefully("end of test").await;
+    other.stop_gracefully("end of test").await;
+}

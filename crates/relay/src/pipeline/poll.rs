@@ -7,8 +7,8 @@
 //! * **At least once, same id.** A row is marked SENT only after Kafka acked its record. A
 //!   relay that dies between publish and mark leaves the row PROCESSING; when its lease
 //!   ends any relay claims it again and publishes it again with the same id.
-//! * **Leases hold while publishing.** The claims this relay is still publishing have
-//!   their lease renewed every third of `lease_ms` (task `poll-leases`, which also returns
+//! * **Leases hold while publishing.** The claims this relay is still publishing or marking
+//!   have their lease renewed every third of `lease_ms` (task `poll-leases`, which also returns
 //!   rows of expired leases, anyone's, to PENDING and deletes SENT rows past the
 //!   retention). So a lease ends only for a relay that stopped or lost the database.
 //! * **Per-key order.** A claim takes only the oldest unsent row of an aggregate
@@ -196,6 +196,7 @@ pub(super) async fn run_poll_relay(
         "poll-settle",
         run_settle(
             tables.clone(),
+            ledger.clone(),
             RetryPolicy {
                 max_attempts: config.source.poll.max_attempts,
                 initial: Duration::from_millis(config.source.poll.retry_initial_backoff_ms),
@@ -401,6 +402,7 @@ fn route_claimed(
 /// (the channel closes) and every claim received was marked.
 async fn run_settle(
     tables: Arc<[PolledTable]>,
+    ledger: SharedLedger,
     retry: RetryPolicy,
     mut connection: PollConnection,
     mut settled: mpsc::UnboundedReceiver<SettledClaim>,
@@ -414,12 +416,19 @@ async fn run_settle(
         let Some(table) = tables.get(claim.table) else {
             continue;
         };
+        crate::crash_points::crash_if_armed(crate::crash_points::CrashPoint::BeforePollMark);
+        if let Some(pause) = crate::crash_points::pause_once_if_armed(
+            crate::crash_points::CrashPoint::BeforePollMark,
+        ) {
+            tokio::time::sleep(pause).await;
+        }
         loop {
             let Some(conn) = connection.get(&mut shutdown).await? else {
                 return Ok(());
             };
             match table.poller.settle(conn, &claim, &retry).await {
                 Ok(outcome) => {
+                    lock_ledger(&ledger).marked(claim.number);
                     if outcome.retrying + outcome.dead > 0 {
                         tracing::warn!(
                             table = %table.name,
