@@ -1,5 +1,7 @@
 //! Claim, mark, expire: the poller's statements.
 
+use std::collections::HashMap;
+
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row, TxOpts, Value};
 use outbox_writer::OutboxTable;
@@ -43,10 +45,22 @@ pub struct Poller {
     quoted_next_attempt: String,
 }
 
-/// The statement run on every poller connection before its first claim: TIMESTAMP columns
-/// in UTC (the row image's seconds since the epoch). Text comes as utf8mb4, the client
-/// library's connection character set.
-pub const SESSION_SETUP: &str = "SET time_zone = '+00:00'";
+/// The claim query's extra column: how many older rows of the row's aggregate are unsent.
+const OLDER_UNSENT_COLUMN: &str = "outbox_poll_older_unsent";
+
+/// The statements run on every poller connection before its first claim: TIMESTAMP columns
+/// in UTC (the row image's seconds since the epoch), and READ COMMITTED: the mark, lease
+/// and expiry UPDATEs scan the PROCESSING rows of every relay, and under REPEATABLE READ
+/// they would keep every scanned row locked (three relays measured: marks deadlocking
+/// and waiting, 40 rows/s); under READ COMMITTED a row that does not match is unlocked at
+/// once and no gap is locked. The claim stays sound: its locking read sees the latest
+/// committed rows, and its subqueries a snapshot at least as new as the statement. Text
+/// comes as utf8mb4, the client library's connection character set.
+pub const SESSION_SETUP: &[&str] = &[
+    "SET time_zone = '+00:00'",
+    // MySQL 8 and MariaDB name the variable differently; this statement is both's.
+    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+];
 
 /// The claim's own columns, by name (unquoted).
 #[derive(Debug, Clone)]
@@ -228,13 +242,21 @@ impl Poller {
         let sent = RowStatus::Sent.as_str();
         Self {
             table_name: display_name,
+            // A row is a candidate when no older row of its aggregate is PROCESSING or
+            // backing off; `older_unsent` (a consistent read) lets the caller keep only
+            // rows whose every older unsent sibling it selected too (see `claim_rows`).
             select_claimable: format!(
-                "SELECT o.* FROM {name} o \
+                "SELECT o.*, (SELECT COUNT(*) FROM {name} e \
+                   WHERE e.{aggregate_id} = o.{aggregate_id} AND e.{aggregate_type} = o.{aggregate_type} \
+                   AND e.{status} IN ('{pending}', '{processing}') AND e.{seq} < o.{seq}) AS {older} \
+                 FROM {name} o \
                  WHERE o.{status} = '{pending}' AND o.{next} <= NOW(6) \
                  AND NOT EXISTS (SELECT 1 FROM {name} e \
                    WHERE e.{aggregate_id} = o.{aggregate_id} AND e.{aggregate_type} = o.{aggregate_type} \
-                   AND e.{status} IN ('{pending}', '{processing}') AND e.{seq} < o.{seq}) \
-                 ORDER BY o.{seq} LIMIT ? FOR UPDATE SKIP LOCKED"
+                   AND e.{seq} < o.{seq} \
+                   AND (e.{status} = '{processing}' OR (e.{status} = '{pending}' AND e.{next} > NOW(6)))) \
+                 ORDER BY o.{seq} LIMIT ? FOR UPDATE SKIP LOCKED",
+                older = quote(OLDER_UNSENT_COLUMN),
             ),
             update_claimed_prefix: format!(
                 "UPDATE {name} SET {status} = '{processing}', {attempts} = {attempts} + 1, \
@@ -327,10 +349,29 @@ impl Poller {
         let mut rows = Vec::with_capacity(selected.len());
         let mut images = Vec::with_capacity(selected.len());
         if let Some(first) = selected.first() {
-            let names = column_names(first.columns_ref());
+            let mut names = column_names(first.columns_ref()).to_vec();
+            // The last column is the count of older unsent siblings, not the table's.
+            names.pop();
+            let names: outbox_binlog::ColumnNames = names.into();
             let positions = self.state_positions(&names)?;
-            for row in selected {
+            let older_at = names.len();
+            // Per aggregate: how many older siblings this claim took, and whether one was
+            // left out (locked by another claim, or past the LIMIT): then no younger row of
+            // the aggregate may be taken, or two relays would publish one key at once.
+            let mut taken: HashMap<(String, String), (u64, bool)> = HashMap::new();
+            for mut row in selected {
+                let older_unsent: u64 = row.take(older_at).ok_or_else(|| PollError::BadRow {
+                    table: self.table_name.clone(),
+                    message: "a claimed row lacks its older-siblings count".to_owned(),
+                })?;
                 let claimed = self.claimed_row(&row, &positions)?;
+                let key = (claimed.aggregate_type.clone(), claimed.aggregate_id.clone());
+                let (count, blocked) = taken.entry(key).or_insert((0, false));
+                if *blocked || older_unsent != *count {
+                    *blocked = true;
+                    continue;
+                }
+                *count += 1;
                 let image = row_image(row, &names).map_err(|message| PollError::BadRow {
                     table: self.table_name.clone(),
                     message: format!("event {}: {message}", claimed.event_id),

@@ -25,14 +25,15 @@ pub(crate) fn column_names(columns: &[Column]) -> ColumnNames {
         .into()
 }
 
-/// `row` as the router's row image with `names`; `Err` names the column that does not
-/// convert and why.
+/// `row` as the router's row image with `names` (its first `names.len()` columns); `Err`
+/// names the column that does not convert and why.
 pub(crate) fn row_image(row: SqlRow, names: &ColumnNames) -> Result<Row, String> {
     let columns: Arc<[Column]> = row.columns();
     let values = row
         .unwrap_raw()
         .into_iter()
         .zip(columns.iter())
+        .take(names.len())
         .map(|(value, column)| {
             column_value(value.unwrap_or(SqlValue::NULL), column).map_err(|problem| {
                 format!(

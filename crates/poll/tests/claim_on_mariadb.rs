@@ -58,7 +58,7 @@ async fn status_of(conn: &mut mysql_async::Conn, id: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claims_take_the_oldest_unsent_row_of_each_aggregate_in_order() {
+async fn a_claim_takes_each_aggregates_unsent_rows_in_order_and_blocks_them_meanwhile() {
     let (db, poller) = poll_table().await;
     let mut conn = db.conn().await.unwrap();
     check_server(&mut conn)
@@ -77,7 +77,7 @@ async fn claims_take_the_oldest_unsent_row_of_each_aggregate_in_order() {
     let mut other = db.conn().await.unwrap();
     let mut rounds = Vec::new();
     loop {
-        let claim = poller.claim(&mut conn, 100, LEASE).await.expect("claim");
+        let claim = poller.claim(&mut conn, 4, LEASE).await.expect("claim");
         if claim.rows.is_empty() {
             break;
         }
@@ -92,7 +92,9 @@ async fn claims_take_the_oldest_unsent_row_of_each_aggregate_in_order() {
             (claim.rows.len() as u64, 0)
         );
     }
-    assert_eq!(rounds, ["a1,b1,c1", "a2,b2", "a3"]);
+    // Oldest first, several rows of one aggregate in one claim; the rows past the LIMIT
+    // wait for the next claim, since an older row of theirs is out.
+    assert_eq!(rounds, ["a1,b1,a2,c1", "b2,a3"]);
     for id in ["a1", "a2", "a3", "b1", "b2", "c1"] {
         assert_eq!(status_of(&mut conn, id).await, "SENT", "{id}");
     }
@@ -118,11 +120,12 @@ async fn a_claimer_skips_rows_another_transaction_holds_and_keeps_their_aggregat
         started.elapsed() < Duration::from_secs(5),
         "the claim waited for the lock instead of skipping"
     );
-    // a1 is skipped (locked), and a2 is not claimable while a1 is unsent.
+    // a1 is skipped (locked), and a2 is not claimable while a1 is unsent and not in this
+    // claim.
     assert_eq!(ids(&claim), ["b1", "c1"]);
     held.rollback().await.unwrap();
     let next = poller.claim(&mut conn, 100, LEASE).await.expect("claim");
-    assert_eq!(ids(&next), ["a1"]);
+    assert_eq!(ids(&next), ["a1", "a2"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -335,27 +338,31 @@ async fn a_dead_row_does_not_block_its_aggregate_and_replay_all_revives_every_de
     for (aggregate, name) in [("a", "a1"), ("a", "a2"), ("b", "b1")] {
         insert(&mut conn, aggregate, name).await;
     }
-    let claim = poller.claim(&mut conn, 10, LEASE).await.unwrap();
-    assert_eq!(ids(&claim), ["a1", "b1"]);
-    for row in &claim.rows {
-        let outcome = poller
-            .record_failure(
-                &mut conn,
-                &claim,
-                row,
-                &Failure {
-                    error: "rejected for good",
-                    permanent: true,
-                    max_attempts: 10,
-                    delay: Duration::ZERO,
-                },
-            )
-            .await
-            .unwrap();
-        assert_eq!(outcome, FailureOutcome::Dead);
-    }
+    let dies = |error| Failure {
+        error,
+        permanent: true,
+        max_attempts: 10,
+        delay: Duration::ZERO,
+    };
+    let claim = poller.claim(&mut conn, 1, LEASE).await.unwrap();
+    assert_eq!(ids(&claim), ["a1"]);
+    let outcome = poller
+        .record_failure(
+            &mut conn,
+            &claim,
+            &claim.rows[0],
+            &dies("rejected for good"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, FailureOutcome::Dead);
     let next = poller.claim(&mut conn, 10, LEASE).await.unwrap();
-    assert_eq!(ids(&next), ["a2"], "a dead a1 must not hold a2 back");
+    assert_eq!(ids(&next), ["a2", "b1"], "a dead a1 must not hold a2 back");
+    let outcome = poller
+        .record_failure(&mut conn, &next, &next.rows[1], &dies("rejected for good"))
+        .await
+        .unwrap();
+    assert_eq!(outcome, FailureOutcome::Dead);
     assert_eq!(
         poller
             .replay(&mut conn, &ReplaySelection::All)
@@ -403,9 +410,9 @@ async fn cleanup_deletes_only_sent_rows_past_the_retention_in_batches() {
 async fn claimed_rows_come_with_typed_images_and_settle_as_sent_or_dead() {
     let (db, poller) = poll_table().await;
     let mut conn = db.conn().await.unwrap();
-    conn.query_drop(outbox_poll::SESSION_SETUP)
-        .await
-        .expect("session setup");
+    for &statement in outbox_poll::SESSION_SETUP {
+        conn.query_drop(statement).await.expect("session setup");
+    }
     // Columns of the types an outbox table carries, beside the preset's.
     conn.query_drop(
         "ALTER TABLE shop.outbox ADD COLUMN tenant INT UNSIGNED NULL, \
@@ -537,4 +544,27 @@ async fn claimed_rows_come_with_typed_images_and_settle_as_sent_or_dead() {
         last_error_of(&mut conn, "e3").await.as_deref(),
         Some("no ack for 30s")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_backing_off_holds_its_aggregates_younger_rows_back() {
+    let (db, poller) = poll_table().await;
+    let mut conn = db.conn().await.unwrap();
+    for (aggregate, name) in [("a", "a1"), ("a", "a2"), ("b", "b1")] {
+        insert(&mut conn, aggregate, name).await;
+    }
+    let claim = poller.claim(&mut conn, 1, LEASE).await.unwrap();
+    assert_eq!(ids(&claim), ["a1"]);
+    let outcome = poller
+        .record_failure(
+            &mut conn,
+            &claim,
+            &claim.rows[0],
+            &transient("no ack", 10, Duration::from_secs(60)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, FailureOutcome::Retrying);
+    let next = poller.claim(&mut conn, 10, LEASE).await.unwrap();
+    assert_eq!(ids(&next), ["b1"], "a2 waits for a1's retry");
 }

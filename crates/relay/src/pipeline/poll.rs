@@ -657,12 +657,14 @@ pub(crate) async fn open_poll_session(
     timeout: Duration,
 ) -> Result<mysql_async::Conn, BinlogError> {
     let (mut conn, _tls) = outbox_binlog::connect_to_server(url, tls, timeout).await?;
-    conn.query_drop(SESSION_SETUP)
-        .await
-        .map_err(|error| BinlogError::Connection {
-            server: crate::redact::redact_url(url),
-            message: format!("setting up the poll session: {error}"),
-        })?;
+    for &statement in SESSION_SETUP {
+        conn.query_drop(statement)
+            .await
+            .map_err(|error| BinlogError::Connection {
+                server: crate::redact::redact_url(url),
+                message: format!("setting up the poll session (`{statement}`): {error}"),
+            })?;
+    }
     Ok(conn)
 }
 
