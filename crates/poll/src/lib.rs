@@ -30,6 +30,7 @@ mod claim;
 mod columns;
 mod ddl;
 mod error;
+pub mod internal_events;
 mod ledger;
 mod retry;
 mod server;

@@ -172,6 +172,9 @@ impl Metrics {
             tracing::warn!(%error, "Kafka checkpoint store metrics not registered");
         }
         // The binlog reader's counters (events, bytes, rows, commits, heartbeats, errors).
+        if let Err(error) = outbox_poll::internal_events::register_metrics(&registry) {
+            tracing::warn!(%error, "poll source metrics not registered");
+        }
         if let Err(error) = outbox_binlog::register_metrics(&registry) {
             tracing::warn!(%error, "binlog reader metrics not registered");
         }

@@ -66,11 +66,13 @@ async fn wait_all_sent(
 async fn committed_rows_are_published_and_marked_sent_rolled_back_ones_never() {
     let (db, broker) = start_shop_database_and_broker().await;
     add_poll_columns(&db).await;
-    let setup = poll_setup(
+    let mut setup = poll_setup(
         &db,
         &broker.bootstrap(),
         &["interval_ms = 50", "lease_ms = 5000"],
     );
+    let listen = free_loopback_address();
+    setup.metrics_listen = Some(listen.clone());
     let mut relay = Relay::prepare(&setup);
     relay.start();
     let mut writer = ShopWriter::connect(&db, "poll").await;
@@ -120,6 +122,35 @@ async fn committed_rows_are_published_and_marked_sent_rolled_back_ones_never() {
         never_sent, 0,
         "every row SENT on its first attempt under a claim token"
     );
+
+    // The poll metrics count what the table shows, and the relay is ready.
+    let committed = writer.committed.len() as f64;
+    let table = "table=\"shop.outbox\"";
+    let sent_series = format!("outbox_poll_rows_settled_total{{outcome=\"sent\",{table}}}");
+    let started = Instant::now();
+    let metrics = loop {
+        let metrics = scrape_metrics(&listen).await.expect("scrape");
+        if metrics.get(&sent_series) == Some(&committed)
+            || started.elapsed() > Duration::from_secs(20)
+        {
+            break metrics;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let value = |series: &str| metrics.get(series).copied();
+    assert_eq!(
+        value(&format!("outbox_poll_claimed_rows_total{{{table}}}")),
+        Some(committed)
+    );
+    assert_eq!(value(&sent_series), Some(committed));
+    assert_eq!(value("outbox_poll_attempts_count"), Some(committed));
+    assert_eq!(
+        value("outbox_poll_attempts_bucket{le=\"1\"}"),
+        Some(committed),
+        "one attempt each"
+    );
+    let (code, body) = get_readyz(&listen).await.expect("readyz");
+    assert_eq!(code, 200, "{body}");
     relay.stop_gracefully("end of test").await;
 }
 

@@ -25,6 +25,9 @@ use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use outbox_binlog::{BinlogError, BinlogPosition, RowChange, RowOperation, TableName};
+use outbox_poll::internal_events::{
+    BacklogMeasured, ClaimMarked, InternalEvent as PollEvent, LeasesExpired, RowsClaimed,
+};
 use outbox_poll::{
     ClaimLedger, PollError, Poller, RetryPolicy, RowOutcome, RowTicket, SettledClaim, SESSION_SETUP,
 };
@@ -48,6 +51,8 @@ use crate::tasks::spawn_named;
 struct PolledTable {
     /// `database.table`, as the router and the dead letters name it.
     name: Arc<TableName>,
+    /// The same, as metrics label it.
+    label: String,
     /// Claim, mark, renew, expire, clean up.
     poller: Poller,
 }
@@ -106,9 +111,13 @@ pub(super) async fn run_poll_relay(
 ) -> Result<RelaySummary, RelayError> {
     let tables: Arc<[PolledTable]> = polled_tables(config)
         .into_iter()
-        .map(|(name, poller)| PolledTable { name, poller })
+        .map(|(name, poller)| PolledTable {
+            label: name.to_string(),
+            name,
+            poller,
+        })
         .collect();
-    let mut claims_connection = PollConnection::new(config, "claims");
+    let mut claims_connection = PollConnection::new(config, "claims").reporting_health(metrics);
     let Some(conn) = claims_connection.connect_at_startup(controller).await? else {
         return Ok(RelaySummary::default());
     };
@@ -303,6 +312,11 @@ async fn run_claims(
             if claim.rows.is_empty() {
                 continue;
             }
+            RowsClaimed {
+                table: &table.label,
+                rows: claim.rows.len(),
+            }
+            .emit();
             let tickets = lock_ledger(&context.ledger).open(index, claim);
             let batch = route_claimed(&context, table, tickets, images)?;
             tokio::select! {
@@ -429,22 +443,12 @@ async fn run_settle(
             match table.poller.settle(conn, &claim, &retry).await {
                 Ok(outcome) => {
                     lock_ledger(&ledger).marked(claim.number);
-                    if outcome.retrying + outcome.dead > 0 {
-                        tracing::warn!(
-                            table = %table.name,
-                            retrying = outcome.retrying,
-                            dead = outcome.dead,
-                            reason = claim.failed.first().or(claim.dead.first()).map(|(_, reason)| reason.as_str()).unwrap_or(""),
-                            "rows not delivered: back to PENDING with a backoff, or DEAD (dead-lettered, or max_attempts reached)"
-                        );
+                    ClaimMarked {
+                        table: &table.label,
+                        settled: &claim,
+                        outcome: &outcome,
                     }
-                    if outcome.fenced > 0 {
-                        tracing::warn!(
-                            table = %table.name,
-                            fenced = outcome.fenced,
-                            "rows of a claim were reclaimed after its lease ended: their publish was a duplicate (same ids)"
-                        );
-                    }
+                    .emit();
                     break;
                 }
                 Err(error) => {
@@ -493,9 +497,17 @@ async fn run_leases(
             result = async {
                 table.poller.renew_leases(conn, &tokens, lease).await?;
                 let expired = table.poller.expire_leases(conn).await?;
-                if expired > 0 {
-                    tracing::warn!(table = %table.name, rows = expired, "leases ended (a relay stopped or lost the database): the rows are claimable again");
+                LeasesExpired {
+                    table: &table.label,
+                    rows: expired,
                 }
+                .emit();
+                let status = table.poller.status(conn).await?;
+                BacklogMeasured {
+                    table: &table.label,
+                    status: &status,
+                }
+                .emit();
                 if cleanup_due {
                     let deleted = table
                         .poller
@@ -544,6 +556,9 @@ struct PollConnection {
     backoff: Backoff,
     /// Set after a failure: wait this long before reconnecting.
     retry_in: Option<Duration>,
+    /// The claims connection reports the source's readiness (`/readyz`); the others do not,
+    /// so a mark's retry does not flap it.
+    health: Option<Arc<Metrics>>,
 }
 
 impl PollConnection {
@@ -560,7 +575,14 @@ impl PollConnection {
                 Duration::from_millis(config.source.reconnect_max_backoff_ms),
             ),
             retry_in: None,
+            health: None,
         }
+    }
+
+    /// This connection's state is the source's readiness.
+    fn reporting_health(mut self, metrics: &Arc<Metrics>) -> Self {
+        self.health = Some(metrics.clone());
+        self
     }
 
     /// The first connection: transient failures are retried `startup_attempts` times
@@ -576,6 +598,7 @@ impl PollConnection {
             attempts += 1;
             match self.open().await {
                 Ok(conn) => {
+                    self.connected();
                     self.conn = Some(conn);
                     return Ok(self.conn.as_mut());
                 }
@@ -619,9 +642,11 @@ impl PollConnection {
             match self.open().await {
                 Ok(conn) => {
                     self.backoff.reset();
+                    self.connected();
                     self.conn = Some(conn);
                 }
                 Err(error) if error.is_transient() => {
+                    self.retrying(&error.to_string());
                     let delay = self.backoff.next_delay();
                     tracing::warn!(%error, connection = self.purpose, retry_in_ms = delay.as_millis() as u64, "poll source: reconnecting");
                     self.retry_in = Some(delay);
@@ -637,11 +662,24 @@ impl PollConnection {
         if !error.is_transient() {
             return Err(RelayError::Poll(error));
         }
+        self.retrying(&error.to_string());
         let delay = self.backoff.next_delay();
         tracing::warn!(%error, connection = self.purpose, retry_in_ms = delay.as_millis() as u64, "poll source: retrying after a transient failure");
         self.conn = None;
         self.retry_in = Some(delay);
         Ok(())
+    }
+
+    fn connected(&self) {
+        if let Some(metrics) = &self.health {
+            metrics.health.source_connected();
+        }
+    }
+
+    fn retrying(&self, error: &str) {
+        if let Some(metrics) = &self.health {
+            metrics.health.source_retrying(error);
+        }
     }
 
     async fn open(&self) -> Result<mysql_async::Conn, BinlogError> {
