@@ -31,6 +31,19 @@ pub enum PollError {
 }
 
 impl PollError {
+    /// Whether the statement lost a lock conflict (a deadlock InnoDB broke by rolling this
+    /// transaction back, or a lock wait timeout): normal between relays and between a
+    /// relay's claims and marks; retry at once, on the same connection.
+    pub fn is_lock_conflict(&self) -> bool {
+        matches!(
+            self,
+            PollError::Mysql {
+                source: mysql_async::Error::Server(server),
+                ..
+            } if matches!(server.code, 1205 | 1213)
+        )
+    }
+
     /// Whether retrying can help: lost connections, lock waits and deadlocks can; a refused
     /// statement (a missing column, a missing grant) or an old server cannot.
     pub fn is_transient(&self) -> bool {

@@ -220,6 +220,31 @@ async fn the_claim_is_served_by_its_index_without_a_sort() {
             .any(|line| line.contains("outbox_poll_aggregate_idx")),
         "the per-aggregate check does not use its index: {plan:#?}"
     );
+
+    // A windowed claim on a table whose history is mostly SENT reads the PENDING range of
+    // the claim index, not every row below the window's end.
+    for index in 200..2_000 {
+        insert(
+            &mut conn,
+            &format!("agg-{}", index % 50),
+            &format!("e{index}"),
+        )
+        .await;
+    }
+    conn.query_drop("UPDATE shop.outbox SET poll_status = 'SENT' WHERE poll_seq <= 1900")
+        .await
+        .unwrap();
+    conn.query_drop("ANALYZE TABLE shop.outbox").await.unwrap();
+    let explain = format!(
+        "EXPLAIN {}",
+        poller
+            .claim_window_query()
+            .replacen("<= ?", "<= 2000", 1)
+            .replace("LIMIT ?", "LIMIT 100")
+    );
+    let rows: Vec<mysql_async::Row> = conn.query(explain).await.expect("explain");
+    let outer: Option<String> = rows.first().and_then(|row| row.get("key")).flatten();
+    assert_eq!(outer.as_deref(), Some("outbox_poll_claim_idx"));
 }
 
 fn transient(error: &str, max_attempts: u32, delay: Duration) -> Failure<'_> {
@@ -437,7 +462,7 @@ async fn claimed_rows_come_with_typed_images_and_settle_as_sent_or_dead() {
     .await
     .expect("insert");
     let (claim, images) = poller
-        .claim_rows(&mut conn, 10, LEASE)
+        .claim_rows(&mut conn, 10, LEASE, Some(100))
         .await
         .expect("claim");
     assert_eq!(ids(&claim), ["e1", "e2"]);

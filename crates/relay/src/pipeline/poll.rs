@@ -132,6 +132,7 @@ pub(super) async fn run_poll_relay(
 
     let ledger: SharedLedger = Arc::new(Mutex::new(ClaimLedger::new()));
     let capacity_freed = Arc::new(Notify::new());
+    let claims_marked = Arc::new(Notify::new());
     let (settled_tx, settled_rx) = mpsc::unbounded_channel::<SettledClaim>();
     let batch_capacity = config
         .pipeline
@@ -159,6 +160,7 @@ pub(super) async fn run_poll_relay(
                 router,
                 ledger: ledger.clone(),
                 capacity_freed: capacity_freed.clone(),
+                claims_marked: claims_marked.clone(),
                 metrics: metrics.clone(),
                 config: config.clone(),
                 settled: settled_tx.clone(),
@@ -206,6 +208,7 @@ pub(super) async fn run_poll_relay(
         run_settle(
             tables.clone(),
             ledger.clone(),
+            claims_marked,
             RetryPolicy {
                 max_attempts: config.source.poll.max_attempts,
                 initial: Duration::from_millis(config.source.poll.retry_initial_backoff_ms),
@@ -265,10 +268,22 @@ struct ClaimsContext {
     ledger: SharedLedger,
     /// Woken by every settled row: the claim task waits on it at `max_in_flight`.
     capacity_freed: Arc<Notify>,
+    /// Woken by every claim marked: rows of its aggregates may be claimable now.
+    claims_marked: Arc<Notify>,
     metrics: Arc<Metrics>,
     config: RelayConfig,
     /// A claim settled by skipped rows alone goes to the settle task from here.
     settled: mpsc::UnboundedSender<SettledClaim>,
+}
+
+/// How often at most a claim looks past its window (see `Poller::claim_rows`): a claim
+/// without one reads the whole backlog when nothing in it is claimable.
+const FULL_SCAN_EVERY: Duration = Duration::from_secs(10);
+
+/// The PENDING rows a claim of `limit` looks at: enough that rows of aggregates in flight
+/// do not fill it, few enough that a claim that finds nothing stays cheap.
+fn claim_window(limit: u32) -> u32 {
+    limit.saturating_mul(4).max(2_000)
 }
 
 /// Claims due rows table by table, routes them and hands them to the sink; waits
@@ -281,6 +296,7 @@ async fn run_claims(
 ) -> Result<(), RelayError> {
     let poll = &context.config.source.poll;
     let max_in_flight = context.config.pipeline.max_in_flight.max(1);
+    let mut last_full_scan: Option<tokio::time::Instant> = None;
     loop {
         let mut any_full = false;
         for (index, table) in context.tables.iter().enumerate() {
@@ -297,10 +313,27 @@ async fn run_claims(
                 }
             };
             let limit = poll.batch_size.min(u32::try_from(room).unwrap_or(u32::MAX));
-            let claimed = match connection.get(&mut shutdown).await? {
-                None => return Ok(()),
-                Some(conn) => table.poller.claim_rows(conn, limit, poll.lease()).await,
+            let Some(conn) = connection.get(&mut shutdown).await? else {
+                return Ok(());
             };
+            let own_claims_open = !lock_ledger(&context.ledger).open_tokens().is_empty();
+            let mut claimed = table
+                .poller
+                .claim_rows(conn, limit, poll.lease(), Some(claim_window(limit)))
+                .await;
+            // The window's rows all wait behind siblings in flight elsewhere, or back off:
+            // now and then look past it, so they cannot hide claimable rows for long.
+            let window_found_nothing = matches!(&claimed, Ok((claim, _)) if claim.rows.is_empty());
+            if window_found_nothing
+                && !own_claims_open
+                && last_full_scan.is_none_or(|last| last.elapsed() >= FULL_SCAN_EVERY)
+            {
+                last_full_scan = Some(tokio::time::Instant::now());
+                claimed = table
+                    .poller
+                    .claim_rows(conn, limit, poll.lease(), None)
+                    .await;
+            }
             let (claim, images) = match claimed {
                 Ok(claimed) => claimed,
                 Err(error) => {
@@ -325,9 +358,14 @@ async fn run_claims(
             }
         }
         if !any_full {
+            // Rows held back behind this relay's own claims become claimable when those
+            // are marked: claim again then, not a whole interval later.
+            let marked = context.claims_marked.notified();
+            let waiting_for_own_claims = !lock_ledger(&context.ledger).open_tokens().is_empty();
             tokio::select! {
                 _ = shutdown.recv() => return Ok(()),
                 _ = tokio::time::sleep(poll.interval()) => {}
+                _ = marked, if waiting_for_own_claims => {}
             }
         }
     }
@@ -417,6 +455,7 @@ fn route_claimed(
 async fn run_settle(
     tables: Arc<[PolledTable]>,
     ledger: SharedLedger,
+    claims_marked: Arc<Notify>,
     retry: RetryPolicy,
     mut connection: PollConnection,
     mut settled: mpsc::UnboundedReceiver<SettledClaim>,
@@ -443,6 +482,7 @@ async fn run_settle(
             match table.poller.settle(conn, &claim, &retry).await {
                 Ok(outcome) => {
                     lock_ledger(&ledger).marked(claim.number);
+                    claims_marked.notify_one();
                     ClaimMarked {
                         table: &table.label,
                         settled: &claim,
@@ -656,9 +696,15 @@ impl PollConnection {
         }
     }
 
-    /// After a failed statement: a transient error drops the connection (reopened after a
-    /// backoff by the next [`PollConnection::get`]); a definite one stops the relay.
+    /// After a failed statement: a lock conflict is retried at once; another transient
+    /// error drops the connection (reopened after a backoff by the next
+    /// [`PollConnection::get`]); a definite one stops the relay.
     fn failed(&mut self, error: PollError) -> Result<(), RelayError> {
+        if error.is_lock_conflict() {
+            // Deadlocks between claims and marks are part of the protocol: at once again.
+            tracing::debug!(%error, connection = self.purpose, "poll source: lock conflict; retrying at once");
+            return Ok(());
+        }
         if !error.is_transient() {
             return Err(RelayError::Poll(error));
         }
