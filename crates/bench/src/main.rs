@@ -206,7 +206,19 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
         .conn()
         .await
         .context("connecting to the scratch MariaDB")?;
-    for statement in workload.schema() {
+    let mut schema = workload.schema();
+    if options.source == options::Source::Poll {
+        // Before the rows are written, so they are PENDING from the start.
+        let table =
+            outbox_writer::OutboxTable::new("outbox", outbox_writer::ColumnPreset::Debezium)
+                .and_then(|table| table.in_database("shop"))
+                .context("the outbox table's name")?;
+        schema.extend(outbox_poll::poll_mode_ddl(
+            &table,
+            &outbox_poll::PollColumns::default(),
+        ));
+    }
+    for statement in schema {
         mysql_async::prelude::Queryable::query_drop(&mut conn, statement)
             .await
             .context("creating the schema")?;
@@ -236,6 +248,7 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
         max_in_flight_bytes: options.max_in_flight_bytes,
         max_in_flight: options.max_in_flight,
         linger_ms: options.linger_ms,
+        poll_interval_ms: None,
     };
     let prefix = |round: u32, side: &str| format!("{tag}.r{round}.{side}");
     let mock = if options.mock_cluster {
@@ -380,6 +393,35 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
             (None, Some(eo)) => (eo, None),
             (None, None) => bail!("no relay drain ran"),
         };
+        let polling = if options.source == options::Source::Poll {
+            let poll_prefix = prefix(round, "poll");
+            if mock.is_none() {
+                measure::create_topics(broker, &poll_prefix, options.partitions, &topic_config)
+                    .await?;
+            }
+            measure::reset_poll_rows(&db).await?;
+            progress.say(format!("{label}: outbox-relay, polling source"));
+            let before = broker_before();
+            let (figure, load) = measure::poll_drain(
+                &db,
+                &drain_brokers,
+                &poll_prefix,
+                events,
+                measure::RelayShape {
+                    poll_interval_ms: Some(options.poll_interval_ms),
+                    ..relay_shape(false)
+                },
+            )
+            .await?;
+            let figure = with_broker_cpu(figure, before);
+            progress.say(format!(
+                "{label}: polling {:.0} events/s, database {:.0} queries/s",
+                figure.events_per_second, load.queries_per_second
+            ));
+            Some((figure, load))
+        } else {
+            None
+        };
         let debezium = if run_debezium {
             let dbz_prefix = prefix(round, "dbz");
             measure::create_topics(broker, &dbz_prefix, options.partitions, &topic_config).await?;
@@ -408,64 +450,79 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
         } else {
             None
         };
+        let (relay_poll, poll_database) = polling.unzip();
         rounds.push(Round {
             raw_pull,
             bare_producer,
             relay,
             relay_exactly_once,
             debezium,
+            relay_poll,
+            poll_database,
         });
     }
     drop(mock);
 
-    let (relay_latency, debezium_latency, relay_exactly_once_latency) = if latency_wanted {
-        // Each side's latency phase has the machine to itself: the Debezium worker streaming
-        // on from the last round is frozen through the relays' phases (each relay stops
-        // after its own), then continued and caught up before Debezium's phase.
-        let frozen_debezium = match streaming_debezium.as_ref().and_then(|(c, _)| c.pid()) {
-            Some(pid) => Some(latency::FrozenProcess::freeze(pid, "the Debezium worker")?),
-            None => None,
-        };
-        let at_least_once_latency = if options.delivery.at_least_once() {
-            let streaming_relay = match streaming_relay {
-                Some(streaming) => streaming,
-                None => start_latency_relay(options, &db, broker, &tag, false).await?,
+    let (relay_latency, debezium_latency, relay_exactly_once_latency, relay_poll_latency) =
+        if latency_wanted {
+            // Each side's latency phase has the machine to itself: the Debezium worker streaming
+            // on from the last round is frozen through the relays' phases (each relay stops
+            // after its own), then continued and caught up before Debezium's phase.
+            let frozen_debezium = match streaming_debezium.as_ref().and_then(|(c, _)| c.pid()) {
+                Some(pid) => Some(latency::FrozenProcess::freeze(pid, "the Debezium worker")?),
+                None => None,
             };
-            Some(
-                relay_latency(
-                    options,
-                    &db,
-                    broker,
-                    &workload,
-                    streaming_relay,
-                    &progress,
-                    0,
+            let at_least_once_latency = if options.delivery.at_least_once() {
+                let streaming_relay = match streaming_relay {
+                    Some(streaming) => streaming,
+                    None => start_latency_relay(options, &db, broker, &tag, false).await?,
+                };
+                Some(
+                    relay_latency(
+                        options,
+                        &db,
+                        broker,
+                        &workload,
+                        streaming_relay,
+                        &progress,
+                        0,
+                    )
+                    .await?,
                 )
-                .await?,
-            )
-        } else {
-            None
-        };
-        let exactly_once_latency = if options.delivery.exactly_once() {
-            let streaming = start_latency_relay(options, &db, broker, &tag, true).await?;
-            Some(relay_latency(options, &db, broker, &workload, streaming, &progress, 2).await?)
-        } else {
-            None
-        };
-        drop(frozen_debezium);
-        let debezium_latency = match streaming_debezium {
-            Some(streaming) => {
-                Some(debezium_latency(options, &db, broker, &workload, streaming, &progress).await?)
+            } else {
+                None
+            };
+            let exactly_once_latency = if options.delivery.exactly_once() {
+                let streaming = start_latency_relay(options, &db, broker, &tag, true).await?;
+                Some(relay_latency(options, &db, broker, &workload, streaming, &progress, 2).await?)
+            } else {
+                None
+            };
+            let poll_latency = if options.source == options::Source::Poll {
+                let streaming = start_poll_latency_relay(options, &db, broker, &tag).await?;
+                Some(relay_latency(options, &db, broker, &workload, streaming, &progress, 3).await?)
+            } else {
+                None
+            };
+            drop(frozen_debezium);
+            let debezium_latency = match streaming_debezium {
+                Some(streaming) => Some(
+                    debezium_latency(options, &db, broker, &workload, streaming, &progress).await?,
+                ),
+                None => None,
+            };
+            match at_least_once_latency {
+                Some(alo) => (
+                    Some(alo),
+                    debezium_latency,
+                    exactly_once_latency,
+                    poll_latency,
+                ),
+                None => (exactly_once_latency, debezium_latency, None, poll_latency),
             }
-            None => None,
+        } else {
+            (None, None, None, None)
         };
-        match at_least_once_latency {
-            Some(alo) => (Some(alo), debezium_latency, exactly_once_latency),
-            None => (exactly_once_latency, debezium_latency, None),
-        }
-    } else {
-        (None, None, None)
-    };
 
     let setup = Setup {
         transactions: options.transactions,
@@ -500,6 +557,7 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
         relay_latency,
         debezium_latency,
         relay_exactly_once_latency,
+        relay_poll_latency,
     )
     .context("no figures to summarise")
 }
@@ -550,12 +608,57 @@ async fn start_latency_relay(
             max_in_flight_bytes: options.max_in_flight_bytes,
             max_in_flight: options.max_in_flight,
             linger_ms: options.linger_ms,
+            poll_interval_ms: None,
         },
     )?;
     let mut relay = measure::RelayProcess::start(dir)?;
     relay
         .wait_for_log(
             "binlog source connected",
+            std::time::Duration::from_secs(60),
+        )
+        .await?;
+    Ok((relay, prefix))
+}
+
+/// A polling relay for the latency phase, on topics of its own; the rows already in the
+/// table (earlier phases') are marked SENT first, so it starts with no backlog.
+async fn start_poll_latency_relay(
+    options: &BenchOptions,
+    db: &ScratchMariadb,
+    broker: &KafkaBroker,
+    tag: &str,
+) -> Result<(measure::RelayProcess, String)> {
+    let prefix = format!("{tag}.latency.poll");
+    measure::create_topics(broker, &prefix, options.partitions, &topic_config(options)).await?;
+    let mut conn = db.conn().await.context("connecting")?;
+    mysql_async::prelude::Queryable::query_drop(
+        &mut conn,
+        "UPDATE shop.outbox SET poll_status = 'SENT' WHERE poll_status <> 'SENT'",
+    )
+    .await
+    .context("marking the earlier phases' rows SENT")?;
+    conn.disconnect().await.context("disconnecting")?;
+    let mut dir = measure::RelayDir::new()?;
+    dir.write_config(
+        &db.url(),
+        &broker.bootstrap(),
+        &prefix,
+        "latest",
+        measure::RelayShape {
+            exactly_once: false,
+            max_message_bytes: measure::max_message_bytes(options.payload_bytes),
+            commit_interval_ms: options.commit_interval_ms,
+            max_in_flight_bytes: options.max_in_flight_bytes,
+            max_in_flight: options.max_in_flight,
+            linger_ms: options.linger_ms,
+            poll_interval_ms: Some(options.poll_interval_ms),
+        },
+    )?;
+    let mut relay = measure::RelayProcess::start(dir)?;
+    relay
+        .wait_for_log(
+            measure::POLL_STREAMING_LOG_LINE,
             std::time::Duration::from_secs(60),
         )
         .await?;

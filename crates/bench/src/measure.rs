@@ -219,6 +219,9 @@ pub async fn end_offsets(brokers: &str, topics: &[String]) -> Result<Vec<(String
 /// up: the drain clock's start.
 const STREAMING_LOG_LINE: &str = "binlog source connected";
 
+/// What the polling relay logs when it starts claiming (its drain's clock starts there).
+pub const POLL_STREAMING_LOG_LINE: &str = "poll source connected";
+
 /// The UTC time a log line of the relay's human format starts with
 /// (`2026-12-04T13:31:00.581331Z`, possibly wrapped in ANSI colour codes).
 fn parse_log_timestamp(line: &str) -> Option<SystemTime> {
@@ -338,6 +341,9 @@ pub struct RelayShape {
     /// `[kafka] linger_ms` (`None`: the relay's default, 5 ms); the bare producer, which
     /// takes the relay's producer properties, lingers as long.
     pub linger_ms: Option<u64>,
+    /// `Some(interval_ms)`: `[source] mode = "poll"` with that `[source.poll] interval_ms`
+    /// (no checkpoint store).
+    pub poll_interval_ms: Option<u64>,
 }
 
 /// The Kafka store's record key in the harness's exactly-once configs.
@@ -390,11 +396,16 @@ impl RelayDir {
         start: &str,
         shape: RelayShape,
     ) -> Result<()> {
+        let poll_lines = shape
+            .poll_interval_ms
+            .map(|interval| format!("mode = \"poll\"\n\n[source.poll]\ninterval_ms = {interval}\n"))
+            .unwrap_or_default();
         let mut text = format!(
             r#"[source]
 url = "{source_url}"
 server_id = 4343
 start = "{start}"
+{poll_lines}
 
 [[outbox]]
 table = "shop.outbox"
@@ -440,7 +451,10 @@ delivery = "{delivery}"
         if let Some(bytes) = shape.max_in_flight_bytes {
             text.push_str(&format!("max_in_flight_bytes = {bytes}\n"));
         }
-        if shape.exactly_once {
+        if shape.poll_interval_ms.is_some() {
+            // Poll mode keeps its state in the outbox table.
+            self.kafka_checkpoint = None;
+        } else if shape.exactly_once {
             let topic = checkpoint_topic(prefix);
             text.push_str(&format!(
                 "\n[checkpoint]\nstore = \"kafka\"\ntopic = \"{topic}\"\nconnector = \"{CHECKPOINT_CONNECTOR}\"\n"
@@ -588,13 +602,18 @@ impl RelayProcess {
     /// Debezium's clock, which starts when its worker reports streaming, this leaves out the
     /// process's start, its startup checks and connecting: ~70 ms here).
     fn seconds_streaming(&self) -> Result<f64> {
+        self.seconds_since_log_line(STREAMING_LOG_LINE)
+    }
+
+    /// Seconds since the timestamp of the relay's first log line containing `needle`.
+    fn seconds_since_log_line(&self, needle: &str) -> Result<f64> {
         let text = std::fs::read_to_string(self.dir.log()).context("reading the relay's log")?;
         let connected = text
             .lines()
-            .find(|line| line.contains(STREAMING_LOG_LINE))
+            .find(|line| line.contains(needle))
             .with_context(|| {
                 format!(
-                    "the relay's log has no `{STREAMING_LOG_LINE}` line:\n{}",
+                    "the relay's log has no `{needle}` line:\n{}",
                     self.dir.log_tail(30)
                 )
             })?;
@@ -810,6 +829,107 @@ pub async fn relay_drain(
     Ok((figure, None))
 }
 
+/// What the database did during a polling drain: the polling relay's load on the primary.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct DatabaseLoad {
+    /// Statements per second (`Questions`; the harness's own progress query, one per
+    /// 20 ms, is not subtracted: about 50/s).
+    pub queries_per_second: f64,
+    /// The server process's CPU seconds per million events.
+    pub cpu_seconds_per_million_events: f64,
+}
+
+/// The server's `Questions` counter and its process's CPU seconds.
+async fn database_counters(conn: &mut mysql_async::Conn) -> Result<(u64, f64)> {
+    use mysql_async::prelude::Queryable;
+    let questions: Option<(String, u64)> = conn
+        .query_first("SHOW GLOBAL STATUS LIKE 'Questions'")
+        .await
+        .context("reading the server's Questions")?;
+    let pid_file: Option<String> = conn
+        .query_first("SELECT @@pid_file")
+        .await
+        .context("reading the server's pid file name")?;
+    let pid = pid_file
+        .and_then(|file| std::fs::read_to_string(file).ok())
+        .and_then(|text| text.trim().parse::<u32>().ok())
+        .context("the server's pid")?;
+    Ok((
+        questions.map_or(0, |(_, value)| value),
+        sample(Some(pid))?.cpu_seconds,
+    ))
+}
+
+/// Makes every outbox row PENDING again (due now, no claim), for a polling drain of the
+/// same rows.
+pub async fn reset_poll_rows(db: &ScratchMariadb) -> Result<()> {
+    use mysql_async::prelude::Queryable;
+    let mut conn = db.conn().await.context("connecting")?;
+    conn.query_drop(
+        "UPDATE shop.outbox SET poll_status = 'PENDING', poll_attempts = 0, \
+         poll_next_attempt_at = NOW(6), poll_locked_until = NULL, poll_claim_token = NULL, \
+         poll_last_error = NULL, poll_sent_at = NULL",
+    )
+    .await
+    .context("making the outbox rows PENDING")?;
+    conn.disconnect().await.context("disconnecting")?;
+    Ok(())
+}
+
+/// A polling relay (`[source] mode = "poll"`) drains the outbox table's PENDING rows: from
+/// its `poll source connected` log line to the moment no row is left unsent, with the
+/// database's load meanwhile. The rows must be PENDING ([`reset_poll_rows`]).
+pub async fn poll_drain(
+    db: &ScratchMariadb,
+    brokers: &str,
+    prefix: &str,
+    events: u64,
+    shape: RelayShape,
+) -> Result<(Figure, DatabaseLoad)> {
+    use mysql_async::prelude::Queryable;
+    let mut conn = db.conn().await.context("connecting")?;
+    let (questions_before, db_cpu_before) = database_counters(&mut conn).await?;
+    let mut dir = RelayDir::new()?;
+    dir.write_config(&db.url(), brokers, prefix, "latest", shape)?;
+    let mut relay = RelayProcess::start(dir)?;
+    let (seconds, process) = loop {
+        let unsent: u64 = conn
+            .query_first("SELECT COUNT(*) FROM shop.outbox WHERE poll_status <> 'SENT'")
+            .await
+            .context("counting unsent rows")?
+            .unwrap_or(u64::MAX);
+        if unsent == 0 {
+            let seconds = relay.seconds_since_log_line(POLL_STREAMING_LOG_LINE)?;
+            break (seconds, sample(Some(relay.pid()?))?);
+        }
+        relay.check_running()?;
+        if relay.started.elapsed() > DRAIN_LIMIT {
+            bail!(
+                "the polling relay left {unsent} rows unsent after {DRAIN_LIMIT:?}:\n{}",
+                relay.dir.log_tail(30)
+            );
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    };
+    let (questions_after, db_cpu_after) = database_counters(&mut conn).await?;
+    conn.disconnect().await.context("disconnecting")?;
+    let delivered = records_in(brokers, &topics_of(prefix)).await?;
+    if delivered != events {
+        bail!(
+            "the polling relay delivered {delivered} records for {events} events (prefix {prefix})"
+        );
+    }
+    relay.stop().await?;
+    let figure = Figure::new(events, seconds, process.cpu_seconds, process.peak_rss_bytes);
+    let load = DatabaseLoad {
+        queries_per_second: questions_after.saturating_sub(questions_before) as f64
+            / seconds.max(1e-9),
+        cpu_seconds_per_million_events: (db_cpu_after - db_cpu_before) * 1e6
+            / (events.max(1) as f64),
+    };
+    Ok((figure, load))
+}
+
 /// Debezium's throughput settings, as its connector documentation and Kafka Connect's name
 /// them: bigger batches and queue than the defaults (2048 / 8192), a short poll interval
 /// (default 500 ms), and the worker's producer batching.
@@ -958,6 +1078,7 @@ pub async fn bare_producer(
         prefix,
         "earliest",
         RelayShape {
+            poll_interval_ms: None,
             exactly_once: false,
             max_message_bytes: max_message_bytes(workload.payload_bytes),
             commit_interval_ms: None,

@@ -95,6 +95,15 @@ pub struct BenchOptions {
     /// trip.
     #[arg(long, default_value_t = 4)]
     pub latency_writers: u32,
+    /// `binlog` (the default) or `poll`: also drain the same rows with the polling source
+    /// (`[source] mode = "poll"`: the poll-mode columns are added before the rows are
+    /// written), with the database's queries/s and CPU, and measure its commit -> ack
+    /// latency beside the binlog relay's.
+    #[arg(long, value_enum, default_value_t = Source::Binlog)]
+    pub source: Source,
+    /// The polling relay's `[source.poll] interval_ms`.
+    #[arg(long, default_value_t = 100)]
+    pub poll_interval_ms: u64,
     /// Print the figures as one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -121,6 +130,16 @@ impl JvmFlags {
             JvmFlags::KafkaScripts => outbox_testkit::process::JvmProfile::Production,
         }
     }
+}
+
+/// `--source`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// The binlog relay only.
+    Binlog,
+    /// The binlog relay and, on the same rows, the polling one.
+    Poll,
 }
 
 /// `--delivery`.

@@ -18,6 +18,10 @@ pub struct Round {
     pub relay_exactly_once: Option<Figure>,
     /// Debezium's drain (`None` when skipped).
     pub debezium: Option<Figure>,
+    /// outbox-relay's polling source on the same rows (`--source poll`).
+    pub relay_poll: Option<Figure>,
+    /// The database's load during that drain.
+    pub poll_database: Option<crate::measure::DatabaseLoad>,
 }
 
 impl Round {
@@ -111,6 +115,13 @@ pub struct Report {
     /// Commit -> visible to `read_committed` latency of the exactly-once relay
     /// (`--delivery both`).
     pub relay_exactly_once_latency: Option<Latency>,
+    /// Medians of the polling source's drains (`--source poll`).
+    pub relay_poll: Option<Summary>,
+    /// Medians of the database's load during them: queries/s, server CPU s per million
+    /// events.
+    pub poll_database: Option<(f64, f64)>,
+    /// Commit -> ack latency of the polling source.
+    pub relay_poll_latency: Option<Latency>,
 }
 
 /// The run's setup, printed with the table.
@@ -158,6 +169,7 @@ impl Report {
         relay_latency: Option<Latency>,
         debezium_latency: Option<Latency>,
         relay_exactly_once_latency: Option<Latency>,
+        relay_poll_latency: Option<Latency>,
     ) -> Option<Report> {
         let raw_pull = Summary::of(rounds.iter().map(|r| &r.raw_pull))?;
         let bare_producer = Summary::of(rounds.iter().map(|r| &r.bare_producer))?;
@@ -165,6 +177,23 @@ impl Report {
         let debezium = Summary::of(rounds.iter().filter_map(|r| r.debezium.as_ref()));
         let relay_exactly_once =
             Summary::of(rounds.iter().filter_map(|r| r.relay_exactly_once.as_ref()));
+        let relay_poll = Summary::of(rounds.iter().filter_map(|r| r.relay_poll.as_ref()));
+        let loads: Vec<&crate::measure::DatabaseLoad> = rounds
+            .iter()
+            .filter_map(|r| r.poll_database.as_ref())
+            .collect();
+        let poll_database = median(
+            &loads
+                .iter()
+                .map(|l| l.queries_per_second)
+                .collect::<Vec<_>>(),
+        )
+        .zip(median(
+            &loads
+                .iter()
+                .map(|l| l.cpu_seconds_per_million_events)
+                .collect::<Vec<_>>(),
+        ));
         let per_round = |f: &dyn Fn(&Round) -> Option<f64>| -> Option<f64> {
             median(&rounds.iter().filter_map(f).collect::<Vec<_>>())
         };
@@ -209,6 +238,9 @@ impl Report {
             relay_latency,
             debezium_latency,
             relay_exactly_once_latency,
+            relay_poll,
+            poll_database,
+            relay_poll_latency,
         })
     }
 
@@ -295,6 +327,14 @@ impl Report {
                 true,
             );
         }
+        if let Some(summary) = &self.relay_poll {
+            row(
+                "relay polling",
+                summary,
+                self.relay_poll_latency.as_ref(),
+                true,
+            );
+        }
         if let Some(summary) = &self.debezium {
             row("Debezium", summary, self.debezium_latency.as_ref(), false);
         }
@@ -317,9 +357,15 @@ impl Report {
                 "exactly-once / at-least-once = {rate:.2} events/s, {cpu:.2} CPU per event (median of per-round ratios)\n"
             ));
         }
+        if let Some((queries, cpu)) = self.poll_database {
+            out.push_str(&format!(
+                "relay polling: the database ran {queries:.0} queries/s, {cpu:.2} server CPU s per million events (median of rounds)\n"
+            ));
+        }
         for (name, latency) in [
             (relay_name, &self.relay_latency),
             ("relay exactly1", &self.relay_exactly_once_latency),
+            ("relay polling", &self.relay_poll_latency),
             ("Debezium", &self.debezium_latency),
         ] {
             if let Some(l) = latency {
@@ -330,11 +376,11 @@ impl Report {
             }
         }
         out.push_str(
-            "\nper round (events/s): pull / producer / relay / Debezium / relay exactly-once\n",
+            "\nper round (events/s): pull / producer / relay / Debezium / relay exactly-once / relay polling\n",
         );
         for (index, round) in self.rounds.iter().enumerate() {
             out.push_str(&format!(
-                "  round {}: {:.0} / {:.0} / {:.0} / {} / {}\n",
+                "  round {}: {:.0} / {:.0} / {:.0} / {} / {} / {}\n",
                 index + 1,
                 round.raw_pull.events_per_second,
                 round.bare_producer.events_per_second,
@@ -346,7 +392,11 @@ impl Report {
                 round
                     .relay_exactly_once
                     .as_ref()
-                    .map_or("-".to_string(), |e| format!("{:.0}", e.events_per_second))
+                    .map_or("-".to_string(), |e| format!("{:.0}", e.events_per_second)),
+                round
+                    .relay_poll
+                    .as_ref()
+                    .map_or("-".to_string(), |p| format!("{:.0}", p.events_per_second))
             ));
         }
         out

@@ -302,3 +302,55 @@ fn a_report_with_a_zero_or_missing_figure_is_refused() {
         assert!(refused, "a report with {what} passed the checks");
     }
 }
+
+/// `--source poll`: the polling source drains the same rows after the binlog relay, with
+/// the database's load, and has a latency phase of its own. Debezium is skipped: the first
+/// test covers it.
+#[test]
+fn the_polling_source_reports_its_drain_database_load_and_latency() {
+    let _harness = one_harness_at_a_time();
+    let output = Command::new(env!("CARGO_BIN_EXE_outbox-relay-bench"))
+        .args([
+            "--transactions",
+            &TRANSACTIONS.to_string(),
+            "--rows-per-transaction",
+            &ROWS_PER_TRANSACTION.to_string(),
+            "--rounds",
+            "1",
+            "--source",
+            "poll",
+            "--skip-debezium",
+            "--latency-rate",
+            &LATENCY_RATE.to_string(),
+            "--latency-seconds",
+            &LATENCY_SECONDS.to_string(),
+            "--json",
+        ])
+        .output()
+        .expect("the harness runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the harness failed ({}):\n{stderr}\n{stdout}",
+        output.status
+    );
+    let report: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|error| panic!("--json printed no JSON ({error}):\n{stdout}"));
+    for path in [
+        "relay_poll.events_per_second",
+        "relay_poll.cpu_seconds_per_million_events",
+        "relay_poll_latency.p50_ms",
+        "relay_poll_latency.p99_ms",
+        "relay.events_per_second",
+    ] {
+        assert_positive(&report, path);
+    }
+    let load = &report["poll_database"];
+    assert!(
+        load[0].as_f64().is_some_and(|queries| queries > 0.0)
+            && load[1].as_f64().is_some_and(|cpu| cpu > 0.0),
+        "the database's load: {load}"
+    );
+    assert!(stderr.contains("polling source"), "{stderr}");
+}

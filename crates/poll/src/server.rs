@@ -19,11 +19,13 @@ impl ServerVersion {
     /// Parses `SELECT VERSION()`; `None` when it starts with no `major.minor`.
     pub fn parse(text: &str) -> Option<Self> {
         let mariadb = text.to_ascii_lowercase().contains("mariadb");
-        // MariaDB's handshake may carry the old `5.5.5-` replication prefix.
-        let version = if mariadb {
-            text.strip_prefix("5.5.5-").unwrap_or(text)
-        } else {
-            text
+        // MariaDB's version may carry a MySQL-looking prefix: the handshake's old
+        // `5.5.5-`, or one a server was given for clients that check it (`--version=
+        // 5.7.19-10.11-MariaDB-...`, as the test harness does for Debezium). The MariaDB
+        // version is the one after it.
+        let version = match text.split_once('-') {
+            Some((_, rest)) if mariadb && rest.starts_with(|c: char| c.is_ascii_digit()) => rest,
+            _ => text,
         };
         let mut numbers = version
             .split(|c: char| !c.is_ascii_digit())
@@ -76,6 +78,8 @@ mod tests {
             ("10.6.0-MariaDB", true),
             ("10.5.23-MariaDB-log", false),
             ("5.5.5-10.11.6-MariaDB", true),
+            ("5.7.19-10.11-MariaDB-debezium-harness", true),
+            ("5.7.19-10.5-MariaDB", false),
             ("8.0.36", true),
             ("8.4.3", true),
             ("5.7.44-log", false),
