@@ -741,3 +741,57 @@ async fn a_too_long_id_is_dead_lettered_and_a_missing_processed_event_table_stop
         "nothing applied without dedup"
     );
 }
+
+/// Poll mode (issue 27, contract test 7): the relay polls `shop.outbox`. It crashes after
+/// Kafka acked a claim and before marking it (the rows are published again after the lease,
+/// same ids), then is killed (-9) and restarted while orders keep coming: the inventory
+/// service reserves each order exactly once, and counts the redeliveries as duplicates.
+#[tokio::test]
+async fn poll_mode_through_crashes_reserves_each_order_once() {
+    let world = World::start().await;
+    world.add_poll_columns().await;
+    let mut relay = Relay::prepare_poll(&world, &format!("{}.outbox.dlq", world.db.tag()));
+    let consumer = world.start_consumer(world.consumer_config(), reserve_stock());
+
+    let mut ids = Vec::new();
+    for order_id in 30..33 {
+        ids.push(world.place_order(order_id, "apple", 1).await);
+    }
+    relay.start_with_env(&[("OUTBOX_RELAY_CRASH_AT", "before-poll-mark")]);
+    let status = relay.wait_for_exit().await;
+    assert_eq!(
+        status.signal(),
+        Some(6),
+        "abort at the crash point; {}",
+        relay.log_tail(20)
+    );
+    relay.start();
+    consumer.wait_for("duplicates", 1, duplicates).await;
+    for order_id in 33..45 {
+        ids.push(world.place_order(order_id, "apple", 2).await);
+        if order_id % 4 == 0 {
+            relay.kill9();
+            relay.start();
+        }
+    }
+    world.wait_for_reservations(15, Some(&relay)).await;
+    consumer.wait_for("applied", 15, applied).await;
+    assert_eq!(
+        world.stock("apple").await,
+        (100 - 3 - 24, 27),
+        "reserved once each"
+    );
+    let reservations = world.reservations().await;
+    assert_eq!(reservations.len(), 15);
+    assert!(reservations
+        .iter()
+        .all(|(order, quantity)| *quantity == if *order < 33 { 1 } else { 2 }));
+    ids.sort();
+    assert_eq!(world.processed_events().await, ids);
+    assert_eq!(consumer.metrics.events_applied.get(), 15);
+    assert!(
+        consumer.metrics.duplicates_skipped.get() >= 1,
+        "the crash's redelivery was skipped"
+    );
+    consumer.stop().await;
+}

@@ -73,6 +73,16 @@ impl World {
         }
     }
 
+    /// Adds the poll-mode columns to `shop.outbox` (for a relay in poll mode).
+    pub async fn add_poll_columns(&self) {
+        let statements = outbox_poll::poll_mode_ddl(
+            &shop_outbox_table().expect("outbox table"),
+            &outbox_poll::PollColumns::default(),
+        );
+        let statements: Vec<&str> = statements.iter().map(String::as_str).collect();
+        self.db.exec(&statements).await.expect("the poll-mode DDL");
+    }
+
     /// `TAG.outbox.event.order`.
     pub fn order_topic(&self) -> String {
         format!("{}.outbox.event.order", self.db.tag())
@@ -321,6 +331,20 @@ impl Relay {
     /// Writes a config relaying `shop.outbox` (seeds preset) to `TAG.outbox.event.${aggregate_type}`
     /// with `dead_letter_topic` as its `[dead_letter] topic`.
     pub fn prepare(world: &World, dead_letter_topic: &str) -> Relay {
+        Relay::prepare_with_source(world, dead_letter_topic, None)
+    }
+
+    /// [`Relay::prepare`] in poll mode (`[source] mode = "poll"`, a 2 s lease, no
+    /// checkpoint store); the table needs [`World::add_poll_columns`].
+    pub fn prepare_poll(world: &World, dead_letter_topic: &str) -> Relay {
+        Relay::prepare_with_source(
+            world,
+            dead_letter_topic,
+            Some("mode = \"poll\"\n\n[source.poll]\ninterval_ms = 50\nlease_ms = 2000\n"),
+        )
+    }
+
+    fn prepare_with_source(world: &World, dead_letter_topic: &str, poll: Option<&str>) -> Relay {
         let dir = tempfile::Builder::new()
             .prefix("outbox-examples-relay-")
             .disable_cleanup(std::env::var_os("OUTBOX_TEST_KEEP").is_some())
@@ -335,7 +359,7 @@ url = "{url}"
 server_id = 4343
 start = "earliest"
 heartbeat_interval_ms = 1000
-
+{poll_lines}
 [[outbox]]
 table = "shop.outbox"
 preset = "seeds"
@@ -355,17 +379,22 @@ topic_replication_factor = 1
 [kafka.properties]
 "linger.ms" = "5"
 
-[checkpoint]
-store = "file"
-path = "{checkpoint}"
-
+{checkpoint_section}
 [pipeline]
 commit_interval_ms = 200
 "#,
             url = world.db.url(),
             tag = world.db.tag(),
             brokers = world.broker.bootstrap(),
-            checkpoint = checkpoint_path.display(),
+            poll_lines = poll.unwrap_or_default(),
+            checkpoint_section = if poll.is_some() {
+                String::new()
+            } else {
+                format!(
+                    "[checkpoint]\nstore = \"file\"\npath = \"{}\"\n",
+                    checkpoint_path.display()
+                )
+            },
         );
         std::fs::write(&config_path, config).expect("write relay config");
         Relay {
