@@ -616,3 +616,61 @@ async fn three_relays_under_kill_nine_loops_deliver_every_row_in_key_order() {
         relay.stop_gracefully("end of test").await;
     }
 }
+
+/// `outbox-relay check --config FILE` in a test relay's directory: (passed, output).
+fn check(relay: &Relay) -> (bool, String) {
+    let (code, stdout, stderr) =
+        run_relay_command(&["check", "--config", &relay.config_path.to_string_lossy()]);
+    (code == 0, format!("{stdout}{stderr}"))
+}
+
+/// A table without the poll-mode columns, then a user without the UPDATE and DELETE grants:
+/// `run` refuses to start and `check` fails, each naming the fix; with both fixed, `check`
+/// passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_poll_columns_or_grants_are_refused_at_start_naming_the_fix() {
+    let (db, broker) = start_shop_database_and_broker().await;
+    let setup = poll_setup(&db, &broker.bootstrap(), &["interval_ms = 50"]);
+    let mut relay = Relay::prepare(&setup);
+    let (passed, output) = check(&relay);
+    assert!(
+        !passed && output.contains("FAIL poll source") && output.contains("poll_mode_ddl"),
+        "{output}"
+    );
+    run_is_refused(
+        &mut relay,
+        &["shop.outbox", "poll-mode columns", "poll_status"],
+    )
+    .await;
+
+    add_poll_columns(&db).await;
+    db.exec(&[
+        "CREATE USER 'poller'@'%' IDENTIFIED BY 'poller-password'",
+        "GRANT SELECT ON shop.outbox TO 'poller'@'%'",
+    ])
+    .await
+    .expect("a user that may only read");
+    let mut limited = setup.clone();
+    limited.mysql_url = format!("mysql://poller:poller-password@127.0.0.1:{}", db.port());
+    let mut relay = Relay::prepare(&limited);
+    let (passed, output) = check(&relay);
+    assert!(
+        !passed && output.contains("GRANT SELECT, UPDATE, DELETE ON shop.outbox"),
+        "{output}"
+    );
+    assert!(
+        !output.contains("poller-password"),
+        "the password is masked: {output}"
+    );
+    run_is_refused(&mut relay, &["GRANT SELECT, UPDATE, DELETE ON shop.outbox"]).await;
+
+    db.exec(&["GRANT UPDATE, DELETE ON shop.outbox TO 'poller'@'%'"])
+        .await
+        .expect("grant");
+    let (passed, output) = check(&relay);
+    assert!(passed, "{output}");
+    assert!(
+        output.contains("ok   poll source") && output.contains("SKIP LOCKED"),
+        "{output}"
+    );
+}

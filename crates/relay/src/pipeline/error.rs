@@ -109,6 +109,14 @@ pub enum RelayError {
     /// does not read).
     #[error("poll source: {0}")]
     Poll(#[source] outbox_poll::PollError),
+    /// An outbox table cannot be polled: poll-mode columns missing, or a grant.
+    #[error("poll source: {table}: {message}")]
+    PollTableUnusable {
+        /// `database.table`.
+        table: String,
+        /// What failed and the fix.
+        message: String,
+    },
     /// The Kafka sink stopped.
     #[error("Kafka sink: {0}")]
     Sink(#[source] SinkError),

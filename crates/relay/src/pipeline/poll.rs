@@ -121,12 +121,11 @@ pub(super) async fn run_poll_relay(
     let Some(conn) = claims_connection.connect_at_startup(controller).await? else {
         return Ok(RelaySummary::default());
     };
-    outbox_poll::check_server(conn)
-        .await
-        .map_err(RelayError::Poll)?;
+    let checked = poll_startup_checks(config, &router, conn).await?;
     tracing::info!(
         server = %config.source.redacted_url(),
         tables = tables.len(),
+        checked = %checked,
         "poll source connected"
     );
 
@@ -765,4 +764,75 @@ pub(crate) fn polled_tables(config: &RelayConfig) -> Vec<(Arc<TableName>, Poller
             )
         })
         .collect()
+}
+
+/// What poll mode needs of the server and of every `[[outbox]]` table, checked by `run` at
+/// start and by `check`: `SKIP LOCKED` (MySQL 8.0, MariaDB 10.6); each table exists, has
+/// the columns its route reads (invariant 4c) and the poll-mode columns; the relay's user
+/// may SELECT and UPDATE it, and DELETE from it when the cleanup is on. Each probe changes
+/// no row. `Ok`: what was checked, for the log.
+pub(crate) async fn poll_startup_checks(
+    config: &RelayConfig,
+    router: &Router,
+    conn: &mut mysql_async::Conn,
+) -> Result<String, RelayError> {
+    let version = outbox_poll::check_server(conn)
+        .await
+        .map_err(RelayError::Poll)?;
+    let names = config.outbox_tables();
+    let columns = outbox_binlog::resolve_watched_tables(conn, &names)
+        .await
+        .map_err(|error| {
+            RelayError::Source(BinlogError::Connection {
+                server: config.source.redacted_url(),
+                message: format!("looking up the outbox tables: {error}"),
+            })
+        })?
+        .map_err(|unresolved| RelayError::OutboxColumnsMissing(unresolved.message))?;
+    if let Some(message) = super::describe_missing_columns(router, &columns) {
+        return Err(RelayError::OutboxColumnsMissing(message));
+    }
+    let poll = &config.source.poll;
+    let grant_hint = |table: &TableName, error: PollError| {
+        let hint = if poll.sent_retention_s > 0 {
+            "SELECT, UPDATE, DELETE"
+        } else {
+            "SELECT, UPDATE"
+        };
+        RelayError::PollTableUnusable {
+            table: table.to_string(),
+            message: format!("{error}; the table needs the poll-mode columns (outbox-poll's poll_mode_ddl, or [source.poll.columns] naming yours) and the relay's user `GRANT {hint} ON {table}`"),
+        }
+    };
+    for (table, poller) in polled_tables(config) {
+        poller
+            .status(conn)
+            .await
+            .map_err(|error| grant_hint(&table, error))?;
+        poller
+            .renew_leases(conn, &["outbox-relay-check"], poll.lease())
+            .await
+            .map_err(|error| grant_hint(&table, error))?;
+        if poll.sent_retention_s > 0 {
+            // Rows SENT a century ago: none, but the statement needs the DELETE grant.
+            poller
+                .delete_sent(conn, Duration::from_secs(100 * 365 * 86_400), 1)
+                .await
+                .map_err(|error| grant_hint(&table, error))?;
+        }
+    }
+    Ok(format!(
+        "{} (SKIP LOCKED); {}: poll-mode columns present, SELECT and UPDATE{} granted",
+        version.text,
+        names
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        if poll.sent_retention_s > 0 {
+            ", DELETE"
+        } else {
+            ""
+        }
+    ))
 }
