@@ -41,8 +41,8 @@ pub struct Poller {
     update_failed: String,
     /// Puts DEAD rows back to PENDING; completed by the selection's condition.
     update_replay_prefix: String,
-    /// Deletes a batch of SENT rows sent before a time.
-    delete_sent: String,
+    /// The table's quoted name (the cleanup's statement is the writer's).
+    quoted_table: String,
     /// Counts the unfinished and DEAD rows, and the oldest due PENDING row's wait.
     select_status: String,
     /// The event id column, quoted (replay by id).
@@ -71,6 +71,8 @@ pub const SESSION_SETUP: &[&str] = &[
 /// The claim's own columns, by name (unquoted).
 #[derive(Debug, Clone)]
 struct ClaimColumns {
+    status: String,
+    sent_at: String,
     sequence: String,
     event_id: String,
     aggregate_type: String,
@@ -309,11 +311,7 @@ impl Poller {
                  WHERE {status} = '{dead}' AND ",
                 dead = RowStatus::Dead.as_str(),
             ),
-            delete_sent: format!(
-                "DELETE FROM {name} WHERE {status} = '{sent}' \
-                 AND {sent_at} < NOW(6) - INTERVAL ? MICROSECOND ORDER BY {seq} LIMIT ?",
-                sent_at = quote(&columns.sent_at),
-            ),
+            quoted_table: name.clone(),
             select_status: format!(
                 "SELECT {status}, COUNT(*), \
                  COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(IF({next} <= NOW(6), {next}, NULL)), NOW(6)), 0) \
@@ -323,6 +321,8 @@ impl Poller {
             quoted_event_id: event_id.clone(),
             quoted_next_attempt: next.clone(),
             state_columns: ClaimColumns {
+                status: columns.status.clone(),
+                sent_at: columns.sent_at.clone(),
                 sequence: columns.sequence.clone(),
                 event_id: mapping.event_id.clone(),
                 aggregate_type: mapping.aggregate_type.clone(),
@@ -623,24 +623,35 @@ impl Poller {
     }
 
     /// Deletes SENT rows sent more than `retention` ago, `batch` rows per statement (short
-    /// locks), until none is left; how many.
+    /// locks), until none is left; how many (the writer's poll-mode cleanup,
+    /// [`outbox_writer::delete_sent_poll_rows`]).
     pub async fn delete_sent(
         &self,
         conn: &mut mysql_async::Conn,
         retention: std::time::Duration,
         batch: u32,
     ) -> Result<u64, PollError> {
-        let retention_micros = micros(retention);
-        let mut deleted = 0;
-        loop {
-            conn.exec_drop(&self.delete_sent, (retention_micros, batch))
-                .await
-                .map_err(|source| self.failed("deleting sent rows", source))?;
-            let this_batch = conn.affected_rows();
-            deleted += this_batch;
-            if this_batch < u64::from(batch) {
-                return Ok(deleted);
+        let rows = outbox_writer::SentPollRows {
+            table: &self.table_name,
+            quoted_table: &self.quoted_table,
+            status_column: &self.state_columns.status,
+            sent_at_column: &self.state_columns.sent_at,
+            sequence_column: &self.state_columns.sequence,
+        };
+        let policy = outbox_writer::CleanupPolicy {
+            batch_size: batch,
+            max_batches: u32::MAX,
+            ..outbox_writer::CleanupPolicy::default()
+        };
+        match outbox_writer::delete_sent_poll_rows(conn, &rows, retention, &policy).await {
+            Ok(report) => Ok(report.deleted_rows),
+            Err(outbox_writer::CleanupError::Database { source, .. }) => {
+                Err(self.failed("deleting sent rows", source))
             }
+            Err(other) => Err(PollError::BadRow {
+                table: self.table_name.clone(),
+                message: other.to_string(),
+            }),
         }
     }
 

@@ -23,6 +23,11 @@
 //! nothing. The relay itself ignores the DELETE rows in the binlog (its
 //! `invalid_operation = "ignore"` default); with `"error"` it would stop on them.
 //!
+//! # Poll mode
+//! A polling relay (`[source] mode = "poll"`) stores no checkpoint: each row's status says
+//! whether Kafka acknowledged it. [`delete_sent_poll_rows`] deletes rows marked SENT longer
+//! ago than a retention; the relay runs it itself (`[source.poll] sent_retention_s`).
+//!
 //! # Bounded batches
 //! Each batch is one autocommitted `DELETE ... ORDER BY ts LIMIT batch_size`, so locks are
 //! held briefly and replicas receive small transactions; the job stops after `max_batches`
@@ -150,12 +155,89 @@ pub async fn delete_published_events(
         "DELETE FROM {} WHERE {timestamp_column} < FROM_UNIXTIME(?) ORDER BY {timestamp_column} LIMIT ?",
         table.quoted_name()
     );
+    delete_in_batches(
+        connection,
+        &table.display_name(),
+        &statement,
+        cutoff,
+        policy,
+        report,
+    )
+    .await
+}
+
+/// Poll mode's rows to delete: those the polling relay (`outbox-poll`) marked SENT.
+#[derive(Debug, Clone, Copy)]
+pub struct SentPollRows<'a> {
+    /// The table, `database.table`, for messages.
+    pub table: &'a str,
+    /// The table's quoted name, for the statement.
+    pub quoted_table: &'a str,
+    /// The status column (`poll_status`).
+    pub status_column: &'a str,
+    /// When the row was marked SENT (`poll_sent_at`).
+    pub sent_at_column: &'a str,
+    /// The insertion order (`poll_seq`): oldest first.
+    pub sequence_column: &'a str,
+}
+
+/// Poll mode (no checkpoint: each row says whether it was published): deletes rows marked
+/// SENT more than `retention` ago, in `policy`'s batches (`safety_margin` is not used: a
+/// SENT row was acknowledged by Kafka before it was marked). The polling relay runs this
+/// itself (`[source.poll] sent_retention_s`); a job of yours can instead (with
+/// `sent_retention_s = 0`).
+pub async fn delete_sent_poll_rows(
+    connection: &mut mysql_async::Conn,
+    rows: &SentPollRows<'_>,
+    retention: Duration,
+    policy: &CleanupPolicy,
+) -> Result<CleanupReport, CleanupError> {
+    if policy.batch_size == 0 || policy.max_batches == 0 {
+        return Err(CleanupError::EmptyPolicy);
+    }
+    let statement = format!(
+        "DELETE FROM {table} WHERE {status} = 'SENT' AND {sent_at} < NOW(6) - INTERVAL ? MICROSECOND \
+         ORDER BY {sequence} LIMIT ?",
+        table = rows.quoted_table,
+        status = quote(rows.status_column),
+        sent_at = quote(rows.sent_at_column),
+        sequence = quote(rows.sequence_column),
+    );
+    let retention_micros = i64::try_from(retention.as_micros()).unwrap_or(i64::MAX);
+    let report = CleanupReport {
+        checkpoint_timestamp: None,
+        cutoff_unix_seconds: None,
+        deleted_rows: 0,
+        batches: 0,
+        finished: true,
+    };
+    delete_in_batches(
+        connection,
+        rows.table,
+        &statement,
+        retention_micros,
+        policy,
+        report,
+    )
+    .await
+}
+
+/// Runs `statement` (its parameters: `bound`, then the batch size) until a batch deletes
+/// fewer than `batch_size` rows or `max_batches` ran.
+async fn delete_in_batches(
+    connection: &mut mysql_async::Conn,
+    table: &str,
+    statement: &str,
+    bound: i64,
+    policy: &CleanupPolicy,
+    mut report: CleanupReport,
+) -> Result<CleanupReport, CleanupError> {
     while report.batches < policy.max_batches {
         connection
-            .exec_drop(&statement, (cutoff, policy.batch_size))
+            .exec_drop(statement, (bound, policy.batch_size))
             .await
             .map_err(|source| CleanupError::Database {
-                table: table.display_name(),
+                table: table.to_owned(),
                 deleted_rows: report.deleted_rows,
                 source,
             })?;
@@ -163,9 +245,9 @@ pub async fn delete_published_events(
         report.batches += 1;
         report.deleted_rows += deleted;
         CleanupBatchDeleted {
-            table: &table.display_name(),
+            table,
             rows: deleted,
-            cutoff_unix_seconds: cutoff,
+            cutoff_unix_seconds: report.cutoff_unix_seconds,
         }
         .emit();
         if deleted < u64::from(policy.batch_size) {

@@ -36,8 +36,8 @@ pub struct CleanupBatchDeleted<'a> {
     pub table: &'a str,
     /// Rows the batch deleted.
     pub rows: u64,
-    /// The cutoff (Unix seconds) rows were older than.
-    pub cutoff_unix_seconds: i64,
+    /// The cutoff (Unix seconds) rows were older than (`None`: poll mode's retention).
+    pub cutoff_unix_seconds: Option<i64>,
 }
 
 impl InternalEvent for CleanupBatchDeleted<'_> {
@@ -45,7 +45,7 @@ impl InternalEvent for CleanupBatchDeleted<'_> {
         tracing::debug!(
             table = self.table,
             rows = self.rows,
-            cutoff_unix_seconds = self.cutoff_unix_seconds,
+            cutoff_unix_seconds = ?self.cutoff_unix_seconds,
             "outbox cleanup: batch deleted"
         );
     }

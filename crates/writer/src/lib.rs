@@ -58,7 +58,10 @@ mod table;
 pub use append::{append_event, append_events, MAX_PLACEHOLDERS_PER_STATEMENT};
 #[cfg(feature = "sqlx")]
 pub use append_sqlx::append_events_sqlx;
-pub use cleanup::{delete_published_events, CleanupError, CleanupPolicy, CleanupReport};
+pub use cleanup::{
+    delete_published_events, delete_sent_poll_rows, CleanupError, CleanupPolicy, CleanupReport,
+    SentPollRows,
+};
 pub use ddl::{create_table_sql, DDL_HEADER_COLUMN_TYPE, DDL_TRACE_CONTEXT_COLUMN_TYPE};
 pub use error::WriterError;
 pub use event::{validate_traceparent, OutboxEvent};
