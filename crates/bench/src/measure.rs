@@ -894,7 +894,9 @@ pub async fn poll_drain(
     let mut relay = RelayProcess::start(dir)?;
     let (seconds, process) = loop {
         let unsent: u64 = conn
-            .query_first("SELECT COUNT(*) FROM shop.outbox WHERE poll_status <> 'SENT'")
+            .query_first(
+                "SELECT COUNT(*) FROM shop.outbox WHERE poll_status IN ('PENDING', 'PROCESSING')",
+            )
             .await
             .context("counting unsent rows")?
             .unwrap_or(u64::MAX);
