@@ -241,15 +241,7 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
     ));
 
     let topic_config = topic_config(options);
-    let relay_shape = |exactly_once: bool| measure::RelayShape {
-        exactly_once,
-        max_message_bytes: measure::max_message_bytes(options.payload_bytes),
-        commit_interval_ms: options.commit_interval_ms,
-        max_in_flight_bytes: options.max_in_flight_bytes,
-        max_in_flight: options.max_in_flight,
-        linger_ms: options.linger_ms,
-        poll_interval_ms: None,
-    };
+    let relay_shape = |exactly_once: bool| relay_shape(options, exactly_once);
     let prefix = |round: u32, side: &str| format!("{tag}.r{round}.{side}");
     let mock = if options.mock_cluster {
         let prefixes: Vec<String> = (0..options.rounds)
@@ -562,6 +554,19 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
     .context("no figures to summarise")
 }
 
+/// The relays' settings from the options (binlog mode; poll mode sets `poll_interval_ms`).
+fn relay_shape(options: &BenchOptions, exactly_once: bool) -> measure::RelayShape {
+    measure::RelayShape {
+        exactly_once,
+        max_message_bytes: measure::max_message_bytes(options.payload_bytes),
+        commit_interval_ms: options.commit_interval_ms,
+        max_in_flight_bytes: options.max_in_flight_bytes,
+        max_in_flight: options.max_in_flight,
+        linger_ms: options.linger_ms,
+        poll_interval_ms: None,
+    }
+}
+
 /// Transactions of the latency phases start here, past the drained log's ids.
 fn latency_first_transaction(options: &BenchOptions, phase: u64) -> u64 {
     options.transactions + phase * (options.latency_rate * options.latency_seconds + 1)
@@ -601,15 +606,7 @@ async fn start_latency_relay(
         &broker.bootstrap(),
         &prefix,
         &format!("file:{}:{}", start.file, start.position),
-        measure::RelayShape {
-            exactly_once,
-            max_message_bytes: measure::max_message_bytes(options.payload_bytes),
-            commit_interval_ms: options.commit_interval_ms,
-            max_in_flight_bytes: options.max_in_flight_bytes,
-            max_in_flight: options.max_in_flight,
-            linger_ms: options.linger_ms,
-            poll_interval_ms: None,
-        },
+        relay_shape(options, exactly_once),
     )?;
     let mut relay = measure::RelayProcess::start(dir)?;
     relay
@@ -646,13 +643,8 @@ async fn start_poll_latency_relay(
         &prefix,
         "latest",
         measure::RelayShape {
-            exactly_once: false,
-            max_message_bytes: measure::max_message_bytes(options.payload_bytes),
-            commit_interval_ms: options.commit_interval_ms,
-            max_in_flight_bytes: options.max_in_flight_bytes,
-            max_in_flight: options.max_in_flight,
-            linger_ms: options.linger_ms,
             poll_interval_ms: Some(options.poll_interval_ms),
+            ..relay_shape(options, false)
         },
     )?;
     let mut relay = measure::RelayProcess::start(dir)?;

@@ -44,29 +44,15 @@ fn assert_positive(report: &Value, path: &str) {
     );
 }
 
-#[test]
-fn one_small_run_reports_every_figure() {
-    let _harness = one_harness_at_a_time();
+/// Runs the harness with `args`: its JSON report and its progress lines (stderr); panics
+/// with both when it fails.
+fn run_harness(args: &[&str]) -> (Value, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_outbox-relay-bench"))
-        .args([
-            "--transactions",
-            &TRANSACTIONS.to_string(),
-            "--rows-per-transaction",
-            &ROWS_PER_TRANSACTION.to_string(),
-            "--noise-tables",
-            "1",
-            "--rounds",
-            "1",
-            "--latency-rate",
-            &LATENCY_RATE.to_string(),
-            "--latency-seconds",
-            &LATENCY_SECONDS.to_string(),
-            "--json",
-        ])
+        .args(args)
         .output()
         .expect("the harness runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(
         output.status.success(),
         "the harness failed ({}):\n{stderr}\n{stdout}",
@@ -74,6 +60,27 @@ fn one_small_run_reports_every_figure() {
     );
     let report: Value = serde_json::from_str(&stdout)
         .unwrap_or_else(|error| panic!("--json printed no JSON ({error}):\n{stdout}"));
+    (report, stderr)
+}
+
+#[test]
+fn one_small_run_reports_every_figure() {
+    let _harness = one_harness_at_a_time();
+    let (report, stderr) = run_harness(&[
+        "--transactions",
+        &TRANSACTIONS.to_string(),
+        "--rows-per-transaction",
+        &ROWS_PER_TRANSACTION.to_string(),
+        "--noise-tables",
+        "1",
+        "--rounds",
+        "1",
+        "--latency-rate",
+        &LATENCY_RATE.to_string(),
+        "--latency-seconds",
+        &LATENCY_SECONDS.to_string(),
+        "--json",
+    ]);
     check_report(&report);
     // The progress lines name every phase.
     for phase in [
@@ -97,34 +104,22 @@ fn one_small_run_reports_every_figure() {
 #[test]
 fn both_delivery_modes_in_one_run_report_their_figures_and_ratio() {
     let _harness = one_harness_at_a_time();
-    let output = Command::new(env!("CARGO_BIN_EXE_outbox-relay-bench"))
-        .args([
-            "--transactions",
-            &TRANSACTIONS.to_string(),
-            "--rows-per-transaction",
-            &ROWS_PER_TRANSACTION.to_string(),
-            "--rounds",
-            "2",
-            "--delivery",
-            "both",
-            "--skip-debezium",
-            "--latency-rate",
-            &LATENCY_RATE.to_string(),
-            "--latency-seconds",
-            &LATENCY_SECONDS.to_string(),
-            "--json",
-        ])
-        .output()
-        .expect("the harness runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "the harness failed ({}):\n{stderr}\n{stdout}",
-        output.status
-    );
-    let report: Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|error| panic!("--json printed no JSON ({error}):\n{stdout}"));
+    let (report, stderr) = run_harness(&[
+        "--transactions",
+        &TRANSACTIONS.to_string(),
+        "--rows-per-transaction",
+        &ROWS_PER_TRANSACTION.to_string(),
+        "--rounds",
+        "2",
+        "--delivery",
+        "both",
+        "--skip-debezium",
+        "--latency-rate",
+        &LATENCY_RATE.to_string(),
+        "--latency-seconds",
+        &LATENCY_SECONDS.to_string(),
+        "--json",
+    ]);
     check_exactly_once_report(&report);
     // Round 1 runs at-least-once first, round 2 exactly-once first.
     let first_of = |round: &str| {
@@ -309,34 +304,22 @@ fn a_report_with_a_zero_or_missing_figure_is_refused() {
 #[test]
 fn the_polling_source_reports_its_drain_database_load_and_latency() {
     let _harness = one_harness_at_a_time();
-    let output = Command::new(env!("CARGO_BIN_EXE_outbox-relay-bench"))
-        .args([
-            "--transactions",
-            &TRANSACTIONS.to_string(),
-            "--rows-per-transaction",
-            &ROWS_PER_TRANSACTION.to_string(),
-            "--rounds",
-            "1",
-            "--source",
-            "poll",
-            "--skip-debezium",
-            "--latency-rate",
-            &LATENCY_RATE.to_string(),
-            "--latency-seconds",
-            &LATENCY_SECONDS.to_string(),
-            "--json",
-        ])
-        .output()
-        .expect("the harness runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "the harness failed ({}):\n{stderr}\n{stdout}",
-        output.status
-    );
-    let report: Value = serde_json::from_str(&stdout)
-        .unwrap_or_else(|error| panic!("--json printed no JSON ({error}):\n{stdout}"));
+    let (report, stderr) = run_harness(&[
+        "--transactions",
+        &TRANSACTIONS.to_string(),
+        "--rows-per-transaction",
+        &ROWS_PER_TRANSACTION.to_string(),
+        "--rounds",
+        "1",
+        "--source",
+        "poll",
+        "--skip-debezium",
+        "--latency-rate",
+        &LATENCY_RATE.to_string(),
+        "--latency-seconds",
+        &LATENCY_SECONDS.to_string(),
+        "--json",
+    ]);
     for path in [
         "relay_poll.events_per_second",
         "relay_poll.cpu_seconds_per_million_events",

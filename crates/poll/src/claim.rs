@@ -16,11 +16,11 @@ use crate::sql_row::{column_names, row_image};
 pub struct Poller {
     /// `database.table`, for messages.
     table_name: String,
-    /// The claim's SELECT: due PENDING rows (every column: the router reads them), oldest
-    /// unsent of their aggregate, oldest first.
+    /// The claim's SELECT: due PENDING rows up to a `poll_seq` (every column: the router
+    /// reads them) whose older siblings are not in flight or backing off, oldest first.
     select_claimable: String,
-    /// The same up to a `poll_seq` bound (a windowed claim).
-    select_claimable_window: String,
+    /// The last `poll_seq` written (the claim's end without a window).
+    select_last_sequence: String,
     /// The `poll_seq` of the Nth oldest PENDING row: the bound of a windowed claim.
     select_window_end: String,
     /// The claim's state columns, unquoted, to find them among the selected ones.
@@ -248,37 +248,29 @@ impl Poller {
         let pending = RowStatus::Pending.as_str();
         let processing = RowStatus::Processing.as_str();
         let sent = RowStatus::Sent.as_str();
+        // A row is a candidate when no older row of its aggregate is PROCESSING or backing
+        // off; `older_unsent` (a consistent read) lets the caller keep only rows whose
+        // every older unsent sibling it selected too (see `claim_rows`). `bound` narrows
+        // the candidates (a window's end).
+        let claim_select = |bound: &str| {
+            format!(
+                "SELECT o.*, (SELECT COUNT(*) FROM {name} e \
+                   WHERE e.{aggregate_id} = o.{aggregate_id} AND e.{aggregate_type} = o.{aggregate_type} \
+                   AND e.{status} IN ('{pending}', '{processing}') AND e.{seq} < o.{seq}) AS {older} \
+                 FROM {name} o \
+                 WHERE o.{status} = '{pending}' AND o.{next} <= NOW(6){bound} \
+                 AND NOT EXISTS (SELECT 1 FROM {name} e \
+                   WHERE e.{aggregate_id} = o.{aggregate_id} AND e.{aggregate_type} = o.{aggregate_type} \
+                   AND e.{seq} < o.{seq} \
+                   AND (e.{status} = '{processing}' OR (e.{status} = '{pending}' AND e.{next} > NOW(6)))) \
+                 ORDER BY o.{seq} LIMIT ? FOR UPDATE SKIP LOCKED",
+                older = quote(OLDER_UNSENT_COLUMN),
+            )
+        };
         Self {
             table_name: display_name,
-            // A row is a candidate when no older row of its aggregate is PROCESSING or
-            // backing off; `older_unsent` (a consistent read) lets the caller keep only
-            // rows whose every older unsent sibling it selected too (see `claim_rows`).
-            select_claimable: format!(
-                "SELECT o.*, (SELECT COUNT(*) FROM {name} e \
-                   WHERE e.{aggregate_id} = o.{aggregate_id} AND e.{aggregate_type} = o.{aggregate_type} \
-                   AND e.{status} IN ('{pending}', '{processing}') AND e.{seq} < o.{seq}) AS {older} \
-                 FROM {name} o \
-                 WHERE o.{status} = '{pending}' AND o.{next} <= NOW(6) \
-                 AND NOT EXISTS (SELECT 1 FROM {name} e \
-                   WHERE e.{aggregate_id} = o.{aggregate_id} AND e.{aggregate_type} = o.{aggregate_type} \
-                   AND e.{seq} < o.{seq} \
-                   AND (e.{status} = '{processing}' OR (e.{status} = '{pending}' AND e.{next} > NOW(6)))) \
-                 ORDER BY o.{seq} LIMIT ? FOR UPDATE SKIP LOCKED",
-                older = quote(OLDER_UNSENT_COLUMN),
-            ),
-            select_claimable_window: format!(
-                "SELECT o.*, (SELECT COUNT(*) FROM {name} e \
-                   WHERE e.{aggregate_id} = o.{aggregate_id} AND e.{aggregate_type} = o.{aggregate_type} \
-                   AND e.{status} IN ('{pending}', '{processing}') AND e.{seq} < o.{seq}) AS {older} \
-                 FROM {name} o \
-                 WHERE o.{status} = '{pending}' AND o.{next} <= NOW(6) AND o.{seq} <= ? \
-                 AND NOT EXISTS (SELECT 1 FROM {name} e \
-                   WHERE e.{aggregate_id} = o.{aggregate_id} AND e.{aggregate_type} = o.{aggregate_type} \
-                   AND e.{seq} < o.{seq} \
-                   AND (e.{status} = '{processing}' OR (e.{status} = '{pending}' AND e.{next} > NOW(6)))) \
-                 ORDER BY o.{seq} LIMIT ? FOR UPDATE SKIP LOCKED",
-                older = quote(OLDER_UNSENT_COLUMN),
-            ),
+            select_claimable: claim_select(&format!(" AND o.{seq} <= ?")),
+            select_last_sequence: format!("SELECT MAX({seq}) FROM {name}"),
             select_window_end: format!(
                 "SELECT {seq} FROM {name} WHERE {status} = '{pending}' ORDER BY {seq} LIMIT 1 OFFSET ?"
             ),
@@ -332,14 +324,10 @@ impl Poller {
         }
     }
 
-    /// The claim's SELECT (for `EXPLAIN` in tests and `check`).
+    /// The claim's SELECT (for `EXPLAIN` in tests and `check`): its first `?` is the last
+    /// `poll_seq` looked at, the second the LIMIT.
     pub fn claim_query(&self) -> &str {
         &self.select_claimable
-    }
-
-    /// The windowed claim's SELECT (its first `?` is the window's last `poll_seq`).
-    pub fn claim_window_query(&self) -> &str {
-        &self.select_claimable_window
     }
 
     /// Claims up to `limit` due rows for `lease` in one transaction (see the crate docs).
@@ -377,18 +365,44 @@ impl Poller {
             .start_transaction(TxOpts::default())
             .await
             .map_err(|source| self.failed("starting the claim", source))?;
-        let window_end: Option<u64> = match window {
+        // The claim reads its candidates with a locking read (the newest committed rows)
+        // but counts their older siblings in its statement's snapshot: a row committed
+        // between the two would be a candidate whose older sibling, committed just before
+        // it and held by another claim, the count misses (measured: two relays publishing
+        // one aggregate's consecutive rows out of order). So the candidates end at a
+        // `poll_seq` read by an earlier statement (under READ COMMITTED an older
+        // snapshot): every row at or below it committed before the claim's snapshot, and
+        // so did each one's older siblings, written before it.
+        let end: Option<u64> = match window {
             Some(rows) => tx
                 .exec_first(&self.select_window_end, (rows.saturating_sub(1),))
                 .await
                 .map_err(|source| self.failed("finding the claim window", source))?,
             None => None,
         };
-        let selected: Result<Vec<Row>, _> = match window_end {
-            Some(end) => tx.exec(&self.select_claimable_window, (end, limit)).await,
-            // No window asked for, or fewer PENDING rows than the window: all of them.
-            None => tx.exec(&self.select_claimable, (limit,)).await,
+        let end = match end {
+            Some(end) => Some(end),
+            // No window asked for, or fewer PENDING rows than the window: every row so far.
+            None => tx
+                .query_first::<Option<u64>, _>(&self.select_last_sequence)
+                .await
+                .map_err(|source| self.failed("finding the last row", source))?
+                .flatten(),
         };
+        let Some(end) = end else {
+            // An empty table.
+            tx.commit()
+                .await
+                .map_err(|source| self.failed("committing the claim", source))?;
+            return Ok((
+                Claim {
+                    token,
+                    rows: Vec::new(),
+                },
+                Vec::new(),
+            ));
+        };
+        let selected: Result<Vec<Row>, _> = tx.exec(&self.select_claimable, (end, limit)).await;
         let selected =
             selected.map_err(|source| self.failed("selecting claimable rows", source))?;
         let mut rows = Vec::with_capacity(selected.len());

@@ -9,6 +9,7 @@ use common::*;
 use mysql_async::prelude::Queryable;
 use outbox_poll::{poll_mode_ddl, PollColumns};
 use outbox_testkit::consume::{read_all, ReadStop};
+use outbox_testkit::kafka::KafkaBroker;
 use outbox_testkit::ScratchMariadb;
 use outbox_writer::{ColumnPreset, OutboxTable};
 
@@ -22,6 +23,15 @@ async fn add_poll_columns(db: &ScratchMariadb) {
     db.exec(&statements)
         .await
         .expect("the poll-mode DDL applies");
+}
+
+/// A scratch database with the poll-mode `shop.outbox`, the shared broker, and a poll-mode
+/// relay setup with `lines` in `[source.poll]`.
+async fn poll_world(lines: &[&str]) -> (ScratchMariadb, &'static KafkaBroker, RelaySetup) {
+    let (db, broker) = start_shop_database_and_broker().await;
+    add_poll_columns(&db).await;
+    let setup = poll_setup(&db, &broker.bootstrap(), lines);
+    (db, broker, setup)
 }
 
 /// A relay setup in poll mode with `lines` in `[source.poll]`.
@@ -64,13 +74,7 @@ async fn wait_all_sent(
 /// rolled-back outbox row is never published; every committed one is, once marked SENT.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn committed_rows_are_published_and_marked_sent_rolled_back_ones_never() {
-    let (db, broker) = start_shop_database_and_broker().await;
-    add_poll_columns(&db).await;
-    let mut setup = poll_setup(
-        &db,
-        &broker.bootstrap(),
-        &["interval_ms = 50", "lease_ms = 5000"],
-    );
+    let (db, broker, mut setup) = poll_world(&["interval_ms = 50", "lease_ms = 5000"]).await;
     let listen = free_loopback_address();
     setup.metrics_listen = Some(listen.clone());
     let mut relay = Relay::prepare(&setup);
@@ -457,13 +461,7 @@ async fn wait_for_log(relay: &Relay, needle: &str, limit: Duration) {
 /// then marked SENT on their second attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_killed_between_publish_and_mark_publishes_again_with_the_same_ids() {
-    let (db, broker) = start_shop_database_and_broker().await;
-    add_poll_columns(&db).await;
-    let setup = poll_setup(
-        &db,
-        &broker.bootstrap(),
-        &["interval_ms = 50", "lease_ms = 2000"],
-    );
+    let (db, broker, setup) = poll_world(&["interval_ms = 50", "lease_ms = 2000"]).await;
     let mut relay = Relay::prepare(&setup);
     let mut conn = db.conn().await.expect("connect");
     let ids = insert_events(&mut conn, "crash", 5).await;
@@ -501,13 +499,7 @@ async fn a_relay_killed_between_publish_and_mark_publishes_again_with_the_same_i
 /// mark is refused by the fencing token, and its publish was a duplicate with the same ids.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_relays_mark_is_fenced_after_another_relay_reclaimed_its_rows() {
-    let (db, broker) = start_shop_database_and_broker().await;
-    add_poll_columns(&db).await;
-    let setup = poll_setup(
-        &db,
-        &broker.bootstrap(),
-        &["interval_ms = 50", "lease_ms = 2000"],
-    );
+    let (db, broker, setup) = poll_world(&["interval_ms = 50", "lease_ms = 2000"]).await;
     let mut stalled = Relay::prepare(&setup);
     let mut other = Relay::prepare(&setup);
     let mut conn = db.conn().await.expect("connect");
@@ -552,13 +544,8 @@ async fn three_relays_under_kill_nine_loops_deliver_every_row_in_key_order() {
         .ok()
         .and_then(|rounds| rounds.parse().ok())
         .unwrap_or(12);
-    let (db, broker) = start_shop_database_and_broker().await;
-    add_poll_columns(&db).await;
-    let mut setup = poll_setup(
-        &db,
-        &broker.bootstrap(),
-        &["interval_ms = 20", "lease_ms = 2000", "batch_size = 50"],
-    );
+    let (db, broker, mut setup) =
+        poll_world(&["interval_ms = 20", "lease_ms = 2000", "batch_size = 50"]).await;
     setup.topic_partitions = 3;
     let mut relays: Vec<Relay> = (0..3).map(|_| Relay::prepare(&setup)).collect();
     for relay in &mut relays {

@@ -36,11 +36,12 @@ use tokio::sync::{mpsc, Notify};
 
 use super::attempt::{flatten_task, stop_on_failure};
 use super::error::RelayError;
+use super::router_task::routing_dead_letter;
 use super::RelaySummary;
 use crate::backoff::Backoff;
 use crate::config::RelayConfig;
-use crate::dead_letter::{dead_letter_for_routing_error, RecordOrigin};
-use crate::internal_events::{DeadLettered, InternalEvent, RecordRouted, RowSkipped};
+use crate::dead_letter::RecordOrigin;
+use crate::internal_events::{InternalEvent, RecordRouted, RowSkipped};
 use crate::metrics::Metrics;
 use crate::replay::{AttemptSinkObserver, SentThrough};
 use crate::shutdown::{Shutdown, ShutdownController};
@@ -424,17 +425,8 @@ fn route_claimed(
                 return Err(RelayError::Routing(Box::new(error)));
             }
             Err(error) => {
-                let letter = dead_letter_for_routing_error(&error, &row, dead_letter);
-                let message = error.to_string();
-                DeadLettered {
-                    class: "routing",
-                    id: error.event_id.as_deref(),
-                    original_topic: "",
-                    dead_letter_topic: &dead_letter.topic,
-                    attempts: 1,
-                    error: &message,
-                }
-                .emit(&context.metrics);
+                let (letter, message) =
+                    routing_dead_letter(&error, &row, dead_letter, &context.metrics);
                 ticket.dead_letter = Some(message);
                 letter
             }

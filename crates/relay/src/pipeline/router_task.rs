@@ -205,20 +205,7 @@ pub(super) async fn run_router(
                             return Err(RelayError::Routing(Box::new(error)));
                         }
                         // Deterministic: dead-lettered at once, tracked and acked like any record.
-                        Err(error) => {
-                            let letter = dead_letter_for_routing_error(&error, &row, &dead_letter);
-                            let message = error.to_string();
-                            DeadLettered {
-                                class: "routing",
-                                id: error.event_id.as_deref(),
-                                original_topic: "",
-                                dead_letter_topic: &dead_letter.topic,
-                                attempts: 1,
-                                error: &message,
-                            }
-                            .emit(&metrics);
-                            letter
-                        }
+                        Err(error) => routing_dead_letter(&error, &row, &dead_letter, &metrics).0,
                     };
                     let origin = RecordOrigin::of_row(&row);
                     if let Some(bytes) = xa_row_bytes {
@@ -437,4 +424,26 @@ impl SinkHandOff {
         }
         true
     }
+}
+
+/// The dead letter of a row the router could not route, with its [`DeadLettered`] event;
+/// and the error's text. Routing is deterministic: dead-lettered at the first attempt.
+pub(super) fn routing_dead_letter(
+    error: &outbox_router::RoutingError,
+    row: &outbox_binlog::RowChange,
+    dead_letter: &crate::config::DeadLetterConfig,
+    metrics: &Metrics,
+) -> (OutboundRecord, String) {
+    let letter = dead_letter_for_routing_error(error, row, dead_letter);
+    let message = error.to_string();
+    DeadLettered {
+        class: "routing",
+        id: error.event_id.as_deref(),
+        original_topic: "",
+        dead_letter_topic: &dead_letter.topic,
+        attempts: 1,
+        error: &message,
+    }
+    .emit(metrics);
+    (letter, message)
 }
