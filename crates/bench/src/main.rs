@@ -564,6 +564,7 @@ fn relay_shape(options: &BenchOptions, exactly_once: bool) -> measure::RelayShap
         max_in_flight: options.max_in_flight,
         linger_ms: options.linger_ms,
         poll_interval_ms: None,
+        poll_batch_size: options.poll_batch_size,
     }
 }
 

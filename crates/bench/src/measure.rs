@@ -344,6 +344,8 @@ pub struct RelayShape {
     /// `Some(interval_ms)`: `[source] mode = "poll"` with that `[source.poll] interval_ms`
     /// (no checkpoint store).
     pub poll_interval_ms: Option<u64>,
+    /// `[source.poll] batch_size` in poll mode.
+    pub poll_batch_size: u32,
 }
 
 /// The Kafka store's record key in the harness's exactly-once configs.
@@ -398,7 +400,12 @@ impl RelayDir {
     ) -> Result<()> {
         let poll_lines = shape
             .poll_interval_ms
-            .map(|interval| format!("mode = \"poll\"\n\n[source.poll]\ninterval_ms = {interval}\n"))
+            .map(|interval| {
+                format!(
+                    "mode = \"poll\"\n\n[source.poll]\ninterval_ms = {interval}\nbatch_size = {}\n",
+                    shape.poll_batch_size
+                )
+            })
             .unwrap_or_default();
         let mut text = format!(
             r#"[source]
@@ -893,21 +900,22 @@ pub async fn poll_drain(
     dir.write_config(&db.url(), brokers, prefix, "latest", shape)?;
     let mut relay = RelayProcess::start(dir)?;
     let (seconds, process) = loop {
-        let unsent: u64 = conn
+        // One index entry read, not a count of the backlog: 50 counts a second of 100 000
+        // unsent rows cost the server more than the relay's claims did.
+        let unsent: Option<u8> = conn
             .query_first(
-                "SELECT COUNT(*) FROM shop.outbox WHERE poll_status IN ('PENDING', 'PROCESSING')",
+                "SELECT 1 FROM shop.outbox WHERE poll_status IN ('PENDING', 'PROCESSING') LIMIT 1",
             )
             .await
-            .context("counting unsent rows")?
-            .unwrap_or(u64::MAX);
-        if unsent == 0 {
+            .context("looking for unsent rows")?;
+        if unsent.is_none() {
             let seconds = relay.seconds_since_log_line(POLL_STREAMING_LOG_LINE)?;
             break (seconds, sample(Some(relay.pid()?))?);
         }
         relay.check_running()?;
         if relay.started.elapsed() > DRAIN_LIMIT {
             bail!(
-                "the polling relay left {unsent} rows unsent after {DRAIN_LIMIT:?}:\n{}",
+                "the polling relay left rows unsent after {DRAIN_LIMIT:?}:\n{}",
                 relay.dir.log_tail(30)
             );
         }
@@ -1081,6 +1089,7 @@ pub async fn bare_producer(
         "earliest",
         RelayShape {
             poll_interval_ms: None,
+            poll_batch_size: 500,
             exactly_once: false,
             max_message_bytes: max_message_bytes(workload.payload_bytes),
             commit_interval_ms: None,

@@ -104,6 +104,9 @@ pub struct BenchOptions {
     /// The polling relay's `[source.poll] interval_ms`.
     #[arg(long, default_value_t = 100)]
     pub poll_interval_ms: u64,
+    /// The polling relay's `[source.poll] batch_size` (rows per claim).
+    #[arg(long, default_value_t = 500)]
+    pub poll_batch_size: u32,
     /// Print the figures as one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
