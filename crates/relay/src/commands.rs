@@ -79,6 +79,18 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
+/// A config whose checkpoint the `checkpoint` commands read or write: poll mode has none.
+fn load_checkpoint_config(path: &Path) -> anyhow::Result<RelayConfig> {
+    let config = load_config(path)?;
+    if config.source.mode == crate::poll_config::SourceMode::Poll {
+        bail!(
+            "{}: [source] mode = \"poll\" stores no checkpoint (each event's state is in the outbox table); see `outbox-relay poll status` and `poll replay`",
+            path.display()
+        );
+    }
+    Ok(config)
+}
+
 fn load_config(path: &Path) -> anyhow::Result<RelayConfig> {
     RelayConfig::load(path).map_err(anyhow::Error::from)
 }
@@ -217,10 +229,17 @@ pub fn check_config_only(path: &Path, out: &mut dyn Write) -> anyhow::Result<i32
         .map_err(|error| anyhow::anyhow!("invalid [[outbox]]/[route] configuration: {error}"))?;
     writeln!(
         out,
-        "ok   config: {} is valid ({} outbox table(s), checkpoint store `{}`, delivery {:?}); nothing was connected to",
+        "ok   config: {} is valid ({} outbox table(s), {}, delivery {:?}); nothing was connected to",
         path.display(),
         config.outbox.len(),
-        config.checkpoint.store,
+        match config.source.mode {
+            crate::poll_config::SourceMode::Poll => {
+                "poll mode: no checkpoint store".to_owned()
+            }
+            crate::poll_config::SourceMode::Binlog => {
+                format!("checkpoint store `{}`", config.checkpoint.store)
+            }
+        },
         config.kafka.delivery
     )?;
     Ok(0)
@@ -581,7 +600,7 @@ pub async fn checkpoint_command(
 ) -> anyhow::Result<i32> {
     match action {
         CheckpointAction::Show { config } => {
-            let config = load_config(&config)?;
+            let config = load_checkpoint_config(&config)?;
             let store = open_checkpoint_store(&config.checkpoint, &config.kafka).await?;
             match store.load().await? {
                 Some(checkpoint) => writeln!(out, "{}", checkpoint.to_json())?,
@@ -597,7 +616,7 @@ pub async fn checkpoint_command(
             position,
             gtid,
         } => {
-            let config = load_config(&config)?;
+            let config = load_checkpoint_config(&config)?;
             let report = outbox_binlog::check_server(
                 &config.source.connection_url(),
                 &config.source.tls_options(),
@@ -640,7 +659,7 @@ pub async fn checkpoint_command(
             server,
         } => {
             use crate::import_debezium::{checkpoint_position, parse_offset, read_offsets_topic};
-            let config = load_config(&config)?;
+            let config = load_checkpoint_config(&config)?;
             let text = match (offset, offsets_topic, offsets_file, connector) {
                 (Some(text), _, _, _) => text,
                 (None, None, Some(file), Some(connector)) => {
@@ -699,7 +718,7 @@ pub async fn checkpoint_command(
             Ok(0)
         }
         CheckpointAction::Reset { config } => {
-            let config = load_config(&config)?;
+            let config = load_checkpoint_config(&config)?;
             let store = open_checkpoint_store(&config.checkpoint, &config.kafka).await?;
             store.reset().await?;
             eprintln!(

@@ -111,6 +111,9 @@ async fn relay_view(config: &RelayConfig) -> Value {
 
 /// Gathers the status of the relay `path` configures.
 pub async fn gather_status(config: &RelayConfig) -> Value {
+    if config.source.mode == crate::poll_config::SourceMode::Poll {
+        return json!({"poll": poll_view(config).await, "relay": relay_view(config).await});
+    }
     let checkpoint = match open_checkpoint_store(&config.checkpoint, &config.kafka).await {
         Ok(store) => match store.load().await {
             Ok(Some(checkpoint)) => Some(checkpoint),
@@ -181,6 +184,37 @@ fn write_human(out: &mut dyn Write, value: &Value, indent: usize) -> std::io::Re
         }
     }
     Ok(())
+}
+
+/// Poll mode has no checkpoint: each outbox table's backlog instead.
+async fn poll_view(config: &RelayConfig) -> Value {
+    let connected = crate::pipeline::open_poll_session(
+        &config.source.connection_url(),
+        &config.source.tls_options(),
+        std::time::Duration::from_millis(config.source.connect_timeout_ms),
+    )
+    .await;
+    let mut conn = match connected {
+        Ok(conn) => conn,
+        Err(error) => {
+            return json!({"server": config.source.redacted_url(), "error": redact_secrets(&error.to_string())})
+        }
+    };
+    let mut tables = serde_json::Map::new();
+    for (table, poller) in crate::pipeline::polled_tables(config) {
+        let view = match poller.status(&mut conn).await {
+            Ok(status) => json!({
+                "pending": status.pending,
+                "processing": status.processing,
+                "dead": status.dead,
+                "oldest_due_wait_seconds": status.oldest_due_wait.as_secs_f64(),
+            }),
+            Err(error) => json!({"error": redact_secrets(&error.to_string())}),
+        };
+        tables.insert(table.to_string(), view);
+    }
+    let _ = conn.disconnect().await;
+    json!({"server": config.source.redacted_url(), "tables": tables})
 }
 
 /// `status`: prints the status (JSON with `json`), returns 0 when the relay is ready.

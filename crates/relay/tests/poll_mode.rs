@@ -155,6 +155,28 @@ async fn committed_rows_are_published_and_marked_sent_rolled_back_ones_never() {
     );
     let (code, body) = get_readyz(&listen).await.expect("readyz");
     assert_eq!(code, 200, "{body}");
+
+    // `status` shows the table's backlog; the checkpoint commands refuse: there is none.
+    let config = relay.config_path.to_string_lossy().into_owned();
+    let (code, stdout, stderr) = run_relay_command(&["status", "--json", "--config", &config]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let status: serde_json::Value = serde_json::from_str(stdout.trim()).expect("status JSON");
+    let table = &status["poll"]["tables"]["shop.outbox"];
+    assert_eq!(
+        (table["pending"].as_u64(), table["dead"].as_u64()),
+        (Some(0), Some(0)),
+        "{status}"
+    );
+    assert_eq!(
+        status["relay"]["ready"],
+        serde_json::Value::Bool(true),
+        "{status}"
+    );
+    let (code, _, stderr) = run_relay_command(&["checkpoint", "show", "--config", &config]);
+    assert!(
+        code != 0 && stderr.contains("stores no checkpoint"),
+        "{stderr}"
+    );
     relay.stop_gracefully("end of test").await;
 }
 
