@@ -205,8 +205,10 @@ fn every_rendered_config_passes_check_config_only_and_the_workload_fits_the_stor
         assert_eq!(status, 0, "{values:?}");
         let parsed = outbox_relay::RelayConfig::load(&path).expect("loads");
 
-        // The shape the store kind needs: a volume only for the file store.
-        let file_store = parsed.checkpoint.store == "file";
+        // The shape the store kind needs: a volume only for the file store (poll mode has
+        // no checkpoint).
+        let poll_mode = parsed.source.mode == outbox_relay::poll_config::SourceMode::Poll;
+        let file_store = parsed.checkpoint.store == "file" && !poll_mode;
         assert_eq!(
             kind_of(workload),
             if file_store {
@@ -221,12 +223,12 @@ fn every_rendered_config_passes_check_config_only_and_the_workload_fits_the_stor
             file_store,
             "{values:?}"
         );
-        // replicas > 1 only under [ha].
         let replicas: u32 = scalar(workload, "replicas")
             .and_then(|r| r.parse().ok())
             .expect("replicas");
+        // replicas > 1 only under [ha] (poll mode: relays claim in parallel).
         assert!(
-            replicas == 1 || parsed.ha.enabled,
+            replicas == 1 || parsed.ha.enabled || poll_mode,
             "{values:?}: {replicas} replicas without [ha]"
         );
         // The grace period outlasts the relay's shutdown.

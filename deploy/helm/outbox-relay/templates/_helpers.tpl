@@ -27,9 +27,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if or .Values.secret.existingSecret .Values.secret.stringData -}}true{{- end -}}
 {{- end -}}
 
-{{/* The checkpoint store kind (`file` when the config does not say). */}}
+{{/* The checkpoint store kind (`file` when the config does not say; `none` in poll mode,
+which keeps each event's state in the outbox table). */}}
 {{- define "outbox-relay.checkpointStore" -}}
+{{- if eq ((.Values.config.source | default dict).mode | default "binlog") "poll" -}}
+none
+{{- else -}}
 {{- (.Values.config.checkpoint | default dict).store | default "file" -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The file store's path (on the chart's volume unless config.checkpoint.path says). */}}
@@ -69,7 +74,7 @@ manifest that depends on them: the workload).
 {{- define "outbox-relay.validate" -}}
 {{- $ha := (.Values.config.ha | default dict).enabled | default false -}}
 {{- $store := include "outbox-relay.checkpointStore" . -}}
-{{- if gt (int .Values.replicas) 1 -}}
+{{- if and (gt (int .Values.replicas) 1) (ne $store "none") -}}
 {{- if not $ha -}}
 {{- fail (printf "replicas = %d needs config.ha.enabled = true: without [ha] every replica would publish every event (duplicates) and fight over one checkpoint; set replicas: 1 or turn [ha] on" (int .Values.replicas)) -}}
 {{- end -}}
