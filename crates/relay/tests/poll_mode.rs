@@ -683,3 +683,45 @@ async fn missing_poll_columns_or_grants_are_refused_at_start_naming_the_fix() {
         "{output}"
     );
 }
+
+/// A stop while the database is gone, with a claim acked by Kafka but not marked: the
+/// relay cannot write the mark; it exits within its shutdown timeout all the same, and the
+/// rows, still PROCESSING, are published again (same ids) by the next relay once their lease
+/// ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_while_the_database_is_gone_exits_within_the_shutdown_timeout() {
+    let (mut db, broker, mut setup) = poll_world(&["interval_ms = 50", "lease_ms = 2000"]).await;
+    setup.shutdown_timeout_ms = Some(3_000);
+    let mut relay = Relay::prepare(&setup);
+    let mut conn = db.conn().await.expect("connect");
+    let ids = insert_events(&mut conn, "owed", 3).await;
+    drop(conn);
+    relay.start_with_env(&[("OUTBOX_RELAY_PAUSE_AT", "before-poll-mark:4000")]);
+    wait_for_log(&relay, "pause point reached", Duration::from_secs(30)).await;
+    db.stop();
+    let stopping = Instant::now();
+    relay.send_signal("TERM");
+    let status = relay.wait_for_exit(Duration::from_secs(60)).await;
+    let took = stopping.elapsed();
+    assert!(
+        took < Duration::from_secs(15),
+        "the relay took {took:?} to stop ({status}):\n{}",
+        relay.log_tail(20)
+    );
+    assert!(
+        relay.log().contains("claims not marked"),
+        "{}",
+        relay.log_tail(20)
+    );
+    db.restart().await.expect("the database comes back");
+    let mut conn = db.conn().await.expect("connect");
+    assert_eq!(statuses(&mut conn).await, [("PROCESSING".to_owned(), 3)]);
+    relay.start();
+    wait_all_sent(&mut conn, &relay, 3, Duration::from_secs(30)).await;
+    assert_eq!(
+        copies_of(&broker.bootstrap(), &db, &ids, 2).await,
+        vec![2; 3],
+        "published again, same ids"
+    );
+    relay.stop_gracefully("end of test").await;
+}

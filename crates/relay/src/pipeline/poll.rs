@@ -206,17 +206,20 @@ pub(super) async fn run_poll_relay(
     let settle_task = spawn_named(
         "poll-settle",
         run_settle(
-            tables.clone(),
-            ledger.clone(),
-            claims_marked,
-            RetryPolicy {
-                max_attempts: config.source.poll.max_attempts,
-                initial: Duration::from_millis(config.source.poll.retry_initial_backoff_ms),
-                max: Duration::from_millis(config.source.poll.retry_max_backoff_ms),
+            SettleContext {
+                tables: tables.clone(),
+                ledger: ledger.clone(),
+                claims_marked,
+                retry: RetryPolicy {
+                    max_attempts: config.source.poll.max_attempts,
+                    initial: Duration::from_millis(config.source.poll.retry_initial_backoff_ms),
+                    max: Duration::from_millis(config.source.poll.retry_max_backoff_ms),
+                },
+                controller: controller.clone(),
+                give_up: marks_deadline(controller, config.pipeline.shutdown_timeout()),
             },
             PollConnection::new(config, "marks"),
             settled_rx,
-            controller.clone(),
         ),
     );
     let leases_stop = ShutdownController::new();
@@ -440,22 +443,41 @@ fn route_claimed(
     Ok(batch)
 }
 
+/// What the settle task works with besides its connection and channel.
+struct SettleContext {
+    tables: Arc<[PolledTable]>,
+    /// Told when a claim is marked (its lease needs no renewing).
+    ledger: SharedLedger,
+    /// Woken per claim marked (the claim task may claim the aggregates again).
+    claims_marked: Arc<Notify>,
+    /// Backoff and `max_attempts` of rows whose publish failed.
+    retry: RetryPolicy,
+    /// Stops the relay on a definite error.
+    controller: ShutdownController,
+    /// Fires when marks may no longer be retried (the shutdown timeout into a stop).
+    give_up: Shutdown,
+}
+
 /// Marks each settled claim (SENT, DEAD for dead letters) under its token; a lost
 /// connection is reconnected and the same claim marked again. Ends when the sink is done
 /// (the channel closes) and every claim received was marked.
 async fn run_settle(
-    tables: Arc<[PolledTable]>,
-    ledger: SharedLedger,
-    claims_marked: Arc<Notify>,
-    retry: RetryPolicy,
+    context: SettleContext,
     mut connection: PollConnection,
     mut settled: mpsc::UnboundedReceiver<SettledClaim>,
-    controller: ShutdownController,
 ) -> Result<(), RelayError> {
-    // Marks are retried until they succeed, even during shutdown (the sink's drain
-    // waits for nothing here), unless the database stays away: then the rows' leases end
-    // and they are published again.
-    let mut shutdown = ShutdownController::new().subscribe();
+    let SettleContext {
+        tables,
+        ledger,
+        claims_marked,
+        retry,
+        controller,
+        mut give_up,
+    } = context;
+    // Marks are retried until they succeed, also while the relay stops, until `give_up`
+    // fires (the shutdown timeout after the stop began): a database that stays away must
+    // not hold the process; the rows it could not mark are published again once their
+    // leases end.
     while let Some(claim) = settled.recv().await {
         let Some(table) = tables.get(claim.table) else {
             continue;
@@ -467,7 +489,8 @@ async fn run_settle(
             tokio::time::sleep(pause).await;
         }
         loop {
-            let Some(conn) = connection.get(&mut shutdown).await? else {
+            let Some(conn) = connection.get(&mut give_up).await? else {
+                tracing::warn!(table = %table.name, "stopping with claims not marked: their rows are published again when their leases end");
                 return Ok(());
             };
             match table.poller.settle(conn, &claim, &retry).await {
@@ -492,6 +515,20 @@ async fn run_settle(
         }
     }
     Ok(())
+}
+
+/// Fires `timeout` after `controller` does: how long marks may still be retried while the
+/// relay stops.
+fn marks_deadline(controller: &ShutdownController, timeout: Duration) -> Shutdown {
+    let deadline = ShutdownController::new();
+    let fired = deadline.subscribe();
+    let mut stopping = controller.subscribe();
+    spawn_named("poll-marks-deadline", async move {
+        stopping.recv().await;
+        tokio::time::sleep(timeout).await;
+        deadline.trigger();
+    });
+    fired
 }
 
 /// Renews the leases of the claims in flight, returns expired leases (anyone's) to
