@@ -833,21 +833,31 @@ pub(crate) async fn poll_startup_checks(
             message: format!("{error}; the table needs the poll-mode columns (outbox-poll's poll_mode_ddl, or [source.poll.columns] naming yours) and the relay's user `GRANT {hint} ON {table}`"),
         }
     };
+    // A probe that lost a lock conflict to a running relay's claims ran, so it was allowed:
+    // its grant is there.
+    let probed = |table: &TableName, result: Result<u64, PollError>| match result {
+        Err(error) if !error.is_lock_conflict() => Err(grant_hint(table, error)),
+        _ => Ok(()),
+    };
     for (table, poller) in polled_tables(config) {
         poller
             .status(conn)
             .await
             .map_err(|error| grant_hint(&table, error))?;
-        poller
-            .renew_leases(conn, &["outbox-relay-check"], poll.lease())
-            .await
-            .map_err(|error| grant_hint(&table, error))?;
+        probed(
+            &table,
+            poller
+                .renew_leases(conn, &["outbox-relay-check"], poll.lease())
+                .await,
+        )?;
         if poll.sent_retention_s > 0 {
             // Rows SENT a century ago: none, but the statement needs the DELETE grant.
-            poller
-                .delete_sent(conn, Duration::from_secs(100 * 365 * 86_400), 1)
-                .await
-                .map_err(|error| grant_hint(&table, error))?;
+            probed(
+                &table,
+                poller
+                    .delete_sent(conn, Duration::from_secs(100 * 365 * 86_400), 1)
+                    .await,
+            )?;
         }
     }
     Ok(format!(
