@@ -150,17 +150,10 @@ pub(super) async fn connect_source(
         }
         (connected, _) => connected?,
     };
-    let Some(mut reader) = connected else {
+    let Some((reader, tables)) = connected else {
         tracing::info!("shutdown requested before the source connected");
         return Ok(None);
     };
-    // Every [[outbox]] table must exist as the binlog names it, or its rows would be
-    // skipped silently, and have the columns its route reads, or every row would become a
-    // dead letter (ARCHITECTURE.md, invariant 4c).
-    let tables = reader
-        .verify_watched_tables()
-        .await
-        .map_err(RelayError::Source)?;
     if let Some(message) = describe_missing_columns(router, &tables) {
         return Err(RelayError::OutboxColumnsMissing(message));
     }
@@ -271,10 +264,17 @@ async fn connect_at_startup(
     retry: StartupRetry,
     metrics: &Metrics,
     shutdown: Shutdown,
-) -> Result<Option<BinlogReader>, RelayError> {
+) -> Result<Option<(BinlogReader, Vec<WatchedTableColumns>)>, RelayError> {
     let resume_from = describe_start(&reader_config.start);
-    retry_source_at_startup(retry, resume_from, metrics, shutdown, || {
-        BinlogReader::connect(reader_config.clone())
+    // Every [[outbox]] table must exist as the binlog names it, or its rows would be
+    // skipped silently, and have the columns its route reads, or every row would become a
+    // dead letter (ARCHITECTURE.md, invariant 4c): checked in the same attempt as the
+    // connect, so a server that goes away between the two is retried like one that never
+    // answered (it used to stop the relay as a definite error).
+    retry_source_at_startup(retry, resume_from, metrics, shutdown, || async {
+        let mut reader = BinlogReader::connect(reader_config.clone()).await?;
+        let tables = reader.verify_watched_tables().await?;
+        Ok((reader, tables))
     })
     .await
 }
