@@ -165,6 +165,12 @@ impl ClaimLedger {
         self.marking.remove(&number);
     }
 
+    /// Whether a claim is being published or marked: rows of its aggregates become
+    /// claimable once it is marked.
+    pub fn has_claims_out(&self) -> bool {
+        !self.open.is_empty() || !self.marking.is_empty()
+    }
+
     /// The tokens of the claims being published or marked, by table: their leases need
     /// renewing.
     pub fn open_tokens(&self) -> BTreeMap<usize, Vec<String>> {
@@ -232,9 +238,11 @@ mod tests {
             ledger.open_tokens(),
             BTreeMap::from([(0, vec!["t1".to_owned(), "t0".to_owned()])])
         );
+        assert!(ledger.has_claims_out());
         ledger.marked(alone.number);
         ledger.marked(settled.number);
         assert!(ledger.open_tokens().is_empty());
+        assert!(!ledger.has_claims_out());
     }
 
     #[test]

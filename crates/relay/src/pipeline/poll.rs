@@ -319,7 +319,7 @@ async fn run_claims(
             let Some(conn) = connection.get(&mut shutdown).await? else {
                 return Ok(());
             };
-            let own_claims_open = !lock_ledger(&context.ledger).open_tokens().is_empty();
+            let own_claims_open = lock_ledger(&context.ledger).has_claims_out();
             let mut claimed = table
                 .poller
                 .claim_rows(conn, limit, poll.lease(), Some(claim_window(limit)))
@@ -364,7 +364,7 @@ async fn run_claims(
             // Rows held back behind this relay's own claims become claimable when those
             // are marked: claim again then, not a whole interval later.
             let marked = context.claims_marked.notified();
-            let waiting_for_own_claims = !lock_ledger(&context.ledger).open_tokens().is_empty();
+            let waiting_for_own_claims = lock_ledger(&context.ledger).has_claims_out();
             tokio::select! {
                 _ = shutdown.recv() => return Ok(()),
                 _ = tokio::time::sleep(poll.interval()) => {}
