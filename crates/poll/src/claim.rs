@@ -7,6 +7,7 @@ use mysql_async::{Params, Row, TxOpts, Value};
 use outbox_writer::OutboxTable;
 
 use crate::columns::{quote, PollColumns, RowStatus};
+use crate::ddl::PollIndexes;
 use crate::error::PollError;
 use crate::ledger::SettledClaim;
 use crate::sql_row::{column_names, row_image};
@@ -49,6 +50,12 @@ pub struct Poller {
     quoted_event_id: String,
     /// The next-attempt column, quoted (replay since a time).
     quoted_next_attempt: String,
+    /// The indexes the claim forces, with the columns each must start with
+    /// ([`Poller::check_indexes`]).
+    required_indexes: Vec<(String, Vec<String>)>,
+    /// The database (`None`: the connection's default) and bare name of the table, to
+    /// look its indexes up.
+    schema_and_table: (Option<String>, String),
 }
 
 /// The claim query's extra column: how many older rows of the row's aggregate are unsent.
@@ -207,9 +214,15 @@ pub struct MarkOutcome {
 impl Poller {
     /// The statements for a table the writer library describes.
     pub fn new(table: &OutboxTable, columns: &PollColumns) -> Self {
+        let display_name = table.display_name();
+        let schema_and_table = match display_name.split_once('.') {
+            Some((database, bare)) => (Some(database.to_owned()), bare.to_owned()),
+            None => (None, display_name.clone()),
+        };
         Self::for_table(
             table.quoted_name(),
-            table.display_name(),
+            display_name,
+            schema_and_table,
             table.columns(),
             columns,
         )
@@ -225,6 +238,7 @@ impl Poller {
         Self::for_table(
             format!("{}.{}", quote(&table.database), quote(&table.table)),
             format!("{}.{}", table.database, table.table),
+            (Some(table.database.clone()), table.table.clone()),
             mapping,
             columns,
         )
@@ -233,9 +247,13 @@ impl Poller {
     fn for_table(
         name: String,
         display_name: String,
+        schema_and_table: (Option<String>, String),
         mapping: &outbox_router::ColumnMapping,
         columns: &PollColumns,
     ) -> Self {
+        let indexes = PollIndexes::for_table(&schema_and_table.1);
+        let claim_index = quote(&indexes.claim);
+        let aggregate_index = quote(&indexes.aggregate);
         let status = quote(&columns.status);
         let seq = quote(&columns.sequence);
         let next = quote(&columns.next_attempt_at);
@@ -254,12 +272,12 @@ impl Poller {
         // the candidates (a window's end).
         let claim_select = |bound: &str| {
             format!(
-                "SELECT o.*, (SELECT COUNT(*) FROM {name} e \
+                "SELECT o.*, (SELECT COUNT(*) FROM {name} e FORCE INDEX ({aggregate_index}) \
                    WHERE e.{aggregate_id} = o.{aggregate_id} AND e.{aggregate_type} = o.{aggregate_type} \
                    AND e.{status} IN ('{pending}', '{processing}') AND e.{seq} < o.{seq}) AS {older} \
-                 FROM {name} o \
+                 FROM {name} o FORCE INDEX ({claim_index}) \
                  WHERE o.{status} = '{pending}' AND o.{next} <= NOW(6){bound} \
-                 AND NOT EXISTS (SELECT 1 FROM {name} e \
+                 AND NOT EXISTS (SELECT 1 FROM {name} e FORCE INDEX ({aggregate_index}) \
                    WHERE e.{aggregate_id} = o.{aggregate_id} AND e.{aggregate_type} = o.{aggregate_type} \
                    AND e.{seq} < o.{seq} \
                    AND (e.{status} = '{processing}' OR (e.{status} = '{pending}' AND e.{next} > NOW(6)))) \
@@ -272,7 +290,8 @@ impl Poller {
             select_claimable: claim_select(&format!(" AND o.{seq} <= ?")),
             select_last_sequence: format!("SELECT MAX({seq}) FROM {name}"),
             select_window_end: format!(
-                "SELECT {seq} FROM {name} WHERE {status} = '{pending}' ORDER BY {seq} LIMIT 1 OFFSET ?"
+                "SELECT {seq} FROM {name} FORCE INDEX ({claim_index}) \
+                 WHERE {status} = '{pending}' ORDER BY {seq} LIMIT 1 OFFSET ?"
             ),
             update_claimed_prefix: format!(
                 "UPDATE {name} SET {status} = '{processing}', {attempts} = {attempts} + 1, \
@@ -312,6 +331,22 @@ impl Poller {
             ),
             quoted_event_id: event_id.clone(),
             quoted_next_attempt: next.clone(),
+            required_indexes: vec![
+                (
+                    indexes.claim.clone(),
+                    vec![columns.status.clone(), columns.sequence.clone()],
+                ),
+                (
+                    indexes.aggregate.clone(),
+                    vec![
+                        mapping.aggregate_id.clone(),
+                        mapping.aggregate_type.clone(),
+                        columns.status.clone(),
+                        columns.sequence.clone(),
+                    ],
+                ),
+            ],
+            schema_and_table,
             state_columns: ClaimColumns {
                 status: columns.status.clone(),
                 sent_at: columns.sent_at.clone(),
@@ -322,6 +357,44 @@ impl Poller {
                 attempts: columns.attempts.clone(),
             },
         }
+    }
+
+    /// Checks that the table has the indexes the claim forces, each on the columns it
+    /// reads ([`PollIndexes`]): without them the claim fails, or sorts the backlog.
+    pub async fn check_indexes(&self, conn: &mut mysql_async::Conn) -> Result<(), PollError> {
+        let (schema, table) = &self.schema_and_table;
+        let found: Vec<(String, String)> = conn
+            .exec(
+                "SELECT INDEX_NAME, GROUP_CONCAT(COLUMN_NAME ORDER BY SEQ_IN_INDEX SEPARATOR ',') \
+                 FROM information_schema.STATISTICS \
+                 WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? \
+                 GROUP BY INDEX_NAME",
+                (schema.as_deref(), table.as_str()),
+            )
+            .await
+            .map_err(|source| self.failed("reading the table's indexes", source))?;
+        for (index, columns) in &self.required_indexes {
+            let has = found
+                .iter()
+                .find(|(name, _)| name.eq_ignore_ascii_case(index));
+            let starts_right = has.is_some_and(|(_, actual)| {
+                let actual: Vec<&str> = actual.split(',').collect();
+                actual.len() >= columns.len()
+                    && columns
+                        .iter()
+                        .zip(&actual)
+                        .all(|(wanted, actual)| wanted.eq_ignore_ascii_case(actual))
+            });
+            if !starts_right {
+                return Err(PollError::IndexMissing {
+                    table: self.table_name.clone(),
+                    index: index.clone(),
+                    columns: columns.join(", "),
+                    found: has.map(|(_, actual)| actual.replace(',', ", ")),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The claim's SELECT (for `EXPLAIN` in tests and `check`): its first `?` is the last
@@ -678,7 +751,7 @@ impl Poller {
                 .ok_or_else(|| PollError::BadRow {
                     table: self.table_name.clone(),
                     message: format!(
-                        "the table has no column `{name}` (columns: {}); add the poll-mode columns (outbox-writer's poll_mode_ddl) or fix the column names in the config",
+                        "the table has no column `{name}` (columns: {}); add the poll-mode columns (`outbox-relay poll ddl` prints them) or fix the column names in the config",
                         names.join(", ")
                     ),
                 })

@@ -22,9 +22,35 @@ use crate::columns::{quote, PollColumns};
 /// Rows already in the table become PENDING: publish or delete them first if the binlog
 /// relay has sent them.
 pub fn poll_mode_ddl(table: &OutboxTable, columns: &PollColumns) -> Vec<String> {
-    let name = table.quoted_name();
-    let mapping = table.columns();
-    let index_prefix = index_prefix(table);
+    ddl(
+        &table.quoted_name(),
+        &table.display_name(),
+        table.columns(),
+        columns,
+    )
+}
+
+/// [`poll_mode_ddl`] for a relay's `[[outbox]]` table and its router columns.
+pub fn poll_mode_ddl_for_relay_table(
+    table: &outbox_binlog::TableName,
+    mapping: &outbox_router::ColumnMapping,
+    columns: &PollColumns,
+) -> Vec<String> {
+    ddl(
+        &format!("{}.{}", quote(&table.database), quote(&table.table)),
+        &table.table,
+        mapping,
+        columns,
+    )
+}
+
+fn ddl(
+    name: &str,
+    table: &str,
+    mapping: &outbox_router::ColumnMapping,
+    columns: &PollColumns,
+) -> Vec<String> {
+    let indexes = PollIndexes::for_table(table);
     vec![format!(
         "ALTER TABLE {name}\n  \
              ADD COLUMN {status} VARCHAR(10) CHARACTER SET ascii NOT NULL DEFAULT 'PENDING',\n  \
@@ -46,19 +72,40 @@ pub fn poll_mode_ddl(table: &OutboxTable, columns: &PollColumns) -> Vec<String> 
         error = quote(&columns.last_error),
         sent = quote(&columns.sent_at),
         seq = quote(&columns.sequence),
-        seq_key = quote(&format!("{index_prefix}_poll_seq_uq")),
-        claim_key = quote(&format!("{index_prefix}_poll_claim_idx")),
-        aggregate_key = quote(&format!("{index_prefix}_poll_aggregate_idx")),
+        seq_key = quote(&indexes.sequence),
+        claim_key = quote(&indexes.claim),
+        aggregate_key = quote(&indexes.aggregate),
         aggregate_id = quote(&mapping.aggregate_id),
         aggregate_type = quote(&mapping.aggregate_type),
     )]
 }
 
-/// Index names start with the table's name, cut to keep them within MySQL's 64.
-fn index_prefix(table: &OutboxTable) -> String {
-    let display = table.display_name();
-    let bare = display.rsplit('.').next().unwrap_or(&display);
-    bare.chars().take(40).collect()
+/// The names of the indexes [`poll_mode_ddl`] adds. The claim names the claim and
+/// aggregate indexes (`FORCE INDEX`): left to itself the optimizer has served the
+/// per-aggregate check from the claim index once the table's statistics changed mid-drain
+/// (750,000 rows read per claim, a second each, measured with `examples/claim_cost.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PollIndexes {
+    /// UNIQUE (sequence).
+    pub sequence: String,
+    /// (status, sequence): the claim's candidates in order, and the status counts.
+    pub claim: String,
+    /// (aggregate id, aggregate type, status, sequence): an aggregate's unsent rows.
+    pub aggregate: String,
+}
+
+impl PollIndexes {
+    /// The names for `table` (`database.table` or `table`): its bare name, cut to keep
+    /// them within MySQL's 64 characters, and a suffix.
+    pub fn for_table(table: &str) -> Self {
+        let bare = table.rsplit('.').next().unwrap_or(table);
+        let prefix: String = bare.chars().take(40).collect();
+        Self {
+            sequence: format!("{prefix}_poll_seq_uq"),
+            claim: format!("{prefix}_poll_claim_idx"),
+            aggregate: format!("{prefix}_poll_aggregate_idx"),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -20,6 +20,18 @@ pub enum PollError {
         /// `SELECT VERSION()`.
         version: String,
     },
+    /// The table lacks an index the claim forces (see `PollIndexes`).
+    #[error("{table}: poll mode needs the index `{index}` on ({columns}){}; add it as poll_mode_ddl does (`outbox-relay poll ddl` prints the statement)", match found { Some(actual) => format!(", and the table's index of that name is on ({actual})"), None => String::new() })]
+    IndexMissing {
+        /// `database.table`.
+        table: String,
+        /// The index's name.
+        index: String,
+        /// The columns it must start with.
+        columns: String,
+        /// The columns of the table's index of that name, if it has one.
+        found: Option<String>,
+    },
     /// A row the claim returned is not what the poll-mode columns promise.
     #[error("{table}: {message}")]
     BadRow {
@@ -57,7 +69,9 @@ impl PollError {
                 mysql_async::Error::Io(_) | mysql_async::Error::Driver(_) => true,
                 _ => false,
             },
-            PollError::UnsupportedServer { .. } | PollError::BadRow { .. } => false,
+            PollError::UnsupportedServer { .. }
+            | PollError::IndexMissing { .. }
+            | PollError::BadRow { .. } => false,
         }
     }
 }

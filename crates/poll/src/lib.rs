@@ -41,7 +41,7 @@ pub use claim::{
     SettleOutcome, TableStatus, SESSION_SETUP,
 };
 pub use columns::{PollColumns, RowStatus};
-pub use ddl::poll_mode_ddl;
+pub use ddl::{poll_mode_ddl, poll_mode_ddl_for_relay_table, PollIndexes};
 pub use error::PollError;
 pub use ledger::{ClaimLedger, RowOutcome, RowTicket, SettledClaim};
 pub use retry::{jittered_retry_delay, retry_delay};

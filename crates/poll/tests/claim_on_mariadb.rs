@@ -599,3 +599,44 @@ async fn a_row_backing_off_holds_its_aggregates_younger_rows_back() {
     let next = poller.claim(&mut conn, 10, LEASE).await.unwrap();
     assert_eq!(ids(&next), ["b1"], "a2 waits for a1's retry");
 }
+
+/// The claim forces its indexes by name; a table without them is refused up front, naming
+/// the index and its columns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_without_the_claims_indexes_is_refused_naming_them() {
+    let (db, poller) = poll_table().await;
+    let mut conn = db.conn().await.unwrap();
+    poller
+        .check_indexes(&mut conn)
+        .await
+        .expect("the DDL's indexes serve");
+    conn.query_drop(
+        "ALTER TABLE shop.outbox DROP INDEX outbox_poll_aggregate_idx, \
+         ADD INDEX outbox_poll_aggregate_idx (aggregate_id)",
+    )
+    .await
+    .unwrap();
+    let wrong_columns = poller
+        .check_indexes(&mut conn)
+        .await
+        .expect_err("an index on other columns")
+        .to_string();
+    assert!(
+        wrong_columns.contains(
+            "needs the index `outbox_poll_aggregate_idx` on (aggregate_id, aggregate_type, poll_status, poll_seq), and the table's index of that name is on (aggregate_id)"
+        ),
+        "{wrong_columns}"
+    );
+    conn.query_drop("ALTER TABLE shop.outbox DROP INDEX outbox_poll_claim_idx")
+        .await
+        .unwrap();
+    let missing = poller
+        .check_indexes(&mut conn)
+        .await
+        .expect_err("a missing index")
+        .to_string();
+    assert!(
+        missing.starts_with("shop.outbox: poll mode needs the index `outbox_poll_claim_idx` on (poll_status, poll_seq); add it"),
+        "{missing}"
+    );
+}

@@ -104,7 +104,7 @@ pub enum Command {
     },
     /// Poll mode (`[source] mode = "poll"`): the outbox rows' delivery states.
     Poll {
-        /// status or replay.
+        /// ddl, status or replay.
         #[command(subcommand)]
         action: PollAction,
     },
@@ -165,6 +165,14 @@ pub enum DlqAction {
 /// `poll` actions.
 #[derive(Debug, Subcommand)]
 pub enum PollAction {
+    /// Print the `ALTER TABLE` that readies each `[[outbox]]` table for poll mode: the
+    /// state columns (named as `[source.poll.columns]` says) and the claim's indexes. Run
+    /// it once, before the relay starts polling; it reads no database.
+    Ddl {
+        /// The TOML config file.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
     /// Print each outbox table's PENDING, PROCESSING and DEAD row counts and the oldest due
     /// row's wait, one JSON line per table.
     Status {

@@ -1,4 +1,5 @@
-//! `outbox-relay poll status|replay`: the outbox rows' delivery states in poll mode.
+//! `outbox-relay poll ddl|status|replay`: the outbox table's poll-mode columns and its
+//! rows' delivery states.
 
 use std::io::Write;
 use std::path::Path;
@@ -14,6 +15,21 @@ use crate::pipeline::{open_poll_session, polled_tables};
 /// Runs a `poll` action; returns the exit code.
 pub async fn poll_command(action: PollAction, out: &mut dyn Write) -> anyhow::Result<i32> {
     match action {
+        PollAction::Ddl { config } => {
+            // Any mode: a binlog relay's operator readies the table before switching.
+            let config = RelayConfig::load(&config)?;
+            let columns = config.source.poll.columns.poll_columns();
+            for table in &config.outbox {
+                for statement in outbox_poll::poll_mode_ddl_for_relay_table(
+                    &table.table,
+                    &table.column_mapping(),
+                    &columns,
+                ) {
+                    writeln!(out, "{statement};")?;
+                }
+            }
+            Ok(0)
+        }
         PollAction::Status { config } => {
             let config = load(&config)?;
             let mut conn = connect(&config).await?;

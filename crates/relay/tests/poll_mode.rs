@@ -643,7 +643,7 @@ async fn missing_poll_columns_or_grants_are_refused_at_start_naming_the_fix() {
     let mut relay = Relay::prepare(&setup);
     let (passed, output) = check(&relay);
     assert!(
-        !passed && output.contains("FAIL poll source") && output.contains("poll_mode_ddl"),
+        !passed && output.contains("FAIL poll source") && output.contains("outbox-relay poll ddl"),
         "{output}"
     );
     run_is_refused(
@@ -652,7 +652,20 @@ async fn missing_poll_columns_or_grants_are_refused_at_start_naming_the_fix() {
     )
     .await;
 
-    add_poll_columns(&db).await;
+    // The fix the message names: `poll ddl` prints the statements; they apply as printed
+    // (columns and the claim's indexes: `check` passes below).
+    let (code, ddl, stderr) = run_relay_command(&[
+        "poll",
+        "ddl",
+        "--config",
+        &relay.config_path.to_string_lossy(),
+    ]);
+    assert!(
+        code == 0 && ddl.starts_with("ALTER TABLE `shop`.`outbox`"),
+        "{ddl}{stderr}"
+    );
+    let statements: Vec<&str> = ddl.split(";\n").filter(|s| !s.trim().is_empty()).collect();
+    db.exec(&statements).await.expect("the printed DDL applies");
     db.exec(&[
         "CREATE USER 'poller'@'%' IDENTIFIED BY 'poller-password'",
         "GRANT SELECT ON shop.outbox TO 'poller'@'%'",

@@ -830,7 +830,7 @@ pub(crate) async fn poll_startup_checks(
         };
         RelayError::PollTableUnusable {
             table: table.to_string(),
-            message: format!("{error}; the table needs the poll-mode columns (outbox-poll's poll_mode_ddl, or [source.poll.columns] naming yours) and the relay's user `GRANT {hint} ON {table}`"),
+            message: format!("{error}; the table needs the poll-mode columns (`outbox-relay poll ddl` prints them, or [source.poll.columns] names yours) and the relay's user `GRANT {hint} ON {table}`"),
         }
     };
     // A probe that lost a lock conflict to a running relay's claims ran, so it was allowed:
@@ -844,6 +844,7 @@ pub(crate) async fn poll_startup_checks(
             .status(conn)
             .await
             .map_err(|error| grant_hint(&table, error))?;
+        poller.check_indexes(conn).await.map_err(RelayError::Poll)?;
         probed(
             &table,
             poller

@@ -1,0 +1,174 @@
+//! Where a poll-mode drain spends the server's time, without Kafka: fills a scratch
+//! MariaDB's outbox table (the bench's shape: 30,000 aggregates, ~150-byte payloads) with
+//! PENDING rows and drains it with claims and marks, on one connection or
+//! (`CLAIM_COST_PIPELINED=1`) as the relay does, claims on one and marks on another.
+//! Prints rows/s, the server's CPU per row, and the plan of any claim slower than 300 ms;
+//! the server's slow log (every statement, with its time and rows examined) is
+//! `/tmp/claim_cost_slow.log`. `CLAIM_COST_EXTRA_DDL` adds statements (`;`-separated)
+//! after the DDL: index variants.
+//!
+//! `cargo run -p outbox-poll --example claim_cost -- ROWS BATCH`
+
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+use outbox_poll::{poll_mode_ddl, PollColumns, Poller};
+use outbox_testkit::{ScratchMariadb, ScratchOptions};
+use outbox_writer::{create_table_sql, ColumnPreset, OutboxTable};
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let rows: u64 = args.next().map_or(Ok(100_000), |a| a.parse())?;
+    let batch: u32 = args.next().map_or(Ok(500), |a| a.parse())?;
+    let db = ScratchMariadb::start_with(ScratchOptions {
+        extra_args: vec![
+            "--innodb-flush-log-at-trx-commit=0".into(),
+            "--sync-binlog=0".into(),
+            "--innodb-buffer-pool-size=256M".into(),
+            "--slow-query-log-file=/tmp/claim_cost_slow.log".into(),
+            "--long-query-time=0".into(),
+            "--slow-query-log=1".into(),
+        ],
+        ..ScratchOptions::default()
+    })
+    .await?;
+    let table = OutboxTable::new("outbox", ColumnPreset::Debezium)?.in_database("shop")?;
+    let columns = PollColumns::default();
+    let mut statements = vec!["CREATE DATABASE shop".to_owned(), create_table_sql(&table)];
+    statements.extend(poll_mode_ddl(&table, &columns));
+    // Variants to compare: extra statements after the DDL, separated by `;`.
+    if let Ok(extra) = std::env::var("CLAIM_COST_EXTRA_DDL") {
+        statements.extend(extra.split(';').map(str::to_owned));
+    }
+    let statements: Vec<&str> = statements.iter().map(String::as_str).collect();
+    db.exec(&statements).await?;
+    let mut conn = db.conn().await?;
+    let payload = format!("{{\"pad\":\"{}\"}}", "x".repeat(130));
+    let mut written = 0;
+    while written < rows {
+        let chunk = (rows - written).min(1000);
+        let values: Vec<String> = (written..written + chunk)
+            .map(|i| {
+                format!(
+                    "(UUID(), 'order', 'order-{}', 'created', '{payload}')",
+                    i % 30_000
+                )
+            })
+            .collect();
+        conn.query_drop(format!(
+            "INSERT INTO shop.outbox (id, aggregatetype, aggregateid, type, payload) VALUES {}",
+            values.join(",")
+        ))
+        .await?;
+        written += chunk;
+    }
+    for statement in outbox_poll::SESSION_SETUP {
+        conn.query_drop(*statement).await?;
+    }
+    conn.query_drop("FLUSH SLOW LOGS").await?;
+    let pid_file: String = conn
+        .query_first("SELECT @@pid_file")
+        .await?
+        .ok_or("no pid file")?;
+    let pid = std::fs::read_to_string(pid_file)?.trim().to_owned();
+    let server_cpu = || -> Result<f64, Box<dyn std::error::Error>> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        let field = |index: usize| -> Result<f64, Box<dyn std::error::Error>> {
+            Ok(fields
+                .get(index)
+                .ok_or("a short /proc stat")?
+                .parse::<f64>()?)
+        };
+        // utime and stime, in clock ticks (100 a second).
+        let ticks = field(11)? + field(12)?;
+        Ok(ticks / 100.0)
+    };
+    let cpu_before = server_cpu()?;
+    let poller = Poller::new(&table, &columns);
+    let started = Instant::now();
+    let (mut claim_time, mut mark_time, mut drained) = (Duration::ZERO, Duration::ZERO, 0u64);
+    if std::env::var("CLAIM_COST_PIPELINED").is_ok() {
+        // As the relay: claims on one connection, marks on another.
+        let mut marker = db.conn().await?;
+        let (send, mut receive) = tokio::sync::mpsc::channel::<outbox_poll::Claim>(4);
+        let mark_poller = poller.clone();
+        let marks = tokio::spawn(async move {
+            let mut time = Duration::ZERO;
+            while let Some(claim) = receive.recv().await {
+                let at = Instant::now();
+                mark_poller.mark_sent(&mut marker, &claim).await?;
+                time += at.elapsed();
+            }
+            Ok::<_, outbox_poll::PollError>(time)
+        });
+        loop {
+            let at = Instant::now();
+            let (claim, _images) = poller
+                .claim_rows(
+                    &mut conn,
+                    batch,
+                    Duration::from_secs(30),
+                    Some((batch * 4).max(2000)),
+                )
+                .await?;
+            claim_time += at.elapsed();
+            if claim.rows.is_empty() {
+                break;
+            }
+            if at.elapsed() > Duration::from_millis(300) {
+                let plan: Vec<mysql_async::Row> = conn
+                    .exec(
+                        format!("EXPLAIN {}", poller.claim_query()),
+                        (u64::MAX, batch),
+                    )
+                    .await?;
+                for row in plan {
+                    println!("slow claim plan: {row:?}");
+                }
+            }
+            drained += claim.rows.len() as u64;
+            send.send(claim).await?;
+        }
+        drop(send);
+        mark_time = marks.await??;
+    } else {
+        loop {
+            let at = Instant::now();
+            let (claim, _images) = poller
+                .claim_rows(
+                    &mut conn,
+                    batch,
+                    Duration::from_secs(30),
+                    Some((batch * 4).max(2000)),
+                )
+                .await?;
+            claim_time += at.elapsed();
+            if claim.rows.is_empty() {
+                break;
+            }
+            let at = Instant::now();
+            poller.mark_sent(&mut conn, &claim).await?;
+            mark_time += at.elapsed();
+            drained += claim.rows.len() as u64;
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    println!(
+        "{drained} rows in {seconds:.2} s: {:.0} rows/s; claim {:.1} us/row, mark {:.1} us/row",
+        drained as f64 / seconds,
+        claim_time.as_micros() as f64 / drained as f64,
+        mark_time.as_micros() as f64 / drained as f64
+    );
+    println!(
+        "server CPU {:.1} s per million rows",
+        (server_cpu()? - cpu_before) * 1e6 / drained as f64
+    );
+    Ok(())
+}
