@@ -1,10 +1,10 @@
 //! Where a poll-mode drain spends the server's time, without Kafka: fills a scratch
 //! MariaDB's outbox table (the bench's shape: 30,000 aggregates, ~150-byte payloads) with
 //! PENDING rows and drains it with claims and marks, on one connection or
-//! (`CLAIM_COST_PIPELINED=1`) as the relay does, claims on one and marks on another.
+//! (`CLAIM_COST_PIPELINED=N`) as the relay does, claims on N connections and marks on another.
 //! Prints rows/s, the server's CPU per row, and the plan of any claim slower than 300 ms;
-//! the server's slow log (every statement, with its time and rows examined) is
-//! `/tmp/claim_cost_slow.log`. `CLAIM_COST_EXTRA_DDL` adds statements (`;`-separated)
+//! with `CLAIM_COST_SLOW_LOG=1` the server logs every statement, with its time and rows
+//! examined, to `/tmp/claim_cost_slow.log`. `CLAIM_COST_EXTRA_DDL` adds statements (`;`-separated)
 //! after the DDL: index variants.
 //!
 //! `cargo run -p outbox-poll --example claim_cost -- ROWS BATCH`
@@ -28,7 +28,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--innodb-buffer-pool-size=256M".into(),
             "--slow-query-log-file=/tmp/claim_cost_slow.log".into(),
             "--long-query-time=0".into(),
-            "--slow-query-log=1".into(),
+            format!(
+                "--slow-query-log={}",
+                u8::from(std::env::var("CLAIM_COST_SLOW_LOG").is_ok())
+            ),
         ],
         ..ScratchOptions::default()
     })
@@ -94,9 +97,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let poller = Poller::new(&table, &columns);
     let started = Instant::now();
     let (mut claim_time, mut mark_time, mut drained) = (Duration::ZERO, Duration::ZERO, 0u64);
-    if std::env::var("CLAIM_COST_PIPELINED").is_ok() {
-        // As the relay: claims on one connection, marks on another.
+    let claimers: usize = std::env::var("CLAIM_COST_PIPELINED")
+        .ok()
+        .map_or(Ok(0), |n| n.parse())?;
+    if claimers > 0 {
+        // As the relay: claims on `claimers` connections, marks on another.
         let mut marker = db.conn().await?;
+        if let Ok(extra) = std::env::var("CLAIM_COST_SESSION") {
+            marker.query_drop(extra).await?;
+        }
         let (send, mut receive) = tokio::sync::mpsc::channel::<outbox_poll::Claim>(4);
         let mark_poller = poller.clone();
         let marks = tokio::spawn(async move {
@@ -108,35 +117,47 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             Ok::<_, outbox_poll::PollError>(time)
         });
-        loop {
-            let at = Instant::now();
-            let (claim, _images) = poller
-                .claim_rows(
-                    &mut conn,
-                    batch,
-                    Duration::from_secs(30),
-                    Some((batch * 4).max(2000)),
-                )
-                .await?;
-            claim_time += at.elapsed();
-            if claim.rows.is_empty() {
-                break;
+        let claimed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..claimers {
+            let mut conn = db.conn().await?;
+            for statement in outbox_poll::SESSION_SETUP {
+                conn.query_drop(*statement).await?;
             }
-            if at.elapsed() > Duration::from_millis(300) {
-                let plan: Vec<mysql_async::Row> = conn
-                    .exec(
-                        format!("EXPLAIN {}", poller.claim_query()),
-                        (u64::MAX, batch),
-                    )
-                    .await?;
-                for row in plan {
-                    println!("slow claim plan: {row:?}");
+            if let Ok(extra) = std::env::var("CLAIM_COST_SESSION") {
+                conn.query_drop(extra).await?;
+            }
+            let (poller, send, claimed) = (poller.clone(), send.clone(), claimed.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut time = Duration::ZERO;
+                while claimed.load(std::sync::atomic::Ordering::SeqCst) < rows {
+                    let at = Instant::now();
+                    let (claim, _images) = poller
+                        .claim_rows(
+                            &mut conn,
+                            batch,
+                            Duration::from_secs(30),
+                            Some((batch * 4).max(2000)),
+                        )
+                        .await?;
+                    time += at.elapsed();
+                    if claim.rows.is_empty() {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        continue;
+                    }
+                    claimed.fetch_add(claim.rows.len() as u64, std::sync::atomic::Ordering::SeqCst);
+                    if send.send(claim).await.is_err() {
+                        break;
+                    }
                 }
-            }
-            drained += claim.rows.len() as u64;
-            send.send(claim).await?;
+                Ok::<_, outbox_poll::PollError>(time)
+            }));
         }
         drop(send);
+        for task in tasks {
+            claim_time += task.await??;
+        }
+        drained = claimed.load(std::sync::atomic::Ordering::SeqCst);
         mark_time = marks.await??;
     } else {
         loop {

@@ -23,11 +23,19 @@
 //! an aggregate's rows are published in insertion order. DEAD rows do not block their
 //! aggregate (they went to the dead-letter topic; a replay sends them after later ones).
 //!
+//! # Running it ([`PollConnection`], [`mark_settled_claims`], [`maintain_leases`])
+//! The relay claims, routes and publishes; this crate keeps the rest: connections that
+//! reconnect after a backoff and retry lock conflicts at once, the task that marks each
+//! settled claim under its token (retried until the shutdown timeout), and the task that
+//! renews the leases of the claims in flight every third of the lease, returns anyone's
+//! expired leases to PENDING, measures the backlog and deletes SENT rows past the retention.
+//!
 //! # Servers
 //! `SKIP LOCKED` needs MySQL 8.0 or MariaDB 10.6; [`check_server`] refuses older ones.
 
 mod claim;
 mod columns;
+mod connection;
 mod ddl;
 mod error;
 pub mod internal_events;
@@ -35,14 +43,22 @@ mod ledger;
 mod retry;
 mod server;
 mod sql_row;
+mod tasks;
 
 pub use claim::{
     Claim, ClaimedRow, Failure, FailureOutcome, MarkOutcome, Poller, ReplaySelection, RetryPolicy,
     SettleOutcome, TableStatus, SESSION_SETUP,
 };
 pub use columns::{PollColumns, RowStatus};
+pub use connection::{
+    open_poll_session, ConnectionError, ConnectionHealth, ConnectionSettings, PollConnection,
+};
 pub use ddl::{poll_mode_ddl, poll_mode_ddl_for_relay_table, PollIndexes};
 pub use error::PollError;
 pub use ledger::{ClaimLedger, RowOutcome, RowTicket, SettledClaim};
 pub use retry::{jittered_retry_delay, retry_delay};
 pub use server::{check_server, ServerVersion};
+pub use tasks::{
+    lock_ledger, maintain_leases, mark_settled_claims, LeaseSettings, MarkTask, PolledTable,
+    SharedLedger,
+};

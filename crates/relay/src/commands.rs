@@ -363,7 +363,7 @@ async fn poll_mode_lines(config: &RelayConfig) -> Vec<CheckLine> {
     let checked = async {
         let router = outbox_router::Router::new(&config.outbox, &config.route)
             .map_err(|error| anyhow::anyhow!("invalid [[outbox]]/[route]: {error}"))?;
-        let mut conn = crate::pipeline::open_poll_session(
+        let mut conn = outbox_poll::open_poll_session(
             &config.source.connection_url(),
             &config.source.tls_options(),
             Duration::from_millis(config.source.connect_timeout_ms),

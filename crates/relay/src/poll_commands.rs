@@ -10,7 +10,8 @@ use outbox_poll::ReplaySelection;
 
 use crate::cli::PollAction;
 use crate::config::RelayConfig;
-use crate::pipeline::{open_poll_session, polled_tables};
+use crate::pipeline::polled_tables;
+use outbox_poll::open_poll_session;
 
 /// Runs a `poll` action; returns the exit code.
 pub async fn poll_command(action: PollAction, out: &mut dyn Write) -> anyhow::Result<i32> {

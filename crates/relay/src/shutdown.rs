@@ -62,6 +62,11 @@ impl Shutdown {
         *self.receiver.borrow()
     }
 
+    /// The flag itself, for libraries that wait on a `watch` (`outbox-poll`).
+    pub fn receiver(&self) -> watch::Receiver<bool> {
+        self.receiver.clone()
+    }
+
     /// Completes when shutdown is requested (at once if it already was).
     pub async fn recv(&mut self) {
         // An error means the controller is gone: nobody can trigger any more, which we

@@ -188,7 +188,7 @@ fn write_human(out: &mut dyn Write, value: &Value, indent: usize) -> std::io::Re
 
 /// Poll mode has no checkpoint: each outbox table's backlog instead.
 async fn poll_view(config: &RelayConfig) -> Value {
-    let connected = crate::pipeline::open_poll_session(
+    let connected = outbox_poll::open_poll_session(
         &config.source.connection_url(),
         &config.source.tls_options(),
         std::time::Duration::from_millis(config.source.connect_timeout_ms),

@@ -738,3 +738,44 @@ async fn a_stop_while_the_database_is_gone_exits_within_the_shutdown_timeout() {
     );
     relay.stop_gracefully("end of test").await;
 }
+
+/// A poll source that is not up at start is waited for under the startup rule
+/// (`source.startup_attempts`, each retry logged), then refused naming the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_poll_source_is_retried_at_start_then_refused_naming_it() {
+    let (db, broker) = start_shop_database_and_broker().await;
+    let setup = poll_setup(&db, &broker.bootstrap(), &["interval_ms = 50"]);
+    let mut relay = Relay::prepare(&setup);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free port");
+    let config = std::fs::read_to_string(&relay.config_path).expect("the config");
+    let port = format!("127.0.0.1:{}", db.port());
+    assert!(
+        config.contains(&port) && config.contains("[source]\n"),
+        "{config}"
+    );
+    let config = config
+        .replace(&port, &format!("127.0.0.1:{closed}"))
+        .replacen(
+            "[source]\n",
+            "[source]\nstartup_attempts = 3\nreconnect_initial_backoff_ms = 100\n",
+            1,
+        );
+    std::fs::write(&relay.config_path, config).expect("write the config");
+    run_is_refused(
+        &mut relay,
+        &[
+            &format!("cannot reach the source server mysql://root@127.0.0.1:{closed}"),
+            "3 attempts",
+        ],
+    )
+    .await;
+    assert_eq!(
+        log_count(&relay, "poll source: the server is not reachable yet"),
+        2,
+        "{}",
+        relay.log()
+    );
+}

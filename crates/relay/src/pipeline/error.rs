@@ -161,3 +161,12 @@ fn describe_routing_error(error: &RoutingError) -> String {
         error.column.as_deref().unwrap_or("<none>"),
     )
 }
+
+impl From<outbox_poll::ConnectionError> for RelayError {
+    fn from(error: outbox_poll::ConnectionError) -> Self {
+        match error {
+            outbox_poll::ConnectionError::Connect(error) => RelayError::Source(error),
+            outbox_poll::ConnectionError::Statement(error) => RelayError::Poll(error),
+        }
+    }
+}

@@ -23,13 +23,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mysql_async::prelude::Queryable;
 use outbox_binlog::{BinlogError, BinlogPosition, RowChange, RowOperation, TableName};
-use outbox_poll::internal_events::{
-    BacklogMeasured, ClaimMarked, InternalEvent as PollEvent, LeasesExpired, RowsClaimed,
-};
+use outbox_poll::internal_events::{InternalEvent as PollEvent, RowsClaimed};
 use outbox_poll::{
-    ClaimLedger, PollError, Poller, RetryPolicy, RowOutcome, RowTicket, SettledClaim, SESSION_SETUP,
+    lock_ledger, maintain_leases, mark_settled_claims, open_poll_session, ClaimLedger,
+    ConnectionHealth, ConnectionSettings, LeaseSettings, MarkTask, PollConnection, PollError,
+    PolledTable, Poller, RetryPolicy, RowOutcome, RowTicket, SettledClaim, SharedLedger,
 };
 use outbox_router::{RouteOutcome, Router};
 use tokio::sync::{mpsc, Notify};
@@ -46,17 +45,8 @@ use crate::metrics::Metrics;
 use crate::replay::{AttemptSinkObserver, SentThrough};
 use crate::shutdown::{Shutdown, ShutdownController};
 use crate::sink::{run_kafka_sink, KafkaSinkSettings, OutboundRecord, SinkItem, SinkTicket};
+use crate::startup_retry::{retry_at_startup, StartupDependency, StartupFailure};
 use crate::tasks::spawn_named;
-
-/// One polled table: its name (shared by its rows) and its statements.
-struct PolledTable {
-    /// `database.table`, as the router and the dead letters name it.
-    name: Arc<TableName>,
-    /// The same, as metrics label it.
-    label: String,
-    /// Claim, mark, renew, expire, clean up.
-    poller: Poller,
-}
 
 /// The sink's ticket for a claimed row's record.
 struct PollTicket {
@@ -92,17 +82,6 @@ impl SinkTicket for PollTicket {
     }
 }
 
-/// The claims in flight, shared by the claim task (opens), the sink's ack callback
-/// (settles) and the lease task (renews).
-type SharedLedger = Arc<Mutex<ClaimLedger>>;
-
-fn lock_ledger(ledger: &SharedLedger) -> std::sync::MutexGuard<'_, ClaimLedger> {
-    // A poisoned lock: a task panicked mid-update, and that failure stops the relay.
-    ledger
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// Runs poll mode until shutdown or a definite error.
 pub(super) async fn run_poll_relay(
     config: &RelayConfig,
@@ -118,10 +97,12 @@ pub(super) async fn run_poll_relay(
             poller,
         })
         .collect();
-    let mut claims_connection = PollConnection::new(config, "claims").reporting_health(metrics);
-    let Some(conn) = claims_connection.connect_at_startup(controller).await? else {
+    let mut claims_connection = PollConnection::new(connection_settings(config), "claims")
+        .reporting_health(Arc::new(SourceReadiness(metrics.clone())));
+    let Some(conn) = connect_at_startup(config, metrics, controller).await? else {
         return Ok(RelaySummary::default());
     };
+    let conn = claims_connection.adopt(conn);
     let checked = poll_startup_checks(config, &router, conn).await?;
     tracing::info!(
         server = %config.source.redacted_url(),
@@ -203,10 +184,10 @@ pub(super) async fn run_poll_relay(
             controller.subscribe(),
         ),
     );
-    let settle_task = spawn_named(
-        "poll-settle",
-        run_settle(
-            SettleContext {
+    let settle_task = spawn_named("poll-settle", {
+        let stop_relay = controller.clone();
+        let marks = mark_settled_claims(
+            MarkTask {
                 tables: tables.clone(),
                 ledger: ledger.clone(),
                 claims_marked,
@@ -215,24 +196,40 @@ pub(super) async fn run_poll_relay(
                     initial: Duration::from_millis(config.source.poll.retry_initial_backoff_ms),
                     max: Duration::from_millis(config.source.poll.retry_max_backoff_ms),
                 },
-                controller: controller.clone(),
-                give_up: marks_deadline(controller, config.pipeline.shutdown_timeout()),
+                give_up: marks_deadline(controller, config.pipeline.shutdown_timeout()).receiver(),
+                before_mark: Box::new(|| {
+                    use crate::crash_points::{crash_if_armed, pause_once_if_armed, CrashPoint};
+                    crash_if_armed(CrashPoint::BeforePollMark);
+                    pause_once_if_armed(CrashPoint::BeforePollMark)
+                }),
             },
-            PollConnection::new(config, "marks"),
+            PollConnection::new(connection_settings(config), "marks"),
             settled_rx,
-        ),
-    );
+        );
+        async move {
+            // A definite error stops the relay (the sink may still be delivering).
+            marks.await.map_err(|error| {
+                stop_relay.trigger();
+                RelayError::from(error)
+            })
+        }
+    });
     let leases_stop = ShutdownController::new();
-    let leases_task = spawn_named(
-        "poll-leases",
-        run_leases(
+    let leases_task = spawn_named("poll-leases", {
+        let leases = maintain_leases(
             tables,
             ledger,
-            PollConnection::new(config, "leases"),
-            config.source.poll.clone(),
-            leases_stop.subscribe(),
-        ),
-    );
+            PollConnection::new(connection_settings(config), "leases"),
+            LeaseSettings {
+                lease: config.source.poll.lease(),
+                sent_retention: (config.source.poll.sent_retention_s > 0)
+                    .then(|| Duration::from_secs(config.source.poll.sent_retention_s)),
+                cleanup_batch: config.source.poll.cleanup_batch,
+            },
+            leases_stop.subscribe().receiver(),
+        );
+        async move { leases.await.map_err(RelayError::from) }
+    });
 
     let (claim_result, sink_result) = tokio::join!(
         stop_on_failure(claim_task, &claims_stop),
@@ -300,6 +297,7 @@ async fn run_claims(
     let poll = &context.config.source.poll;
     let max_in_flight = context.config.pipeline.max_in_flight.max(1);
     let mut last_full_scan: Option<tokio::time::Instant> = None;
+    let mut stop = shutdown.receiver();
     loop {
         let mut any_full = false;
         for (index, table) in context.tables.iter().enumerate() {
@@ -316,7 +314,7 @@ async fn run_claims(
                 }
             };
             let limit = poll.batch_size.min(u32::try_from(room).unwrap_or(u32::MAX));
-            let Some(conn) = connection.get(&mut shutdown).await? else {
+            let Some(conn) = connection.get(&mut stop).await? else {
                 return Ok(());
             };
             let own_claims_open = lock_ledger(&context.ledger).has_claims_out();
@@ -443,80 +441,6 @@ fn route_claimed(
     Ok(batch)
 }
 
-/// What the settle task works with besides its connection and channel.
-struct SettleContext {
-    tables: Arc<[PolledTable]>,
-    /// Told when a claim is marked (its lease needs no renewing).
-    ledger: SharedLedger,
-    /// Woken per claim marked (the claim task may claim the aggregates again).
-    claims_marked: Arc<Notify>,
-    /// Backoff and `max_attempts` of rows whose publish failed.
-    retry: RetryPolicy,
-    /// Stops the relay on a definite error.
-    controller: ShutdownController,
-    /// Fires when marks may no longer be retried (the shutdown timeout into a stop).
-    give_up: Shutdown,
-}
-
-/// Marks each settled claim (SENT, DEAD for dead letters) under its token; a lost
-/// connection is reconnected and the same claim marked again. Ends when the sink is done
-/// (the channel closes) and every claim received was marked.
-async fn run_settle(
-    context: SettleContext,
-    mut connection: PollConnection,
-    mut settled: mpsc::UnboundedReceiver<SettledClaim>,
-) -> Result<(), RelayError> {
-    let SettleContext {
-        tables,
-        ledger,
-        claims_marked,
-        retry,
-        controller,
-        mut give_up,
-    } = context;
-    // Marks are retried until they succeed, also while the relay stops, until `give_up`
-    // fires (the shutdown timeout after the stop began): a database that stays away must
-    // not hold the process; the rows it could not mark are published again once their
-    // leases end.
-    while let Some(claim) = settled.recv().await {
-        let Some(table) = tables.get(claim.table) else {
-            continue;
-        };
-        crate::crash_points::crash_if_armed(crate::crash_points::CrashPoint::BeforePollMark);
-        if let Some(pause) = crate::crash_points::pause_once_if_armed(
-            crate::crash_points::CrashPoint::BeforePollMark,
-        ) {
-            tokio::time::sleep(pause).await;
-        }
-        loop {
-            let Some(conn) = connection.get(&mut give_up).await? else {
-                tracing::warn!(table = %table.name, "stopping with claims not marked: their rows are published again when their leases end");
-                return Ok(());
-            };
-            match table.poller.settle(conn, &claim, &retry).await {
-                Ok(outcome) => {
-                    lock_ledger(&ledger).marked(claim.number);
-                    claims_marked.notify_one();
-                    ClaimMarked {
-                        table: &table.label,
-                        settled: &claim,
-                        outcome: &outcome,
-                    }
-                    .emit();
-                    break;
-                }
-                Err(error) => {
-                    if let Err(definite) = connection.failed(error) {
-                        controller.trigger();
-                        return Err(definite);
-                    }
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Fires `timeout` after `controller` does: how long marks may still be retried while the
 /// relay stops.
 fn marks_deadline(controller: &ShutdownController, timeout: Duration) -> Shutdown {
@@ -531,253 +455,72 @@ fn marks_deadline(controller: &ShutdownController, timeout: Duration) -> Shutdow
     fired
 }
 
-/// Renews the leases of the claims in flight, returns expired leases (anyone's) to
-/// PENDING, and deletes SENT rows past the retention; until `shutdown`.
-async fn run_leases(
-    tables: Arc<[PolledTable]>,
-    ledger: SharedLedger,
-    mut connection: PollConnection,
-    poll: crate::poll_config::PollConfig,
-    mut shutdown: Shutdown,
-) -> Result<(), RelayError> {
-    const CLEANUP_EVERY: Duration = Duration::from_secs(60);
-    let lease = poll.lease();
-    let mut tick = tokio::time::interval(lease / 3);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_cleanup: Option<tokio::time::Instant> = None;
-    loop {
-        tokio::select! {
-            _ = shutdown.recv() => return Ok(()),
-            _ = tick.tick() => {}
-        }
-        let Some(conn) = connection.get(&mut shutdown).await? else {
-            return Ok(());
-        };
-        let open = lock_ledger(&ledger).open_tokens();
-        let cleanup_due = poll.sent_retention_s > 0
-            && last_cleanup.is_none_or(|last| last.elapsed() >= CLEANUP_EVERY);
-        let mut result = Ok(());
-        for (index, table) in tables.iter().enumerate() {
-            let tokens: Vec<&str> = open
-                .get(&index)
-                .map(|tokens| tokens.iter().map(String::as_str).collect())
-                .unwrap_or_default();
-            result = async {
-                table.poller.renew_leases(conn, &tokens, lease).await?;
-                let expired = table.poller.expire_leases(conn).await?;
-                LeasesExpired {
-                    table: &table.label,
-                    rows: expired,
-                }
-                .emit();
-                let status = table.poller.status(conn).await?;
-                BacklogMeasured {
-                    table: &table.label,
-                    status: &status,
-                }
-                .emit();
-                if cleanup_due {
-                    let deleted = table
-                        .poller
-                        .delete_sent(
-                            conn,
-                            Duration::from_secs(poll.sent_retention_s),
-                            poll.cleanup_batch,
-                        )
-                        .await?;
-                    tracing::debug!(table = %table.name, deleted, "deleted SENT rows past the retention");
-                }
-                Ok::<(), PollError>(())
-            }
-            .await;
-            if result.is_err() {
-                break;
-            }
-        }
-        match result {
-            Ok(()) => {
-                if cleanup_due {
-                    last_cleanup = Some(tokio::time::Instant::now());
-                }
-            }
-            Err(error) => connection.failed(error)?,
-        }
+/// Where the poll source's connections go (`[source]`).
+fn connection_settings(config: &RelayConfig) -> ConnectionSettings {
+    ConnectionSettings {
+        url: config.source.connection_url(),
+        tls: config.source.tls_options(),
+        connect_timeout: Duration::from_millis(config.source.connect_timeout_ms),
+        reconnect_initial_backoff: Duration::from_millis(
+            config.source.reconnect_initial_backoff_ms,
+        ),
+        reconnect_max_backoff: Duration::from_millis(config.source.reconnect_max_backoff_ms),
     }
 }
 
-/// One connection of the poll source: opened on demand with the session setup, dropped
-/// after a transient failure and reopened after a backoff.
-struct PollConnection {
-    /// `source.url` with the password.
-    url: String,
-    /// `[source.tls]`.
-    tls: outbox_binlog::TlsOptions,
-    /// `source.connect_timeout_ms`.
-    timeout: Duration,
-    /// `source.startup_attempts`, for the first connect only.
-    startup_attempts: u32,
-    /// For messages: which task's connection.
-    purpose: &'static str,
-    /// The open connection, if any.
-    conn: Option<mysql_async::Conn>,
-    /// Between reconnects.
-    backoff: Backoff,
-    /// Set after a failure: wait this long before reconnecting.
-    retry_in: Option<Duration>,
-    /// The claims connection reports the source's readiness (`/readyz`); the others do not,
-    /// so a mark's retry does not flap it.
-    health: Option<Arc<Metrics>>,
-}
+/// The claims connection's state as the source's readiness (`/readyz`).
+struct SourceReadiness(Arc<Metrics>);
 
-impl PollConnection {
-    fn new(config: &RelayConfig, purpose: &'static str) -> Self {
-        Self {
-            url: config.source.connection_url(),
-            tls: config.source.tls_options(),
-            timeout: Duration::from_millis(config.source.connect_timeout_ms),
-            startup_attempts: config.source.startup_attempts,
-            purpose,
-            conn: None,
-            backoff: Backoff::new(
-                Duration::from_millis(config.source.reconnect_initial_backoff_ms),
-                Duration::from_millis(config.source.reconnect_max_backoff_ms),
-            ),
-            retry_in: None,
-            health: None,
-        }
-    }
-
-    /// This connection's state is the source's readiness.
-    fn reporting_health(mut self, metrics: &Arc<Metrics>) -> Self {
-        self.health = Some(metrics.clone());
-        self
-    }
-
-    /// The first connection: transient failures are retried `startup_attempts` times
-    /// (0: forever); `None` if `controller` fired meanwhile.
-    async fn connect_at_startup(
-        &mut self,
-        controller: &ShutdownController,
-    ) -> Result<Option<&mut mysql_async::Conn>, RelayError> {
-        let mut shutdown = controller.subscribe();
-        let started = std::time::Instant::now();
-        let mut attempts = 0u32;
-        loop {
-            attempts += 1;
-            match self.open().await {
-                Ok(conn) => {
-                    self.connected();
-                    self.conn = Some(conn);
-                    return Ok(self.conn.as_mut());
-                }
-                Err(error) if !error.is_transient() => return Err(RelayError::Source(error)),
-                Err(error) => {
-                    if self.startup_attempts != 0 && attempts >= self.startup_attempts {
-                        return Err(RelayError::SourceUnreachable {
-                            server: crate::redact::redact_url(&self.url),
-                            attempts,
-                            waited: started.elapsed(),
-                            source: Box::new(error),
-                        });
-                    }
-                    let delay = self.backoff.next_delay();
-                    tracing::warn!(%error, attempt = attempts, retry_in_ms = delay.as_millis() as u64, "poll source: the server is not reachable yet");
-                    tokio::select! {
-                        _ = shutdown.recv() => return Ok(None),
-                        _ = tokio::time::sleep(delay) => {}
-                    }
-                }
-            }
-        }
-    }
-
-    /// The connection, reconnecting after the backoff a failure asked for; `None` on
-    /// shutdown. Definite connect errors (a refused password) stop the relay.
-    async fn get(
-        &mut self,
-        shutdown: &mut Shutdown,
-    ) -> Result<Option<&mut mysql_async::Conn>, RelayError> {
-        loop {
-            if self.conn.is_some() {
-                return Ok(self.conn.as_mut());
-            }
-            if let Some(delay) = self.retry_in.take() {
-                tokio::select! {
-                    _ = shutdown.recv() => return Ok(None),
-                    _ = tokio::time::sleep(delay) => {}
-                }
-            }
-            match self.open().await {
-                Ok(conn) => {
-                    self.backoff.reset();
-                    self.connected();
-                    self.conn = Some(conn);
-                }
-                Err(error) if error.is_transient() => {
-                    self.retrying(&error.to_string());
-                    let delay = self.backoff.next_delay();
-                    tracing::warn!(%error, connection = self.purpose, retry_in_ms = delay.as_millis() as u64, "poll source: reconnecting");
-                    self.retry_in = Some(delay);
-                }
-                Err(error) => return Err(RelayError::Source(error)),
-            }
-        }
-    }
-
-    /// After a failed statement: a lock conflict is retried at once; another transient
-    /// error drops the connection (reopened after a backoff by the next
-    /// [`PollConnection::get`]); a definite one stops the relay.
-    fn failed(&mut self, error: PollError) -> Result<(), RelayError> {
-        if error.is_lock_conflict() {
-            // Deadlocks between claims and marks are part of the protocol: at once again.
-            tracing::debug!(%error, connection = self.purpose, "poll source: lock conflict; retrying at once");
-            return Ok(());
-        }
-        if !error.is_transient() {
-            return Err(RelayError::Poll(error));
-        }
-        self.retrying(&error.to_string());
-        let delay = self.backoff.next_delay();
-        tracing::warn!(%error, connection = self.purpose, retry_in_ms = delay.as_millis() as u64, "poll source: retrying after a transient failure");
-        self.conn = None;
-        self.retry_in = Some(delay);
-        Ok(())
-    }
-
+impl ConnectionHealth for SourceReadiness {
     fn connected(&self) {
-        if let Some(metrics) = &self.health {
-            metrics.health.source_connected();
-        }
+        self.0.health.source_connected();
     }
 
     fn retrying(&self, error: &str) {
-        if let Some(metrics) = &self.health {
-            metrics.health.source_retrying(error);
-        }
-    }
-
-    async fn open(&self) -> Result<mysql_async::Conn, BinlogError> {
-        open_poll_session(&self.url, &self.tls, self.timeout).await
+        self.0.health.source_retrying(error);
     }
 }
 
-/// A connection to the source with the poll session set up ([`SESSION_SETUP`]): the
-/// poll source's, and the `poll` commands'.
-pub(crate) async fn open_poll_session(
-    url: &str,
-    tls: &outbox_binlog::TlsOptions,
-    timeout: Duration,
-) -> Result<mysql_async::Conn, BinlogError> {
-    let (mut conn, _tls) = outbox_binlog::connect_to_server(url, tls, timeout).await?;
-    for &statement in SESSION_SETUP {
-        conn.query_drop(statement)
-            .await
-            .map_err(|error| BinlogError::Connection {
-                server: crate::redact::redact_url(url),
-                message: format!("setting up the poll session (`{statement}`): {error}"),
-            })?;
+/// The first connection, under the startup rule ([`crate::startup_retry`]): transient
+/// failures retried with backoff `source.startup_attempts` times (0: forever), each one
+/// logged and in `/readyz`; a definite one stops the relay. `None` on shutdown meanwhile.
+async fn connect_at_startup(
+    config: &RelayConfig,
+    metrics: &Metrics,
+    controller: &ShutdownController,
+) -> Result<Option<mysql_async::Conn>, RelayError> {
+    let settings = connection_settings(config);
+    let outcome = retry_at_startup(
+        StartupDependency {
+            max_attempts: config.source.startup_attempts,
+            backoff: Backoff::new(
+                settings.reconnect_initial_backoff,
+                settings.reconnect_max_backoff,
+            ),
+        },
+        &mut controller.subscribe(),
+        BinlogError::is_transient,
+        |error, attempt, delay| {
+            metrics.health.source_retrying(&error.to_string());
+            tracing::warn!(%error, attempt, retry_in_ms = delay.as_millis() as u64, "poll source: the server is not reachable yet");
+        },
+        || open_poll_session(&settings.url, &settings.tls, settings.connect_timeout),
+    )
+    .await;
+    match outcome {
+        Ok(conn) => Ok(conn),
+        Err(StartupFailure::Definite(error)) => Err(RelayError::Source(error)),
+        Err(StartupFailure::GaveUp {
+            attempts,
+            waited,
+            last,
+        }) => Err(RelayError::SourceUnreachable {
+            server: config.source.redacted_url(),
+            attempts,
+            waited,
+            source: Box::new(last),
+        }),
     }
-    Ok(conn)
 }
 
 /// The configured outbox tables with their pollers, in config order.
