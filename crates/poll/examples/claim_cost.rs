@@ -1,11 +1,11 @@
 //! Where a poll-mode drain spends the server's time, without Kafka: fills a scratch
 //! MariaDB's outbox table (the bench's shape: 30,000 aggregates, ~150-byte payloads) with
-//! PENDING rows and drains it with claims and marks, on one connection or
-//! (`CLAIM_COST_PIPELINED=N`) as the relay does, claims on N connections and marks on another.
-//! Prints rows/s, the server's CPU per row, and the plan of any claim slower than 300 ms;
-//! with `CLAIM_COST_SLOW_LOG=1` the server logs every statement, with its time and rows
-//! examined, to `/tmp/claim_cost_slow.log`. `CLAIM_COST_EXTRA_DDL` adds statements (`;`-separated)
-//! after the DDL: index variants.
+//! PENDING rows and drains it as the relay does, claims on one connection
+//! (`CLAIM_COST_CLAIMERS=N`: N) and marks on another. Prints rows/s and the server's CPU per
+//! row; with `CLAIM_COST_SLOW_LOG=1` the server logs every statement, with its time and rows
+//! examined, to `/tmp/claim_cost_slow.log`. Variants: `CLAIM_COST_EXTRA_DDL` runs statements
+//! (`;`-separated) after the DDL (other indexes), `CLAIM_COST_SESSION` one statement on each
+//! connection (`SET SESSION binlog_row_image = 'MINIMAL'`).
 //!
 //! `cargo run -p outbox-poll --example claim_cost -- ROWS BATCH`
 
@@ -96,11 +96,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cpu_before = server_cpu()?;
     let poller = Poller::new(&table, &columns);
     let started = Instant::now();
-    let (mut claim_time, mut mark_time, mut drained) = (Duration::ZERO, Duration::ZERO, 0u64);
-    let claimers: usize = std::env::var("CLAIM_COST_PIPELINED")
+    let mut claim_time = Duration::ZERO;
+    let claimers: usize = std::env::var("CLAIM_COST_CLAIMERS")
         .ok()
-        .map_or(Ok(0), |n| n.parse())?;
-    if claimers > 0 {
+        .map_or(Ok(1), |n| n.parse())?;
+    let (drained, mark_time) = {
         // As the relay: claims on `claimers` connections, marks on another.
         let mut marker = db.conn().await?;
         if let Ok(extra) = std::env::var("CLAIM_COST_SESSION") {
@@ -157,29 +157,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         for task in tasks {
             claim_time += task.await??;
         }
-        drained = claimed.load(std::sync::atomic::Ordering::SeqCst);
-        mark_time = marks.await??;
-    } else {
-        loop {
-            let at = Instant::now();
-            let (claim, _images) = poller
-                .claim_rows(
-                    &mut conn,
-                    batch,
-                    Duration::from_secs(30),
-                    Some((batch * 4).max(2000)),
-                )
-                .await?;
-            claim_time += at.elapsed();
-            if claim.rows.is_empty() {
-                break;
-            }
-            let at = Instant::now();
-            poller.mark_sent(&mut conn, &claim).await?;
-            mark_time += at.elapsed();
-            drained += claim.rows.len() as u64;
-        }
-    }
+        (
+            claimed.load(std::sync::atomic::Ordering::SeqCst),
+            marks.await??,
+        )
+    };
     let seconds = started.elapsed().as_secs_f64();
     println!(
         "{drained} rows in {seconds:.2} s: {:.0} rows/s; claim {:.1} us/row, mark {:.1} us/row",

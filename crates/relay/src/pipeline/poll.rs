@@ -45,7 +45,7 @@ use crate::metrics::Metrics;
 use crate::replay::{AttemptSinkObserver, SentThrough};
 use crate::shutdown::{Shutdown, ShutdownController};
 use crate::sink::{run_kafka_sink, KafkaSinkSettings, OutboundRecord, SinkItem, SinkTicket};
-use crate::startup_retry::{retry_at_startup, StartupDependency, StartupFailure};
+use crate::startup_retry::{retry_at_startup, StartupDependency};
 use crate::tasks::spawn_named;
 
 /// The sink's ticket for a claimed row's record.
@@ -507,20 +507,9 @@ async fn connect_at_startup(
         || open_poll_session(&settings.url, &settings.tls, settings.connect_timeout),
     )
     .await;
-    match outcome {
-        Ok(conn) => Ok(conn),
-        Err(StartupFailure::Definite(error)) => Err(RelayError::Source(error)),
-        Err(StartupFailure::GaveUp {
-            attempts,
-            waited,
-            last,
-        }) => Err(RelayError::SourceUnreachable {
-            server: config.source.redacted_url(),
-            attempts,
-            waited,
-            source: Box::new(last),
-        }),
-    }
+    outcome.map_err(|failure| {
+        super::startup::source_startup_failure(failure, config.source.redacted_url())
+    })
 }
 
 /// The configured outbox tables with their pollers, in config order.

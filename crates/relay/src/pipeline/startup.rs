@@ -224,19 +224,27 @@ where
         attempt,
     )
     .await;
-    match outcome {
-        Ok(value) => Ok(value),
-        Err(StartupFailure::Definite(error)) => Err(RelayError::Source(error)),
-        Err(StartupFailure::GaveUp {
+    outcome.map_err(|failure| source_startup_failure(failure, server))
+}
+
+/// The relay's error when the source (binlog or poll) could not be reached at startup:
+/// definite at once, or unreachable after its attempts (naming `server`, redacted).
+pub(super) fn source_startup_failure(
+    failure: StartupFailure<BinlogError>,
+    server: String,
+) -> RelayError {
+    match failure {
+        StartupFailure::Definite(error) => RelayError::Source(error),
+        StartupFailure::GaveUp {
             attempts,
             waited,
             last,
-        }) => Err(RelayError::SourceUnreachable {
+        } => RelayError::SourceUnreachable {
             server,
             attempts,
             waited,
             source: Box::new(last),
-        }),
+        },
     }
 }
 
