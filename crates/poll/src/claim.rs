@@ -162,6 +162,18 @@ pub struct Claim {
     pub rows: Vec<ClaimedRow>,
 }
 
+/// A claim made by [`Poller::claim_rows_admitting`].
+#[derive(Debug)]
+pub struct AdmittedClaim<P> {
+    /// The claimed rows and their token.
+    pub claim: Claim,
+    /// Each claimed row's image and the permit its admission returned, in the claim's order.
+    pub images: Vec<(outbox_binlog::Row, P)>,
+    /// Whether the admission refused a row: the claim stopped there, not for want of
+    /// claimable rows.
+    pub refused: bool,
+}
+
 /// When a row whose publish failed is due again, and when it is given up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -433,6 +445,30 @@ impl Poller {
         lease: std::time::Duration,
         window: Option<u32>,
     ) -> Result<(Claim, Vec<outbox_binlog::Row>), PollError> {
+        let claimed = self
+            .claim_rows_admitting(conn, limit, lease, window, |_| Some(()))
+            .await?;
+        let images = claimed
+            .images
+            .into_iter()
+            .map(|(image, ())| image)
+            .collect();
+        Ok((claimed.claim, images))
+    }
+
+    /// [`Poller::claim_rows`], where `admit` decides on each claimable row, in order, once
+    /// its image is read: `Some(permit)` takes it (the permit comes back with its image: a
+    /// reservation of memory, say), `None` takes neither it nor any row after it. The
+    /// result is read row by row, so a refused row's image is dropped at once: what the
+    /// claim holds is only what `admit` let in.
+    pub async fn claim_rows_admitting<P>(
+        &self,
+        conn: &mut mysql_async::Conn,
+        limit: u32,
+        lease: std::time::Duration,
+        window: Option<u32>,
+        mut admit: impl FnMut(&outbox_binlog::Row) -> Option<P>,
+    ) -> Result<AdmittedClaim<P>, PollError> {
         let token = uuid::Uuid::now_v7().to_string();
         let mut tx = conn
             .start_transaction(TxOpts::default())
@@ -462,61 +498,32 @@ impl Poller {
                 .map_err(|source| self.failed("finding the last row", source))?
                 .flatten(),
         };
-        let Some(end) = end else {
-            // An empty table.
-            tx.commit()
-                .await
-                .map_err(|source| self.failed("committing the claim", source))?;
-            return Ok((
-                Claim {
-                    token,
-                    rows: Vec::new(),
-                },
-                Vec::new(),
-            ));
+        let mut claimed = AdmittedClaim {
+            claim: Claim {
+                token,
+                rows: Vec::new(),
+            },
+            images: Vec::new(),
+            refused: false,
         };
-        let selected: Result<Vec<Row>, _> = tx.exec(&self.select_claimable, (end, limit)).await;
-        let selected =
-            selected.map_err(|source| self.failed("selecting claimable rows", source))?;
-        let mut rows = Vec::with_capacity(selected.len());
-        let mut images = Vec::with_capacity(selected.len());
-        if let Some(first) = selected.first() {
-            let mut names = column_names(first.columns_ref()).to_vec();
-            // The last column is the count of older unsent siblings, not the table's.
-            names.pop();
-            let names: outbox_binlog::ColumnNames = names.into();
-            let positions = self.state_positions(&names)?;
-            let older_at = names.len();
-            // Per aggregate: how many older siblings this claim took, and whether one was
-            // left out (locked by another claim, or past the LIMIT): then no younger row of
-            // the aggregate may be taken, or two relays would publish one key at once.
-            let mut taken: HashMap<(String, String), (u64, bool)> = HashMap::new();
-            for mut row in selected {
-                let older_unsent: u64 = row.take(older_at).ok_or_else(|| PollError::BadRow {
-                    table: self.table_name.clone(),
-                    message: "a claimed row lacks its older-siblings count".to_owned(),
-                })?;
-                let claimed = self.claimed_row(&row, &positions)?;
-                let key = (claimed.aggregate_type.clone(), claimed.aggregate_id.clone());
-                let (count, blocked) = taken.entry(key).or_insert((0, false));
-                if *blocked || older_unsent != *count {
-                    *blocked = true;
-                    continue;
-                }
-                *count += 1;
-                let image = row_image(row, &names).map_err(|message| PollError::BadRow {
-                    table: self.table_name.clone(),
-                    message: format!("event {}: {message}", claimed.event_id),
-                })?;
-                rows.push(claimed);
-                images.push(image);
-            }
+        if let Some(end) = end {
+            self.select_claimable_rows(&mut tx, end, limit, &mut admit, &mut claimed)
+                .await?;
         }
-        if !rows.is_empty() {
-            let placeholders = vec!["?"; rows.len()].join(", ");
+        if !claimed.claim.rows.is_empty() {
+            let placeholders = vec!["?"; claimed.claim.rows.len()].join(", ");
             let statement = format!("{}({placeholders})", self.update_claimed_prefix);
-            let mut values = vec![Value::from(micros(lease)), Value::from(token.as_str())];
-            values.extend(rows.iter().map(|row| Value::from(row.sequence)));
+            let mut values = vec![
+                Value::from(micros(lease)),
+                Value::from(claimed.claim.token.as_str()),
+            ];
+            values.extend(
+                claimed
+                    .claim
+                    .rows
+                    .iter()
+                    .map(|row| Value::from(row.sequence)),
+            );
             tx.exec_drop(statement, Params::Positional(values))
                 .await
                 .map_err(|source| self.failed("claiming rows", source))?;
@@ -524,7 +531,74 @@ impl Poller {
         tx.commit()
             .await
             .map_err(|source| self.failed("committing the claim", source))?;
-        Ok((Claim { token, rows }, images))
+        Ok(claimed)
+    }
+
+    /// Reads the candidates up to `end` row by row into `claimed`: per aggregate a prefix
+    /// of its unsent rows, each admitted by `admit`, until it refuses one.
+    async fn select_claimable_rows<P>(
+        &self,
+        tx: &mut mysql_async::Transaction<'_>,
+        end: u64,
+        limit: u32,
+        admit: &mut impl FnMut(&outbox_binlog::Row) -> Option<P>,
+        claimed: &mut AdmittedClaim<P>,
+    ) -> Result<(), PollError> {
+        let selecting = |source| self.failed("selecting claimable rows", source);
+        let mut result = tx
+            .exec_iter(&self.select_claimable, (end, limit))
+            .await
+            .map_err(selecting)?;
+        // Set from the first row: the table's columns, and where the state columns are.
+        let mut layout: Option<(outbox_binlog::ColumnNames, StatePositions)> = None;
+        // Per aggregate: how many older siblings this claim took, and whether one was
+        // left out (locked by another claim, past the LIMIT, or refused): then no younger
+        // row of the aggregate may be taken, or two relays would publish one key at once.
+        let mut taken: HashMap<(String, String), (u64, bool)> = HashMap::new();
+        // Every row is read (the result must be drained) but none is kept once `admit`
+        // refused one.
+        while let Some(mut row) = result.next().await.map_err(selecting)? {
+            if claimed.refused {
+                continue;
+            }
+            let (names, positions) = match &layout {
+                Some(layout) => layout,
+                None => {
+                    let mut names = column_names(row.columns_ref()).to_vec();
+                    // The last column is the count of older unsent siblings, not the table's.
+                    names.pop();
+                    let names: outbox_binlog::ColumnNames = names.into();
+                    let positions = self.state_positions(&names)?;
+                    layout.insert((names, positions))
+                }
+            };
+            let older_unsent: u64 = row.take(names.len()).ok_or_else(|| PollError::BadRow {
+                table: self.table_name.clone(),
+                message: "a claimed row lacks its older-siblings count".to_owned(),
+            })?;
+            let row_state = self.claimed_row(&row, positions)?;
+            let key = (
+                row_state.aggregate_type.clone(),
+                row_state.aggregate_id.clone(),
+            );
+            let (count, blocked) = taken.entry(key).or_insert((0, false));
+            if *blocked || older_unsent != *count {
+                *blocked = true;
+                continue;
+            }
+            let image = row_image(row, names).map_err(|message| PollError::BadRow {
+                table: self.table_name.clone(),
+                message: format!("event {}: {message}", row_state.event_id),
+            })?;
+            let Some(permit) = admit(&image) else {
+                claimed.refused = true;
+                continue;
+            };
+            *count += 1;
+            claimed.claim.rows.push(row_state);
+            claimed.images.push((image, permit));
+        }
+        Ok(())
     }
 
     /// Extends by `lease` (from now) the lease of every row still held by one of `tokens`

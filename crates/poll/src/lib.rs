@@ -46,8 +46,8 @@ mod sql_row;
 mod tasks;
 
 pub use claim::{
-    Claim, ClaimedRow, Failure, FailureOutcome, MarkOutcome, Poller, ReplaySelection, RetryPolicy,
-    SettleOutcome, TableStatus, SESSION_SETUP,
+    AdmittedClaim, Claim, ClaimedRow, Failure, FailureOutcome, MarkOutcome, Poller,
+    ReplaySelection, RetryPolicy, SettleOutcome, TableStatus, SESSION_SETUP,
 };
 pub use columns::{PollColumns, RowStatus};
 pub use connection::{

@@ -640,3 +640,40 @@ async fn a_table_without_the_claims_indexes_is_refused_naming_them() {
         "{missing}"
     );
 }
+
+/// An admission that refuses a row ends the claim there: the rows before it are claimed
+/// with their permits, it and every later row stay PENDING for the next claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_admission_ends_the_claim_at_that_row() {
+    let (db, poller) = poll_table().await;
+    let mut conn = db.conn().await.unwrap();
+    for (aggregate, name) in [("a", "a1"), ("b", "b1"), ("a", "a2"), ("c", "c1")] {
+        insert(&mut conn, aggregate, name).await;
+    }
+    let mut admitted = 0;
+    let claimed = poller
+        .claim_rows_admitting(&mut conn, 100, LEASE, None, |image| {
+            admitted += 1;
+            (admitted <= 2).then_some(image.values.len())
+        })
+        .await
+        .expect("claim");
+    assert!(claimed.refused);
+    assert_eq!(ids(&claimed.claim), ["a1", "b1"]);
+    assert_eq!(claimed.images.len(), 2);
+    assert!(claimed
+        .images
+        .iter()
+        .all(|(image, permit)| image.values.len() == *permit));
+    for (id, status) in [
+        ("a1", "PROCESSING"),
+        ("b1", "PROCESSING"),
+        ("a2", "PENDING"),
+        ("c1", "PENDING"),
+    ] {
+        assert_eq!(status_of(&mut conn, id).await, status, "{id}");
+    }
+    // a2 waits behind a1, in flight; c1 was refused, not blocked.
+    let next = poller.claim(&mut conn, 100, LEASE).await.expect("claim");
+    assert_eq!(ids(&next), ["c1"]);
+}

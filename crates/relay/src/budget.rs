@@ -8,6 +8,10 @@
 //! or dropped at shutdown). A row larger than the whole budget waits until everything else
 //! was released and then takes the whole budget: it passes, alone.
 //!
+//! In poll mode a claim keeps a row only if its share fits now
+//! ([`InFlightBudget::try_reserve`]); the claim ends at the first that does not, and the
+//! claim task waits for releases before it claims again.
+//!
 //! For a large rows event the source reserves the event's raw size *before* the reader
 //! decodes it (a credit, see `pipeline/source.rs`), so a row waiting for budget is held only
 //! as raw bytes; its rows then take their shares out of that credit
@@ -65,6 +69,15 @@ impl InFlightBudget {
         let permit = Arc::clone(&self.units)
             .acquire_many_owned(self.units_for(bytes))
             .await
+            .ok()?;
+        Some(BudgetPermit { permit })
+    }
+
+    /// Reserves `bytes` if they fit now (a reservation larger than the budget fits only
+    /// when nothing else is reserved); `None` otherwise.
+    pub fn try_reserve(&self, bytes: usize) -> Option<BudgetPermit> {
+        let permit = Arc::clone(&self.units)
+            .try_acquire_many_owned(self.units_for(bytes))
             .ok()?;
         Some(BudgetPermit { permit })
     }
@@ -133,7 +146,8 @@ pub fn row_change_bytes(row: &RowChange) -> usize {
         .sum()
 }
 
-fn row_bytes(row: &Row) -> usize {
+/// The estimated memory of one row image (see [`row_change_bytes`]).
+pub fn row_bytes(row: &Row) -> usize {
     row.values.iter().map(value_bytes).sum()
 }
 
@@ -175,6 +189,16 @@ mod tests {
         assert!(blocked.await.is_err());
         drop(huge);
         assert_eq!(budget.reserved_bytes(), 0);
+        // try_reserve takes what fits now, and an oversized reservation only alone.
+        let held = budget.try_reserve(6 * 1024).expect("fits");
+        assert!(budget.try_reserve(6 * 1024).is_none());
+        assert!(budget.try_reserve(100 * 1024 * 1024).is_none());
+        drop(held);
+        let alone = budget
+            .try_reserve(100 * 1024 * 1024)
+            .expect("alone, it fits");
+        assert_eq!(budget.reserved_bytes(), 10 * 1024);
+        drop(alone);
         // Tiny rows cost one unit.
         let tiny = budget.reserve(0).await.unwrap();
         assert_eq!(budget.reserved_bytes(), 1024);

@@ -779,3 +779,89 @@ async fn an_unreachable_poll_source_is_retried_at_start_then_refused_naming_it()
         relay.log()
     );
 }
+
+/// Big rows are claimed only as far as `pipeline.max_in_flight_bytes` reaches: behind a
+/// frozen broker (nothing acked) sixteen 4 MiB rows with a 16 MiB budget leave at most three
+/// claimed (each row's share is a little over 4 MiB), the rest PENDING; after the thaw every
+/// row is delivered byte-exact and SENT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn big_rows_are_claimed_only_as_far_as_the_byte_budget_reaches() {
+    const ROWS: usize = 16;
+    const PAYLOAD_BYTES: usize = 4 * 1024 * 1024;
+    let (db, mut broker) = start_shop_database_and_private_broker().await;
+    add_poll_columns(&db).await;
+    let mut setup = poll_setup(&db, &broker.bootstrap(), &["interval_ms = 50"]);
+    setup
+        .kafka_properties
+        .push(("message.max.bytes".into(), "100000000".into()));
+    let mut relay = Relay::prepare(&setup);
+    relay.edit_config(&[(
+        "max_in_flight = 10000",
+        "max_in_flight = 10000\nmax_in_flight_bytes = 16777216",
+    )]);
+    let mut conn = db.conn().await.expect("connect");
+    let insert =
+        "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+                  VALUES (?, 'order', ?, 'Big', ?)";
+    conn.exec_drop(insert, ("small", "order-small", "{}"))
+        .await
+        .expect("insert");
+    relay.start();
+    wait_all_sent(&mut conn, &relay, 1, Duration::from_secs(60)).await;
+
+    broker.freeze().expect("freeze the broker");
+    let mut expected = Vec::new();
+    for n in 0..ROWS {
+        let payload = format!(
+            "{{\"n\":{n},\"blob\":\"{}\"}}",
+            char::from(b'a' + n as u8)
+                .to_string()
+                .repeat(PAYLOAD_BYTES - 20)
+        );
+        let id = format!("big-{n}");
+        conn.exec_drop(insert, (&id, format!("order-{n}"), &payload))
+            .await
+            .expect("insert a 4 MiB payload");
+        expected.push((id, payload));
+    }
+    // The relay claims what fits, then waits for acks that do not come.
+    let mut counts = Vec::new();
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        counts = statuses(&mut conn).await;
+    }
+    let count = |status: &str| {
+        counts
+            .iter()
+            .find(|(name, _)| name == status)
+            .map_or(0, |(_, count)| *count)
+    };
+    assert!(
+        (1..=3).contains(&count("PROCESSING")) && count("PENDING") >= 13,
+        "claimed past the byte budget: {counts:?}\n{}",
+        relay.log_tail(30)
+    );
+    relay.assert_running("while the broker is frozen");
+
+    broker.thaw().expect("thaw the broker");
+    wait_all_sent(&mut conn, &relay, ROWS + 1, Duration::from_secs(180)).await;
+    let delivered = read_all(
+        &broker.bootstrap(),
+        &[&topic_for(&db, "order")],
+        ReadStop::Count(ROWS + 1),
+        Duration::from_secs(120),
+    )
+    .await
+    .expect("read the big records");
+    relay.stop_gracefully("end of test").await;
+    for (id, payload) in &expected {
+        let record = delivered
+            .iter()
+            .find(|record| record.header_str("id").as_deref() == Some(id.as_str()))
+            .unwrap_or_else(|| panic!("{id} was not delivered"));
+        assert!(
+            record.value.as_deref() == Some(payload.as_bytes()),
+            "{id} arrived changed"
+        );
+    }
+}

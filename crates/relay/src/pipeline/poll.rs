@@ -13,7 +13,9 @@
 //!   retention). So a lease ends only for a relay that stopped or lost the database.
 //! * **Per-key order.** A claim takes only the oldest unsent row of an aggregate
 //!   (`outbox-poll`): an aggregate has at most one row in flight across all relays.
-//! * **Bounded.** At most `pipeline.max_in_flight` claimed rows are unsettled at a time.
+//! * **Bounded.** At most `pipeline.max_in_flight` claimed rows are unsettled at a time,
+//!   holding at most `pipeline.max_in_flight_bytes` (a claim keeps a row only with its share
+//!   of that budget, read row by row; one row larger than the whole budget passes alone).
 //!
 //! # Shutdown
 //! Claiming stops; the sink drains within `pipeline.shutdown_timeout_ms`; every claim
@@ -26,9 +28,9 @@ use std::time::Duration;
 use outbox_binlog::{BinlogError, BinlogPosition, RowChange, RowOperation, TableName};
 use outbox_poll::internal_events::{InternalEvent as PollEvent, RowsClaimed};
 use outbox_poll::{
-    lock_ledger, maintain_leases, mark_settled_claims, open_poll_session, ClaimLedger,
-    ConnectionHealth, ConnectionSettings, LeaseSettings, MarkTask, PollConnection, PollError,
-    PolledTable, Poller, RetryPolicy, RowOutcome, RowTicket, SettledClaim, SharedLedger,
+    lock_ledger, maintain_leases, mark_settled_claims, open_poll_session, AdmittedClaim,
+    ClaimLedger, ConnectionHealth, ConnectionSettings, LeaseSettings, MarkTask, PollConnection,
+    PollError, PolledTable, Poller, RetryPolicy, RowOutcome, RowTicket, SettledClaim, SharedLedger,
 };
 use outbox_router::{RouteOutcome, Router};
 use tokio::sync::{mpsc, Notify};
@@ -38,6 +40,7 @@ use super::error::RelayError;
 use super::router_task::routing_dead_letter;
 use super::RelaySummary;
 use crate::backoff::Backoff;
+use crate::budget::{row_bytes, BudgetPermit, InFlightBudget};
 use crate::config::RelayConfig;
 use crate::dead_letter::RecordOrigin;
 use crate::internal_events::{InternalEvent, RecordRouted, RowSkipped};
@@ -52,6 +55,9 @@ use crate::tasks::spawn_named;
 struct PollTicket {
     /// Which claim and row, to settle in the ledger.
     row: RowTicket,
+    /// The row's share of `pipeline.max_in_flight_bytes`, taken when it was claimed and
+    /// released when the sink hands the ticket back.
+    budget: BudgetPermit,
     /// Set when the record went to the dead-letter topic (routing error, or Kafka
     /// rejected it for good): the row becomes DEAD with this reason.
     dead_letter: Option<String>,
@@ -61,14 +67,16 @@ struct PollTicket {
 }
 
 impl PollTicket {
-    /// How the row's publish ended, once the sink handed the ticket back.
-    fn outcome(self) -> RowOutcome {
-        match (self.gave_up, self.dead_letter) {
+    /// The row, its budget share, and how its publish ended, once the sink handed the
+    /// ticket back.
+    fn into_parts(self) -> (RowTicket, BudgetPermit, RowOutcome) {
+        let outcome = match (self.gave_up, self.dead_letter) {
             // A dead letter the sink gave up on was not written either: retry the row.
             (Some(reason), _) => RowOutcome::Failed(reason),
             (None, Some(reason)) => RowOutcome::DeadLettered(reason),
             (None, None) => RowOutcome::Delivered,
-        }
+        };
+        (self.row, self.budget, outcome)
     }
 }
 
@@ -112,6 +120,7 @@ pub(super) async fn run_poll_relay(
     );
 
     let ledger: SharedLedger = Arc::new(Mutex::new(ClaimLedger::new()));
+    let budget = InFlightBudget::new(config.pipeline.max_in_flight_bytes);
     let capacity_freed = Arc::new(Notify::new());
     let claims_marked = Arc::new(Notify::new());
     let (settled_tx, settled_rx) = mpsc::unbounded_channel::<SettledClaim>();
@@ -144,6 +153,7 @@ pub(super) async fn run_poll_relay(
                 claims_marked: claims_marked.clone(),
                 metrics: metrics.clone(),
                 config: config.clone(),
+                budget: budget.clone(),
                 settled: settled_tx.clone(),
             },
             claims_connection,
@@ -154,9 +164,13 @@ pub(super) async fn run_poll_relay(
     let on_delivered = {
         let ledger = ledger.clone();
         let capacity_freed = capacity_freed.clone();
+        let (budget, metrics) = (budget.clone(), metrics.clone());
         move |ticket: PollTicket| {
-            let row = ticket.row;
-            let settled = lock_ledger(&ledger).settle(row, ticket.outcome());
+            let (row, permit, outcome) = ticket.into_parts();
+            let settled = lock_ledger(&ledger).settle(row, outcome);
+            // Released before the claim task is woken: it may be waiting for these bytes.
+            drop(permit);
+            metrics.in_flight_bytes.set(budget.reserved_bytes() as i64);
             capacity_freed.notify_one();
             if let Some(settled) = settled {
                 // The settle task outlives the sink (it ends when this sender is dropped).
@@ -272,6 +286,9 @@ struct ClaimsContext {
     claims_marked: Arc<Notify>,
     metrics: Arc<Metrics>,
     config: RelayConfig,
+    /// `pipeline.max_in_flight_bytes`: each claimed row takes its share before the claim
+    /// keeps it.
+    budget: InFlightBudget,
     /// A claim settled by skipped rows alone goes to the settle task from here.
     settled: mpsc::UnboundedSender<SettledClaim>,
 }
@@ -318,13 +335,16 @@ async fn run_claims(
                 return Ok(());
             };
             let own_claims_open = lock_ledger(&context.ledger).has_claims_out();
+            // Bounded in bytes too: a row is kept only with its share of the budget (one
+            // larger than the whole budget waits until nothing else holds any).
+            let admit = |image: &outbox_binlog::Row| context.budget.try_reserve(row_bytes(image));
             let mut claimed = table
                 .poller
-                .claim_rows(conn, limit, poll.lease(), Some(claim_window(limit)))
+                .claim_rows_admitting(conn, limit, poll.lease(), Some(claim_window(limit)), admit)
                 .await;
             // The window's rows all wait behind siblings in flight elsewhere, or back off:
             // now and then look past it, so they cannot hide claimable rows for long.
-            let window_found_nothing = matches!(&claimed, Ok((claim, _)) if claim.rows.is_empty());
+            let window_found_nothing = matches!(&claimed, Ok(claimed) if claimed.claim.rows.is_empty() && !claimed.refused);
             if window_found_nothing
                 && !own_claims_open
                 && last_full_scan.is_none_or(|last| last.elapsed() >= FULL_SCAN_EVERY)
@@ -332,30 +352,45 @@ async fn run_claims(
                 last_full_scan = Some(tokio::time::Instant::now());
                 claimed = table
                     .poller
-                    .claim_rows(conn, limit, poll.lease(), None)
+                    .claim_rows_admitting(conn, limit, poll.lease(), None, admit)
                     .await;
             }
-            let (claim, images) = match claimed {
+            let AdmittedClaim {
+                claim,
+                images,
+                refused,
+            } = match claimed {
                 Ok(claimed) => claimed,
                 Err(error) => {
                     connection.failed(error)?;
                     continue;
                 }
             };
-            any_full |= claim.rows.len() as u32 >= limit;
-            if claim.rows.is_empty() {
-                continue;
+            context
+                .metrics
+                .in_flight_bytes
+                .set(context.budget.reserved_bytes() as i64);
+            any_full |= claim.rows.len() as u32 >= limit || refused;
+            if !claim.rows.is_empty() {
+                RowsClaimed {
+                    table: &table.label,
+                    rows: claim.rows.len(),
+                }
+                .emit();
+                let tickets = lock_ledger(&context.ledger).open(index, claim);
+                let batch = route_claimed(&context, table, tickets, images)?;
+                tokio::select! {
+                    _ = shutdown.recv() => return Ok(()),
+                    sent = records.send(batch) => if sent.is_err() { return Ok(()) },
+                }
             }
-            RowsClaimed {
-                table: &table.label,
-                rows: claim.rows.len(),
-            }
-            .emit();
-            let tickets = lock_ledger(&context.ledger).open(index, claim);
-            let batch = route_claimed(&context, table, tickets, images)?;
-            tokio::select! {
-                _ = shutdown.recv() => return Ok(()),
-                sent = records.send(batch) => if sent.is_err() { return Ok(()) },
+            if refused {
+                // The byte budget is spent: claim again once acks released some of it.
+                tokio::select! {
+                    _ = shutdown.recv() => return Ok(()),
+                    _ = context.capacity_freed.notified() => {}
+                    _ = tokio::time::sleep(poll.interval()) => {}
+                }
             }
         }
         if !any_full {
@@ -378,12 +413,12 @@ fn route_claimed(
     context: &ClaimsContext,
     table: &PolledTable,
     tickets: Vec<RowTicket>,
-    images: Vec<outbox_binlog::Row>,
+    images: Vec<(outbox_binlog::Row, BudgetPermit)>,
 ) -> Result<Vec<SinkItem<PollTicket>>, RelayError> {
     let dead_letter = &context.config.dead_letter;
     let now = u32::try_from(outbox_kafka::unix_millis_now() / 1000).unwrap_or(u32::MAX);
     let mut batch = Vec::with_capacity(tickets.len());
-    for (ticket, image) in tickets.into_iter().zip(images) {
+    for (ticket, (image, budget)) in tickets.into_iter().zip(images) {
         let row = RowChange {
             table: table.name.clone(),
             operation: RowOperation::Insert,
@@ -397,6 +432,7 @@ fn route_claimed(
         };
         let mut ticket = PollTicket {
             row: ticket,
+            budget,
             dead_letter: None,
             gave_up: None,
         };
