@@ -874,7 +874,7 @@ pub async fn reset_poll_rows(db: &ScratchMariadb) -> Result<()> {
     let mut conn = db.conn().await.context("connecting")?;
     conn.query_drop(
         "UPDATE shop.outbox SET poll_status = 'PENDING', poll_attempts = 0, \
-         poll_next_attempt_at = NOW(6), poll_locked_until = NULL, poll_claim_token = NULL, \
+         poll_next_attempt_at = NOW(6), poll_locked_until = NULL, poll_claim_token = '', \
          poll_last_error = NULL, poll_sent_at = NULL",
     )
     .await

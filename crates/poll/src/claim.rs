@@ -320,12 +320,12 @@ impl Poller {
                  WHERE {status} = '{processing}' AND {token} IN "
             ),
             update_expired: format!(
-                "UPDATE {name} SET {status} = '{pending}', {token} = NULL, {locked} = NULL \
+                "UPDATE {name} SET {status} = '{pending}', {token} = '', {locked} = NULL \
                  WHERE {status} = '{processing}' AND {locked} < NOW(6)"
             ),
             update_failed: format!(
                 "UPDATE {name} SET {status} = ?, {next} = NOW(6) + INTERVAL ? MICROSECOND, \
-                 {locked} = NULL, {token} = NULL, {last_error} = ? \
+                 {locked} = NULL, {token} = '', {last_error} = ? \
                  WHERE {seq} = ? AND {token} = ? AND {status} = '{processing}'",
                 last_error = quote(&columns.last_error),
             ),

@@ -118,7 +118,7 @@ async fn committed_rows_are_published_and_marked_sent_rolled_back_ones_never() {
     )
     .await;
     let never_sent: u64 = conn
-        .query_first("SELECT COUNT(*) FROM shop.outbox WHERE poll_sent_at IS NULL OR poll_claim_token IS NULL OR poll_attempts <> 1")
+        .query_first("SELECT COUNT(*) FROM shop.outbox WHERE poll_sent_at IS NULL OR poll_claim_token = '' OR poll_attempts <> 1")
         .await
         .expect("count")
         .expect("a row");
