@@ -105,7 +105,7 @@ pub struct BenchOptions {
     #[arg(long, default_value_t = 100)]
     pub poll_interval_ms: u64,
     /// The polling relay's `[source.poll] batch_size` (rows per claim).
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 2000)]
     pub poll_batch_size: u32,
     /// Print the figures as one JSON object instead of the table.
     #[arg(long)]

@@ -865,3 +865,105 @@ async fn big_rows_are_claimed_only_as_far_as_the_byte_budget_reaches() {
         );
     }
 }
+
+/// `[ha]` in poll mode: of two relays sharing a connector only the leader claims (the
+/// standby's claim counter stays absent or zero); after the leader is killed (-9) the
+/// standby leads, reclaims what the dead leader held once its leases end, and every row
+/// is SENT and in Kafka.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_ha_only_the_leader_polls_and_a_standby_takes_over_after_a_kill() {
+    let (db, broker, setup) = poll_world(&["interval_ms = 50", "lease_ms = 3000"]).await;
+    let tag = db.tag().to_string();
+    let mut group: Vec<(Relay, String)> = (0..2)
+        .map(|_| {
+            let mut setup = setup.clone();
+            let metrics = free_loopback_address();
+            setup.metrics_listen = Some(metrics.clone());
+            setup.shutdown_timeout_ms = Some(2000);
+            let relay = Relay::prepare(&setup);
+            relay.edit_config(&[(
+                "[pipeline]",
+                &format!(
+                    "[checkpoint]\nconnector = \"{tag}\"\n\n[ha]\nenabled = true\n\
+                     lease_topic = \"{tag}.lease\"\nsession_timeout_ms = 6000\n\n[pipeline]"
+                ),
+            )]);
+            (relay, metrics)
+        })
+        .collect();
+    for (relay, _) in &mut group {
+        relay.start();
+    }
+    let leader = async |group: &[(Relay, String)], skip: Option<usize>| -> usize {
+        let started = Instant::now();
+        loop {
+            let mut leaders = Vec::new();
+            for (index, (_, metrics)) in group.iter().enumerate() {
+                let leads = Some(index) != skip
+                    && scrape_metrics(metrics)
+                        .await
+                        .ok()
+                        .and_then(|samples| samples.get("outbox_relay_leader").copied())
+                        == Some(1.0);
+                if leads {
+                    leaders.push(index);
+                }
+            }
+            if leaders.len() == 1 {
+                return leaders[0];
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "no single leader: {leaders:?}\n{}\n{}",
+                group[0].0.log_tail(20),
+                group[1].0.log_tail(20)
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    let first = leader(&group, None).await;
+    let standby = 1 - first;
+    let mut conn = db.conn().await.expect("connect");
+    let insert =
+        "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+                  VALUES (?, 'order', ?, 'Placed', '{}')";
+    for n in 0..20 {
+        conn.exec_drop(insert, (format!("ha-{n}"), format!("order-{}", n % 5)))
+            .await
+            .expect("insert");
+    }
+    wait_all_sent(&mut conn, &group[first].0, 20, Duration::from_secs(60)).await;
+    let standby_claims = scrape_metrics(&group[standby].1)
+        .await
+        .expect("the standby's metrics")
+        .iter()
+        .filter(|(name, _)| name.starts_with("outbox_poll_claimed_rows_total"))
+        .map(|(_, value)| *value)
+        .sum::<f64>();
+    assert_eq!(standby_claims, 0.0, "the standby claimed rows");
+
+    group[first].0.kill9();
+    for n in 20..40 {
+        conn.exec_drop(insert, (format!("ha-{n}"), format!("order-{}", n % 5)))
+            .await
+            .expect("insert");
+    }
+    assert_eq!(leader(&group, Some(first)).await, standby);
+    wait_all_sent(&mut conn, &group[standby].0, 40, Duration::from_secs(90)).await;
+    let delivered = read_all(
+        &broker.bootstrap(),
+        &[&topic_for(&db, "order")],
+        ReadStop::Count(40),
+        Duration::from_secs(60),
+    )
+    .await
+    .expect("read");
+    let ids: std::collections::BTreeSet<String> = delivered
+        .iter()
+        .filter_map(|record| record.header_str("id"))
+        .collect();
+    for n in 0..40 {
+        assert!(ids.contains(&format!("ha-{n}")), "ha-{n} was not delivered");
+    }
+    group[standby].0.stop_gracefully("end of test").await;
+}
