@@ -133,10 +133,7 @@ async fn a_million_row_transaction_flows_with_bounded_memory() {
     const ROWS: u32 = 1_000_000;
     let (db, broker) = start_shop_database_and_broker().await;
     let mut relay = Relay::prepare(&RelaySetup::new(&db, &broker.bootstrap()));
-    relay.edit_config(&[(
-        "max_in_flight = 10000",
-        "max_in_flight = 10000\nmax_in_flight_bytes = 67108864",
-    )]);
+    relay.limit_in_flight_bytes(67108864);
     let mut conn = db.conn().await.expect("connect");
     let written = Instant::now();
     conn.query_drop("START TRANSACTION").await.unwrap();
@@ -227,14 +224,9 @@ async fn sixty_four_mib_payloads_wait_for_the_in_flight_byte_budget() {
         .await
         .expect("raise max_allowed_packet");
     let mut setup = RelaySetup::new(&db, &broker.bootstrap());
-    setup
-        .kafka_properties
-        .push(("message.max.bytes".into(), "100000000".into()));
+    setup.allow_big_records();
     let mut relay = Relay::prepare(&setup);
-    relay.edit_config(&[(
-        "max_in_flight = 10000",
-        "max_in_flight = 10000\nmax_in_flight_bytes = 134217728",
-    )]);
+    relay.limit_in_flight_bytes(134217728);
     // A first small event: the topic exists and the producer is connected.
     let mut writer = ShopWriter::connect(&db, "small").await;
     writer

@@ -791,14 +791,9 @@ async fn big_rows_are_claimed_only_as_far_as_the_byte_budget_reaches() {
     let (db, mut broker) = start_shop_database_and_private_broker().await;
     add_poll_columns(&db).await;
     let mut setup = poll_setup(&db, &broker.bootstrap(), &["interval_ms = 50"]);
-    setup
-        .kafka_properties
-        .push(("message.max.bytes".into(), "100000000".into()));
+    setup.allow_big_records();
     let mut relay = Relay::prepare(&setup);
-    relay.edit_config(&[(
-        "max_in_flight = 10000",
-        "max_in_flight = 10000\nmax_in_flight_bytes = 16777216",
-    )]);
+    relay.limit_in_flight_bytes(16777216);
     let mut conn = db.conn().await.expect("connect");
     let insert =
         "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \

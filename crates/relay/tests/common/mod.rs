@@ -415,6 +415,12 @@ pub struct RelaySetup {
 }
 
 impl RelaySetup {
+    /// The producer takes records of up to 100 MB (`message.max.bytes`): big payloads.
+    pub fn allow_big_records(&mut self) {
+        self.kafka_properties
+            .push(("message.max.bytes".into(), "100000000".into()));
+    }
+
     /// The usual setup against `brokers`: earliest start, topics created by the relay.
     /// `OUTBOX_TEST_KAFKA_DEBUG=eos,msg,broker` adds librdkafka's `debug` property (for
     /// diagnosing a failing test from the relay log).
@@ -692,6 +698,14 @@ commit_interval_ms = {commit_interval_ms}
             self.log_path.display(),
             all[all.len().saturating_sub(lines)..].join("\n")
         )
+    }
+
+    /// `[pipeline] max_in_flight_bytes = bytes`.
+    pub fn limit_in_flight_bytes(&self, bytes: u64) {
+        self.edit_config(&[(
+            "max_in_flight = 10000",
+            &format!("max_in_flight = 10000\nmax_in_flight_bytes = {bytes}"),
+        )]);
     }
 
     /// Rewrites the config file: each `(from, to)` replaces the first `from` (which must be
