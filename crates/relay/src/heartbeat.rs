@@ -9,9 +9,10 @@
 //!   `route.value_format` name (as the outbox records); partition 0 (Debezium sets it
 //!   explicitly), no headers (Debezium's `__debezium.context.*` headers are not on its
 //!   heartbeats), no record timestamp (the producer stamps it, as Kafka Connect's does).
-//! * One record per `heartbeat.interval_ms` on a timer, while the binlog source is
-//!   connected (`/readyz`'s source check): a heartbeat then says "this relay is alive,
-//!   leads, and reads the binlog". Debezium's MySQL connector beats only when a binlog
+//! * One record per `heartbeat.interval_ms` on a timer, while the source is connected
+//!   (`/readyz`'s source check: the binlog reader, or in poll mode the claims connection):
+//!   a heartbeat then says "this relay is alive, leads, and reads its source". In poll
+//!   mode without `[ha]` every relay beats. Debezium's MySQL connector beats only when a binlog
 //!   event arrives (the server's own replication heartbeat every ~48 s while idle), at most
 //!   once per interval; the relay's timer beats at the interval even while idle.
 //! * Its own small producer (the `[kafka]` connection, security and pass-through
