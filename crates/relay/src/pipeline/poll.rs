@@ -630,7 +630,7 @@ pub(crate) async fn poll_startup_checks(
         }
     }
     Ok(format!(
-        "{} (SKIP LOCKED); {}: poll-mode columns present, SELECT and UPDATE{} granted",
+        "{} (SKIP LOCKED); {}: poll-mode columns and the claim's indexes present, SELECT and UPDATE{} granted",
         version.text,
         names
             .iter()
