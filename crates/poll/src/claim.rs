@@ -226,15 +226,13 @@ pub struct MarkOutcome {
 impl Poller {
     /// The statements for a table the writer library describes.
     pub fn new(table: &OutboxTable, columns: &PollColumns) -> Self {
-        let display_name = table.display_name();
-        let schema_and_table = match display_name.split_once('.') {
-            Some((database, bare)) => (Some(database.to_owned()), bare.to_owned()),
-            None => (None, display_name.clone()),
-        };
         Self::for_table(
             table.quoted_name(),
-            display_name,
-            schema_and_table,
+            table.display_name(),
+            (
+                table.database().map(str::to_owned),
+                table.table().to_owned(),
+            ),
             table.columns(),
             columns,
         )

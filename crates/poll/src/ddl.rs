@@ -28,7 +28,7 @@ use crate::columns::{quote, PollColumns};
 pub fn poll_mode_ddl(table: &OutboxTable, columns: &PollColumns) -> Vec<String> {
     ddl(
         &table.quoted_name(),
-        &table.display_name(),
+        table.table(),
         table.columns(),
         columns,
     )
@@ -99,11 +99,10 @@ pub struct PollIndexes {
 }
 
 impl PollIndexes {
-    /// The names for `table` (`database.table` or `table`): its bare name, cut to keep
-    /// them within MySQL's 64 characters, and a suffix.
+    /// The names for the table named `table` (its own name, without the database): that
+    /// name cut to keep them within MySQL's 64 characters, and a suffix.
     pub fn for_table(table: &str) -> Self {
-        let bare = table.rsplit('.').next().unwrap_or(table);
-        let prefix: String = bare.chars().take(40).collect();
+        let prefix: String = table.chars().take(40).collect();
         Self {
             sequence: format!("{prefix}_poll_seq_uq"),
             claim: format!("{prefix}_poll_claim_idx"),
@@ -132,5 +131,12 @@ mod tests {
         ] {
             assert!(ddl.contains(needle), "{needle} missing from\n{ddl}");
         }
+        // Index names come from the table's own name, dots and all (the claim forces the
+        // same names: `Poller::new` takes them from the same place).
+        let dotted = OutboxTable::new("my.outbox", ColumnPreset::Seeds)
+            .and_then(|table| table.in_database("sh.op"))
+            .expect("a valid table");
+        let ddl = poll_mode_ddl(&dotted, &PollColumns::default()).join("\n");
+        assert!(ddl.contains("ADD KEY `my.outbox_poll_claim_idx`"), "{ddl}");
     }
 }

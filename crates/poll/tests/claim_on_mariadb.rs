@@ -677,3 +677,37 @@ async fn a_refused_admission_ends_the_claim_at_that_row() {
     let next = poller.claim(&mut conn, 100, LEASE).await.expect("claim");
     assert_eq!(ids(&next), ["c1"]);
 }
+
+/// A database and a table whose names hold dots: the DDL names the indexes after the
+/// table's own name, and the claim looks them up and forces them in the same table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dotted_table_name_gets_the_indexes_its_claim_forces() {
+    let db = ScratchMariadb::start().await.expect("scratch MariaDB");
+    let table = OutboxTable::new("my.outbox", ColumnPreset::Seeds)
+        .and_then(|table| table.in_database("sh.op"))
+        .expect("table");
+    let columns = PollColumns::default();
+    let mut statements = vec![
+        "CREATE DATABASE `sh.op`".to_owned(),
+        create_table_sql(&table),
+    ];
+    statements.extend(poll_mode_ddl(&table, &columns));
+    let statements: Vec<&str> = statements.iter().map(String::as_str).collect();
+    db.exec(&statements)
+        .await
+        .expect("the poll-mode DDL applies");
+    let poller = Poller::new(&table, &columns);
+    let mut conn = db.conn().await.unwrap();
+    poller
+        .check_indexes(&mut conn)
+        .await
+        .expect("the DDL's indexes are the claim's");
+    conn.query_drop(
+        "INSERT INTO `sh.op`.`my.outbox` (event_id, aggregate_type, aggregate_id, event_type, payload) \
+         VALUES ('d1', 'order', 'a', 'created', '{}')",
+    )
+    .await
+    .unwrap();
+    let claim = poller.claim(&mut conn, 10, LEASE).await.expect("claim");
+    assert_eq!(ids(&claim), ["d1"]);
+}

@@ -130,6 +130,16 @@ impl OutboxTable {
         self.trace_context_column.as_deref()
     }
 
+    /// The database, if the name is qualified.
+    pub fn database(&self) -> Option<&str> {
+        self.database.as_deref()
+    }
+
+    /// The table's own name, without the database.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
     /// `` `database`.`table` `` (or `` `table` ``), for statements.
     pub fn quoted_name(&self) -> String {
         match &self.database {
