@@ -27,6 +27,13 @@ pub struct ConnectionSettings {
     pub reconnect_max_backoff: Duration,
 }
 
+impl ConnectionSettings {
+    /// A connection with the poll session set up ([`open_poll_session`]).
+    pub async fn open(&self) -> Result<mysql_async::Conn, BinlogError> {
+        open_poll_session(&self.url, &self.tls, self.connect_timeout).await
+    }
+}
+
 /// Told how a connection fares: the claims connection's state is the source's readiness
 /// (`/readyz`); the others report nothing, so a mark's retry does not flap it.
 pub trait ConnectionHealth: Send + Sync {
@@ -191,11 +198,6 @@ impl PollConnection {
     }
 
     async fn open(&self) -> Result<mysql_async::Conn, BinlogError> {
-        open_poll_session(
-            &self.settings.url,
-            &self.settings.tls,
-            self.settings.connect_timeout,
-        )
-        .await
+        self.settings.open().await
     }
 }

@@ -363,12 +363,9 @@ async fn poll_mode_lines(config: &RelayConfig) -> Vec<CheckLine> {
     let checked = async {
         let router = outbox_router::Router::new(&config.outbox, &config.route)
             .map_err(|error| anyhow::anyhow!("invalid [[outbox]]/[route]: {error}"))?;
-        let mut conn = outbox_poll::open_poll_session(
-            &config.source.connection_url(),
-            &config.source.tls_options(),
-            Duration::from_millis(config.source.connect_timeout_ms),
-        )
-        .await?;
+        let mut conn = crate::pipeline::poll_connection_settings(config)
+            .open()
+            .await?;
         let checked = crate::pipeline::poll_startup_checks(config, &router, &mut conn).await;
         let _ = conn.disconnect().await;
         anyhow::Ok(checked?)

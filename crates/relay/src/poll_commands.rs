@@ -3,15 +3,13 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
 use outbox_poll::ReplaySelection;
 
 use crate::cli::PollAction;
 use crate::config::RelayConfig;
-use crate::pipeline::polled_tables;
-use outbox_poll::open_poll_session;
+use crate::pipeline::{poll_connection_settings, polled_tables};
 
 /// Runs a `poll` action; returns the exit code.
 pub async fn poll_command(action: PollAction, out: &mut dyn Write) -> anyhow::Result<i32> {
@@ -39,14 +37,9 @@ pub async fn poll_command(action: PollAction, out: &mut dyn Write) -> anyhow::Re
                     .status(&mut conn)
                     .await
                     .with_context(|| format!("reading the poll states of {table}"))?;
-                let line = serde_json::json!({
-                    "table": table.to_string(),
-                    "pending": status.pending,
-                    "processing": status.processing,
-                    "dead": status.dead,
-                    "oldest_due_wait_seconds": status.oldest_due_wait.as_secs_f64(),
-                });
-                writeln!(out, "{line}")?;
+                let mut line = backlog_fields(&status);
+                line.insert("table".into(), table.to_string().into());
+                writeln!(out, "{}", serde_json::Value::Object(line))?;
             }
             Ok(0)
         }
@@ -79,6 +72,21 @@ pub async fn poll_command(action: PollAction, out: &mut dyn Write) -> anyhow::Re
     }
 }
 
+/// A table's backlog as `poll status` and `status` print it.
+pub(crate) fn backlog_fields(
+    status: &outbox_poll::TableStatus,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut fields = serde_json::Map::new();
+    fields.insert("pending".into(), status.pending.into());
+    fields.insert("processing".into(), status.processing.into());
+    fields.insert("dead".into(), status.dead.into());
+    fields.insert(
+        "oldest_due_wait_seconds".into(),
+        status.oldest_due_wait.as_secs_f64().into(),
+    );
+    fields
+}
+
 fn load(path: &Path) -> anyhow::Result<RelayConfig> {
     let config = RelayConfig::load(path)?;
     if config.source.mode != crate::poll_config::SourceMode::Poll {
@@ -91,13 +99,10 @@ fn load(path: &Path) -> anyhow::Result<RelayConfig> {
 }
 
 async fn connect(config: &RelayConfig) -> anyhow::Result<mysql_async::Conn> {
-    open_poll_session(
-        &config.source.connection_url(),
-        &config.source.tls_options(),
-        Duration::from_millis(config.source.connect_timeout_ms),
-    )
-    .await
-    .with_context(|| format!("connecting to {}", config.source.redacted_url()))
+    poll_connection_settings(config)
+        .open()
+        .await
+        .with_context(|| format!("connecting to {}", config.source.redacted_url()))
 }
 
 /// `YYYY-MM-DD HH:MM:SS` (the server would read anything else as a zero date and replay

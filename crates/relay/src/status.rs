@@ -188,12 +188,9 @@ fn write_human(out: &mut dyn Write, value: &Value, indent: usize) -> std::io::Re
 
 /// Poll mode has no checkpoint: each outbox table's backlog instead.
 async fn poll_view(config: &RelayConfig) -> Value {
-    let connected = outbox_poll::open_poll_session(
-        &config.source.connection_url(),
-        &config.source.tls_options(),
-        std::time::Duration::from_millis(config.source.connect_timeout_ms),
-    )
-    .await;
+    let connected = crate::pipeline::poll_connection_settings(config)
+        .open()
+        .await;
     let mut conn = match connected {
         Ok(conn) => conn,
         Err(error) => {
@@ -203,12 +200,7 @@ async fn poll_view(config: &RelayConfig) -> Value {
     let mut tables = serde_json::Map::new();
     for (table, poller) in crate::pipeline::polled_tables(config) {
         let view = match poller.status(&mut conn).await {
-            Ok(status) => json!({
-                "pending": status.pending,
-                "processing": status.processing,
-                "dead": status.dead,
-                "oldest_due_wait_seconds": status.oldest_due_wait.as_secs_f64(),
-            }),
+            Ok(status) => Value::Object(crate::poll_commands::backlog_fields(&status)),
             Err(error) => json!({"error": redact_secrets(&error.to_string())}),
         };
         tables.insert(table.to_string(), view);

@@ -76,7 +76,9 @@ mod tracking;
 pub use error::RelayError;
 pub use identity::gtid_only_binlog_position;
 pub(crate) use identity::{describe_identity, identity_of};
-pub(crate) use poll::{poll_startup_checks, polled_tables};
+pub(crate) use poll::{
+    connection_settings as poll_connection_settings, poll_startup_checks, polled_tables,
+};
 pub(crate) use startup::describe_missing_columns;
 
 use attempt::{run_pipeline, RunShared};

@@ -28,9 +28,9 @@ use std::time::Duration;
 use outbox_binlog::{BinlogError, BinlogPosition, RowChange, RowOperation, TableName};
 use outbox_poll::internal_events::{InternalEvent as PollEvent, RowsClaimed};
 use outbox_poll::{
-    lock_ledger, maintain_leases, mark_settled_claims, open_poll_session, AdmittedClaim,
-    ClaimLedger, ConnectionHealth, ConnectionSettings, LeaseSettings, MarkTask, PollConnection,
-    PollError, PolledTable, Poller, RetryPolicy, RowOutcome, RowTicket, SettledClaim, SharedLedger,
+    lock_ledger, maintain_leases, mark_settled_claims, AdmittedClaim, ClaimLedger,
+    ConnectionHealth, ConnectionSettings, LeaseSettings, MarkTask, PollConnection, PollError,
+    PolledTable, Poller, RetryPolicy, RowOutcome, RowTicket, SettledClaim, SharedLedger,
 };
 use outbox_router::{RouteOutcome, Router};
 use tokio::sync::{mpsc, Notify};
@@ -491,8 +491,9 @@ fn marks_deadline(controller: &ShutdownController, timeout: Duration) -> Shutdow
     fired
 }
 
-/// Where the poll source's connections go (`[source]`).
-fn connection_settings(config: &RelayConfig) -> ConnectionSettings {
+/// Where the poll source's connections go (`[source]`): the relay's, and the `poll`,
+/// `status` and `check` commands'.
+pub(crate) fn connection_settings(config: &RelayConfig) -> ConnectionSettings {
     ConnectionSettings {
         url: config.source.connection_url(),
         tls: config.source.tls_options(),
@@ -540,7 +541,7 @@ async fn connect_at_startup(
             metrics.health.source_retrying(&error.to_string());
             tracing::warn!(%error, attempt, retry_in_ms = delay.as_millis() as u64, "poll source: the server is not reachable yet");
         },
-        || open_poll_session(&settings.url, &settings.tls, settings.connect_timeout),
+        || settings.open(),
     )
     .await;
     outcome.map_err(|failure| {
