@@ -63,24 +63,32 @@ fn run_harness(args: &[&str]) -> (Value, String) {
     (report, stderr)
 }
 
+/// [`run_harness`] on the small workload (`TRANSACTIONS` x `ROWS_PER_TRANSACTION`) with
+/// the short latency phase and `--json`, plus `args`.
+fn run_small_harness(args: &[&str]) -> (Value, String) {
+    let (transactions, rows) = (TRANSACTIONS.to_string(), ROWS_PER_TRANSACTION.to_string());
+    let (rate, seconds) = (LATENCY_RATE.to_string(), LATENCY_SECONDS.to_string());
+    let mut all = vec![
+        "--transactions",
+        &transactions,
+        "--rows-per-transaction",
+        &rows,
+    ];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&[
+        "--latency-rate",
+        &rate,
+        "--latency-seconds",
+        &seconds,
+        "--json",
+    ]);
+    run_harness(&all)
+}
+
 #[test]
 fn one_small_run_reports_every_figure() {
     let _harness = one_harness_at_a_time();
-    let (report, stderr) = run_harness(&[
-        "--transactions",
-        &TRANSACTIONS.to_string(),
-        "--rows-per-transaction",
-        &ROWS_PER_TRANSACTION.to_string(),
-        "--noise-tables",
-        "1",
-        "--rounds",
-        "1",
-        "--latency-rate",
-        &LATENCY_RATE.to_string(),
-        "--latency-seconds",
-        &LATENCY_SECONDS.to_string(),
-        "--json",
-    ]);
+    let (report, stderr) = run_small_harness(&["--noise-tables", "1", "--rounds", "1"]);
     check_report(&report);
     // The progress lines name every phase.
     for phase in [
@@ -104,22 +112,8 @@ fn one_small_run_reports_every_figure() {
 #[test]
 fn both_delivery_modes_in_one_run_report_their_figures_and_ratio() {
     let _harness = one_harness_at_a_time();
-    let (report, stderr) = run_harness(&[
-        "--transactions",
-        &TRANSACTIONS.to_string(),
-        "--rows-per-transaction",
-        &ROWS_PER_TRANSACTION.to_string(),
-        "--rounds",
-        "2",
-        "--delivery",
-        "both",
-        "--skip-debezium",
-        "--latency-rate",
-        &LATENCY_RATE.to_string(),
-        "--latency-seconds",
-        &LATENCY_SECONDS.to_string(),
-        "--json",
-    ]);
+    let (report, stderr) =
+        run_small_harness(&["--rounds", "2", "--delivery", "both", "--skip-debezium"]);
     check_exactly_once_report(&report);
     // Round 1 runs at-least-once first, round 2 exactly-once first.
     let first_of = |round: &str| {
@@ -304,22 +298,8 @@ fn a_report_with_a_zero_or_missing_figure_is_refused() {
 #[test]
 fn the_polling_source_reports_its_drain_database_load_and_latency() {
     let _harness = one_harness_at_a_time();
-    let (report, stderr) = run_harness(&[
-        "--transactions",
-        &TRANSACTIONS.to_string(),
-        "--rows-per-transaction",
-        &ROWS_PER_TRANSACTION.to_string(),
-        "--rounds",
-        "1",
-        "--source",
-        "poll",
-        "--skip-debezium",
-        "--latency-rate",
-        &LATENCY_RATE.to_string(),
-        "--latency-seconds",
-        &LATENCY_SECONDS.to_string(),
-        "--json",
-    ]);
+    let (report, stderr) =
+        run_small_harness(&["--rounds", "1", "--source", "poll", "--skip-debezium"]);
     for path in [
         "relay_poll.events_per_second",
         "relay_poll.cpu_seconds_per_million_events",
