@@ -399,10 +399,7 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
                 &drain_brokers,
                 &poll_prefix,
                 events,
-                measure::RelayShape {
-                    poll_interval_ms: Some(options.poll_interval_ms),
-                    ..relay_shape(false)
-                },
+                poll_relay_shape(options),
             )
             .await?;
             let figure = with_broker_cpu(figure, before);
@@ -554,7 +551,18 @@ async fn bench(options: &BenchOptions) -> Result<Report> {
     .context("no figures to summarise")
 }
 
-/// The relays' settings from the options (binlog mode; poll mode sets `poll_interval_ms`).
+/// The polling relay's settings from the options (at-least-once).
+fn poll_relay_shape(options: &BenchOptions) -> measure::RelayShape {
+    measure::RelayShape {
+        poll: Some(measure::PollShape {
+            interval_ms: options.poll_interval_ms,
+            batch_size: options.poll_batch_size,
+        }),
+        ..relay_shape(options, false)
+    }
+}
+
+/// The binlog relays' settings from the options.
 fn relay_shape(options: &BenchOptions, exactly_once: bool) -> measure::RelayShape {
     measure::RelayShape {
         exactly_once,
@@ -563,8 +571,7 @@ fn relay_shape(options: &BenchOptions, exactly_once: bool) -> measure::RelayShap
         max_in_flight_bytes: options.max_in_flight_bytes,
         max_in_flight: options.max_in_flight,
         linger_ms: options.linger_ms,
-        poll_interval_ms: None,
-        poll_batch_size: options.poll_batch_size,
+        poll: None,
     }
 }
 
@@ -643,10 +650,7 @@ async fn start_poll_latency_relay(
         &broker.bootstrap(),
         &prefix,
         "latest",
-        measure::RelayShape {
-            poll_interval_ms: Some(options.poll_interval_ms),
-            ..relay_shape(options, false)
-        },
+        poll_relay_shape(options),
     )?;
     let mut relay = measure::RelayProcess::start(dir)?;
     relay

@@ -341,11 +341,18 @@ pub struct RelayShape {
     /// `[kafka] linger_ms` (`None`: the relay's default, 5 ms); the bare producer, which
     /// takes the relay's producer properties, lingers as long.
     pub linger_ms: Option<u64>,
-    /// `Some(interval_ms)`: `[source] mode = "poll"` with that `[source.poll] interval_ms`
-    /// (no checkpoint store).
-    pub poll_interval_ms: Option<u64>,
-    /// `[source.poll] batch_size` in poll mode.
-    pub poll_batch_size: u32,
+    /// `Some`: `[source] mode = "poll"` with these `[source.poll]` settings (no checkpoint
+    /// store).
+    pub poll: Option<PollShape>,
+}
+
+/// A polling relay's `[source.poll]` settings.
+#[derive(Debug, Clone, Copy)]
+pub struct PollShape {
+    /// `interval_ms`.
+    pub interval_ms: u64,
+    /// `batch_size`.
+    pub batch_size: u32,
 }
 
 /// The Kafka store's record key in the harness's exactly-once configs.
@@ -399,11 +406,11 @@ impl RelayDir {
         shape: RelayShape,
     ) -> Result<()> {
         let poll_lines = shape
-            .poll_interval_ms
-            .map(|interval| {
+            .poll
+            .map(|poll| {
                 format!(
-                    "mode = \"poll\"\n\n[source.poll]\ninterval_ms = {interval}\nbatch_size = {}\n",
-                    shape.poll_batch_size
+                    "mode = \"poll\"\n\n[source.poll]\ninterval_ms = {}\nbatch_size = {}\n",
+                    poll.interval_ms, poll.batch_size
                 )
             })
             .unwrap_or_default();
@@ -458,7 +465,7 @@ delivery = "{delivery}"
         if let Some(bytes) = shape.max_in_flight_bytes {
             text.push_str(&format!("max_in_flight_bytes = {bytes}\n"));
         }
-        if shape.poll_interval_ms.is_some() {
+        if shape.poll.is_some() {
             // Poll mode keeps its state in the outbox table.
             self.kafka_checkpoint = None;
         } else if shape.exactly_once {
@@ -1113,8 +1120,7 @@ pub async fn bare_producer(
         prefix,
         "earliest",
         RelayShape {
-            poll_interval_ms: None,
-            poll_batch_size: 500,
+            poll: None,
             exactly_once: false,
             max_message_bytes: max_message_bytes(workload.payload_bytes),
             commit_interval_ms: None,
