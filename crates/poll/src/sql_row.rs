@@ -17,7 +17,7 @@ use outbox_binlog::{ColumnNames, DateTime, JsonText, Row, Value};
 const BINARY_CHARSET: u16 = 63;
 
 /// The column names of a claim's result, shared by every row of it.
-pub(crate) fn column_names(columns: &[Column]) -> ColumnNames {
+pub fn column_names(columns: &[Column]) -> ColumnNames {
     columns
         .iter()
         .map(|column| column.name_str().into_owned())
@@ -27,7 +27,7 @@ pub(crate) fn column_names(columns: &[Column]) -> ColumnNames {
 
 /// `row` as the router's row image with `names` (its first `names.len()` columns); `Err`
 /// names the column that does not convert and why.
-pub(crate) fn row_image(row: SqlRow, names: &ColumnNames) -> Result<Row, String> {
+pub fn row_image(row: SqlRow, names: &ColumnNames) -> Result<Row, String> {
     let columns: Arc<[Column]> = row.columns();
     let values = row
         .unwrap_raw()
