@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use outbox_binlog::RowChange;
 use outbox_router::{BinaryEncoding, KafkaRecord, RouteOutcome, Router};
 use rdkafka::config::ClientConfig;
 use serde::Serialize;
@@ -128,6 +129,8 @@ pub struct MissingEvent {
     pub finding: Finding,
     /// What `--fill` publishes: the record as the relay would have.
     pub record: KafkaRecord,
+    /// The row it was routed from (a dead letter names its table).
+    pub row: RowChange,
 }
 
 /// An audit of the `[[outbox]]` tables over one window.
@@ -396,6 +399,7 @@ impl<'a> Audit<'a> {
                         row_timestamp: row.timestamp,
                     },
                     record,
+                    row: row.change,
                 });
             }
             return Ok(Some(missing));

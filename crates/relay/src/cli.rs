@@ -75,6 +75,35 @@ pub enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+    /// Compare the outbox rows of a time window with the records in their topics (by the
+    /// `id` header): prints a JSON line per row with no record (`missing`), record that
+    /// differs from its row (`differs`), record whose row is gone (`no_row`) and row the
+    /// router cannot route (`unroutable`), then a summary line. Exit 0 only when nothing is
+    /// missing (with `--fill`: once every missing row was published and acknowledged).
+    Audit {
+        /// The TOML config file ([source], [[outbox]], [route], [kafka] are used).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The window's start, by the tables' timestamp column, UTC
+        /// `YYYY-MM-DD HH:MM:SS[.ffffff]` (default: from the first row).
+        #[arg(long)]
+        since: Option<String>,
+        /// The window's end (exclusive), UTC `YYYY-MM-DD HH:MM:SS[.ffffff]` (default: a
+        /// minute ago, so events the relay is publishing now are not reported missing).
+        #[arg(long)]
+        until: Option<String>,
+        /// Publish every missing row (same id, key, topic, headers and payload as the relay
+        /// makes them) and wait for Kafka's acknowledgements; never touches the checkpoint.
+        #[arg(long)]
+        fill: bool,
+        /// Rows per statement of the table walk.
+        #[arg(long, default_value_t = 5000)]
+        page_rows: u32,
+        /// Read the topics from this many seconds before `--since` (a record's timestamp
+        /// may be older than its row's column: another clock or time zone).
+        #[arg(long, default_value_t = 3600)]
+        kafka_margin_s: u64,
+    },
     /// Publish the outbox events of archived binlog files with the same ids (after the server
     /// purged files the checkpoint still needed); prints one JSON summary line, exit 0 once
     /// Kafka acknowledged them all. Does not touch the checkpoint.

@@ -62,6 +62,24 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
         Command::Poll { action } => {
             crate::poll_commands::poll_command(action, &mut std::io::stdout().lock()).await
         }
+        Command::Audit {
+            config,
+            since,
+            until,
+            fill,
+            page_rows,
+            kafka_margin_s,
+        } => {
+            let options = crate::audit_command::AuditOptions {
+                since,
+                until,
+                fill,
+                page_rows,
+                kafka_margin: std::time::Duration::from_secs(kafka_margin_s),
+            };
+            crate::audit_command::audit_command(&config, &options, &mut std::io::stdout().lock())
+                .await
+        }
         Command::Recover {
             config,
             after,

@@ -35,6 +35,7 @@
 #![warn(missing_docs)]
 
 mod allocator;
+pub mod audit_command;
 pub mod broker_probe;
 mod budget;
 pub mod cli;

@@ -44,6 +44,15 @@ fn human_bytes(bytes: f64) -> String {
 
 /// The progress line, e.g. `publishing: 12.3 MiB of 40.0 MiB (30%), 1234 events, 5.1 MiB/s`.
 pub fn render_progress(label: &str, snapshot: &ProgressSnapshot) -> String {
+    let seconds = snapshot.elapsed.as_secs_f64();
+    // A read that counts rows or records, not file bytes (`audit`): the count and its rate.
+    if snapshot.bytes_read == 0 && snapshot.total_bytes == 0 {
+        let mut line = format!("{label}: {} read", snapshot.events);
+        if seconds > 0.0 {
+            line.push_str(&format!(", {:.0}/s", snapshot.events as f64 / seconds));
+        }
+        return line;
+    }
     let mut line = format!("{label}: {}", human_bytes(snapshot.bytes_read as f64));
     if snapshot.total_bytes > 0 {
         let percent = (snapshot.bytes_read.min(snapshot.total_bytes) as f64 * 100.0
@@ -55,7 +64,6 @@ pub fn render_progress(label: &str, snapshot: &ProgressSnapshot) -> String {
         ));
     }
     line.push_str(&format!(", {} events", snapshot.events));
-    let seconds = snapshot.elapsed.as_secs_f64();
     if seconds > 0.0 {
         line.push_str(&format!(
             ", {}/s",
@@ -214,6 +222,17 @@ mod tests {
             },
         );
         assert!(line.contains("of 2.0 KiB (100%)"), "{line}");
+        // A count without bytes (the audit's rows and records).
+        let line = render_progress(
+            "audit: reading the topics",
+            &ProgressSnapshot {
+                bytes_read: 0,
+                total_bytes: 0,
+                events: 5000,
+                elapsed: Duration::from_secs(2),
+            },
+        );
+        assert_eq!(line, "audit: reading the topics: 5000 read, 2500/s");
     }
 
     /// A `Write` into a shared buffer, to see what a terminal would get.

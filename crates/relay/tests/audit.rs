@@ -1,0 +1,241 @@
+//! `outbox-relay audit` on the real MariaDB and Kafka (issue 28): the outbox table as the
+//! proof of what reached Kafka. Records deleted from a topic are found missing and
+//! `--fill` publishes them again with the same id, key and payload (read back by Kafka's
+//! own console consumer); a row updated after publish is reported as differing and a row
+//! deleted after publish as a record without a row, and neither is refilled.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::*;
+use mysql_async::prelude::Queryable;
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::{Offset, TopicPartitionList};
+
+/// One run of `outbox-relay audit ARGS`: exit code, its JSON lines, stderr.
+fn audit(
+    config: &str,
+    window: &(String, String),
+    extra: &[&str],
+) -> (i32, Vec<serde_json::Value>, String) {
+    let mut args = vec![
+        "audit",
+        "--config",
+        config,
+        "--since",
+        window.0.as_str(),
+        "--until",
+        window.1.as_str(),
+    ];
+    args.extend_from_slice(extra);
+    let (code, stdout, stderr) = run_relay_command(&args);
+    let lines = stdout
+        .lines()
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|error| {
+                panic!("not a JSON line ({error}): {line}\nstderr: {stderr}")
+            })
+        })
+        .collect();
+    (code, lines, stderr)
+}
+
+/// The `id`s of the findings of kind `kind`, in report order.
+fn ids_of(lines: &[serde_json::Value], kind: &str) -> Vec<String> {
+    lines
+        .iter()
+        .filter(|line| line["finding"] == kind)
+        .map(|line| line["id"].as_str().expect("a finding's id").to_owned())
+        .collect()
+}
+
+fn summary(lines: &[serde_json::Value]) -> &serde_json::Value {
+    let last = lines.last().expect("a summary line");
+    assert!(
+        last.get("summary").is_some(),
+        "the last line is the summary: {last}"
+    );
+    last
+}
+
+/// Deletes the records of `topic`'s partition 0 below `before` (Kafka's DeleteRecords).
+async fn delete_records(bootstrap: &str, topic: &str, before: i64) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("admin client");
+    let mut offsets = TopicPartitionList::new();
+    offsets
+        .add_partition_offset(topic, 0, Offset::Offset(before))
+        .expect("offset");
+    let deleted = admin
+        .delete_records(&offsets, &AdminOptions::new())
+        .await
+        .expect("DeleteRecords");
+    for element in deleted.elements() {
+        assert!(
+            element.error().is_ok(),
+            "DeleteRecords {topic}: {:?}",
+            element.error()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_finds_missing_records_and_fill_repairs_them_but_not_rows_changed_after_publish() {
+    let (db, broker) = start_shop_database_and_broker().await;
+    let bootstrap = broker.bootstrap();
+    let mut relay = Relay::prepare(&RelaySetup::new(&db, &bootstrap));
+    let config = relay.config_path.to_str().expect("utf-8 path").to_string();
+    let mut writer = ShopWriter::connect(&db, "audit").await;
+    let mut conn = db.conn().await.expect("connect");
+    // The window in the digits the rows' DATETIME column is written in (the server's zone).
+    let window: (String, String) = conn
+        .query_first(
+            "SELECT DATE_FORMAT(NOW(6) - INTERVAL 10 MINUTE, '%Y-%m-%d %H:%i:%s'), \
+                    DATE_FORMAT(NOW(6) + INTERVAL 10 MINUTE, '%Y-%m-%d %H:%i:%s')",
+        )
+        .await
+        .expect("window")
+        .expect("a row");
+
+    relay.start();
+    let orders = writer.transaction("order", "order-1", 3, true, false).await;
+    let customers = writer
+        .transaction("customer", "customer-1", 2, true, false)
+        .await;
+    writer.transaction("order", "order-2", 2, true, false).await;
+    let end = writer.master_position().await;
+    wait_for_checkpoint(&relay, &end, Duration::from_secs(60)).await;
+    relay.stop_gracefully("every event published").await;
+    let committed = writer.committed.clone();
+    read_until_ids(
+        &bootstrap,
+        &topics_of(&committed),
+        &committed,
+        Duration::from_secs(30),
+    )
+    .await;
+
+    // Nothing is missing yet.
+    let (code, lines, stderr) = audit(&config, &window, &[]);
+    assert_eq!(code, 0, "{lines:?}\n{stderr}");
+    assert_eq!(summary(&lines)["summary"]["rows"], 7, "{lines:?}");
+    assert_eq!(summary(&lines)["summary"]["missing"], 0, "{lines:?}");
+
+    // Two records lost from the broker; one row changed and one deleted after publish.
+    delete_records(&bootstrap, &topic_for(&db, "order"), 2).await;
+    conn.exec_drop(
+        "UPDATE shop.outbox SET payload = '{\"changed\": true}' WHERE event_id = ?",
+        (&customers[0].id,),
+    )
+    .await
+    .expect("update a published row");
+    conn.exec_drop(
+        "DELETE FROM shop.outbox WHERE event_id = ?",
+        (&customers[1].id,),
+    )
+    .await
+    .expect("delete a published row");
+
+    let (code, lines, stderr) = audit(&config, &window, &[]);
+    assert_eq!(code, 1, "missing rows fail the audit: {lines:?}\n{stderr}");
+    let lost = vec![orders[0].id.clone(), orders[1].id.clone()];
+    assert_eq!(ids_of(&lines, "missing"), lost, "{lines:?}");
+    assert_eq!(
+        ids_of(&lines, "differs"),
+        vec![customers[0].id.clone()],
+        "{lines:?}"
+    );
+    let differs = lines
+        .iter()
+        .find(|line| line["finding"] == "differs")
+        .expect("differs");
+    assert_eq!(
+        differs["parts"],
+        serde_json::json!(["payload"]),
+        "{differs}"
+    );
+    assert_eq!(
+        ids_of(&lines, "no_row"),
+        vec![customers[1].id.clone()],
+        "{lines:?}"
+    );
+    let counts = &summary(&lines)["summary"];
+    assert_eq!(counts["rows"], 6, "{counts}");
+    assert_eq!(counts["missing"], 2, "{counts}");
+    assert_eq!(counts["differs"], 1, "{counts}");
+    assert_eq!(counts["no_row"], 1, "{counts}");
+
+    // --fill publishes exactly the missing rows and waits for their acks.
+    let (code, lines, stderr) = audit(&config, &window, &["--fill"]);
+    assert_eq!(code, 0, "{lines:?}\n{stderr}");
+    assert_eq!(ids_of(&lines, "missing"), lost, "{lines:?}");
+    assert_eq!(summary(&lines)["filled"], 2, "{lines:?}");
+
+    // The refilled records, read by Kafka's own console consumer: same id, key and payload.
+    let records = read_until_ids(
+        &bootstrap,
+        &[topic_for(&db, "order")],
+        &orders[..2],
+        Duration::from_secs(30),
+    )
+    .await;
+    let records = assert_console_consumer_agrees(&bootstrap, &records).await;
+    for event in &orders[..2] {
+        let copies: Vec<_> = records
+            .iter()
+            .filter(|record| record.header_str("id").as_deref() == Some(event.id.as_str()))
+            .collect();
+        assert_eq!(copies.len(), 1, "{}: {copies:?}", event.id);
+        assert_eq!(
+            copies[0].key.as_deref(),
+            Some(event.aggregate_id.as_bytes())
+        );
+        assert_eq!(copies[0].value.as_deref(), Some(event.payload.as_bytes()));
+    }
+
+    // A second audit finds nothing missing; the changed and deleted rows are still reported,
+    // never refilled.
+    let (code, lines, stderr) = audit(&config, &window, &["--fill"]);
+    assert_eq!(code, 0, "{lines:?}\n{stderr}");
+    assert!(ids_of(&lines, "missing").is_empty(), "{lines:?}");
+    assert_eq!(summary(&lines)["filled"], 0, "{lines:?}");
+    assert_eq!(ids_of(&lines, "differs"), vec![customers[0].id.clone()]);
+    assert_eq!(ids_of(&lines, "no_row"), vec![customers[1].id.clone()]);
+    let seen: BTreeSet<String> = read_until_quiet(
+        &bootstrap,
+        &topics_of(&committed),
+        Duration::from_millis(800),
+        Duration::from_secs(20),
+    )
+    .await
+    .iter()
+    .filter_map(|record| record.header_str("id"))
+    .collect();
+    assert!(
+        seen.len() == committed.len(),
+        "every committed id is in Kafka: {seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_refuses_a_table_without_its_timestamp_column_naming_the_config_key() {
+    let (db, broker) = start_shop_database_and_broker().await;
+    let relay = Relay::prepare(&RelaySetup::new(&db, &broker.bootstrap()));
+    relay.edit_config(&[(
+        "preset = \"seeds\"",
+        "preset = \"seeds\"\ncolumns = { timestamp = \"written_at\" }",
+    )]);
+    let config = relay.config_path.to_str().expect("utf-8 path").to_string();
+    let (code, stdout, stderr) = run_relay_command(&["audit", "--config", &config]);
+    assert_eq!(code, 1, "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("`written_at`") && stderr.contains("columns.timestamp"),
+        "{stderr}"
+    );
+}
