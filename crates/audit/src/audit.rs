@@ -11,7 +11,8 @@ use tokio::sync::mpsc;
 
 use crate::digest::{ExpectedEvents, Match, RecordDigest};
 use crate::error::AuditError;
-use crate::table_scan::{check_columns, existing_ids, AuditTable, AuditWindow, WindowPager};
+use crate::table_scan::{check_columns, existing_ids, AuditTable, AuditWindow, WindowRows};
+use crate::time::UtcTime;
 use crate::topic_scan::{read_topics, SeenRecord};
 
 /// Records outside the window whose row is looked up at once.
@@ -96,8 +97,8 @@ pub enum Finding {
 pub struct AuditSummary {
     /// The window's start (`None`: from the first row), UTC.
     pub since: Option<String>,
-    /// The window's end (exclusive), UTC.
-    pub until: String,
+    /// The window's end (exclusive), UTC (`None`: to the last row).
+    pub until: Option<String>,
     /// Rows of the window read.
     pub rows: u64,
     /// Rows the router cannot route (no record expected).
@@ -147,7 +148,7 @@ pub struct Audit<'a> {
     topics: BTreeSet<String>,
     summary: AuditSummary,
     /// The walk for missing rows: which table, where in it.
-    missing_walk: Option<(usize, WindowPager)>,
+    missing_walk: Option<(usize, WindowRows)>,
 }
 
 impl<'a> Audit<'a> {
@@ -159,7 +160,7 @@ impl<'a> Audit<'a> {
     ) -> Self {
         let summary = AuditSummary {
             since: window.since.map(|since| since.to_string()),
-            until: window.until.to_string(),
+            until: window.until.map(|until| until.to_string()),
             ..AuditSummary::default()
         };
         Self {
@@ -191,7 +192,7 @@ impl<'a> Audit<'a> {
             check_columns(conn, table).await?;
         }
         for table in &self.tables {
-            let mut pager = WindowPager::new(table, &self.window, self.settings.page_rows);
+            let mut pager = WindowRows::new(table, &self.window, self.settings.page_rows);
             while let Some(page) = pager.next_page(conn).await? {
                 for row in page {
                     self.summary.rows += 1;
@@ -261,7 +262,7 @@ impl<'a> Audit<'a> {
         let mut outside: Vec<SeenRecord> = Vec::new();
         let window_ms = (
             self.window.since.map(|since| since.unix_millis()),
-            self.window.until.unix_millis(),
+            self.window.until.map(UtcTime::unix_millis),
         );
         while let Some(batch) = batches.recv().await {
             for record in batch {
@@ -288,7 +289,8 @@ impl<'a> Audit<'a> {
                     }
                     Match::NotInWindow => {
                         let in_window_time = record.timestamp_ms.is_some_and(|ms| {
-                            window_ms.0.is_none_or(|since| ms >= since) && ms < window_ms.1
+                            window_ms.0.is_none_or(|since| ms >= since)
+                                && window_ms.1.is_none_or(|until| ms < until)
                         });
                         if in_window_time {
                             outside.push(record);
@@ -366,7 +368,7 @@ impl<'a> Audit<'a> {
                     let Some(first) = self.tables.first() else {
                         return Ok(None);
                     };
-                    let pager = WindowPager::new(first, &self.window, self.settings.page_rows);
+                    let pager = WindowRows::new(first, &self.window, self.settings.page_rows);
                     self.missing_walk.insert((0, pager))
                 }
             };
@@ -375,7 +377,7 @@ impl<'a> Audit<'a> {
                 let Some(table) = self.tables.get(next) else {
                     return Ok(None);
                 };
-                let pager = WindowPager::new(table, &self.window, self.settings.page_rows);
+                let pager = WindowRows::new(table, &self.window, self.settings.page_rows);
                 self.missing_walk = Some((next, pager));
                 continue;
             };

@@ -20,27 +20,28 @@ pub struct AuditTable {
     pub mapping: ColumnMapping,
 }
 
-/// The rows the audit compares: created at or after `since` (from the first row when
-/// `None`) and before `until`, by the table's timestamp column.
+/// The rows of a window: created at or after `since` (from the first row when `None`) and
+/// before `until` (to the last row when `None`), by the table's timestamp column.
 #[derive(Debug, Clone, Copy)]
 pub struct AuditWindow {
-    /// The window's start (inclusive); `None`: every row.
+    /// The window's start (inclusive); `None`: from the first row.
     pub since: Option<UtcTime>,
-    /// The window's end (exclusive).
-    pub until: UtcTime,
+    /// The window's end (exclusive); `None`: to the last row.
+    pub until: Option<UtcTime>,
 }
 
 /// One row of the window.
 #[derive(Debug)]
-pub(crate) struct WindowRow {
+pub struct WindowRow {
     /// The row as an INSERT of it, for the router.
     pub change: RowChange,
     /// Its timestamp column as the session reads it (UTC), for reports.
     pub timestamp: String,
 }
 
-/// Where the walk stands in one table.
-pub(crate) struct WindowPager {
+/// The window's rows of one table, page by page (the audit's walks, and the relay's gap
+/// fill).
+pub struct WindowRows {
     /// The table's display name, for errors.
     table_name: String,
     /// The table, for the row changes.
@@ -66,8 +67,9 @@ fn quote(identifier: &str) -> String {
     format!("`{}`", identifier.replace('`', "``"))
 }
 
-impl WindowPager {
-    pub(crate) fn new(table: &AuditTable, window: &AuditWindow, page_rows: u32) -> Self {
+impl WindowRows {
+    /// The walk of `table`'s rows in `window`, `page_rows` per statement.
+    pub fn new(table: &AuditTable, window: &AuditWindow, page_rows: u32) -> Self {
         let name = format!(
             "{}.{}",
             quote(&table.name.database),
@@ -81,8 +83,13 @@ impl WindowPager {
             conditions.push(format!("{ts} >= ?"));
             bounds.push(SqlValue::from(since.to_string()));
         }
-        conditions.push(format!("{ts} < ?"));
-        bounds.push(SqlValue::from(window.until.to_string()));
+        if let Some(until) = window.until {
+            conditions.push(format!("{ts} < ?"));
+            bounds.push(SqlValue::from(until.to_string()));
+        }
+        if conditions.is_empty() {
+            conditions.push(format!("{ts} IS NOT NULL"));
+        }
         let conditions = conditions.join(" AND ");
         let order = format!("ORDER BY {ts}, {id} LIMIT {page_rows}");
         Self {
@@ -103,7 +110,7 @@ impl WindowPager {
     }
 
     /// The next page of rows; `None` once the window is read.
-    pub(crate) async fn next_page(
+    pub async fn next_page(
         &mut self,
         conn: &mut mysql_async::Conn,
     ) -> Result<Option<Vec<WindowRow>>, AuditError> {
@@ -193,9 +200,9 @@ fn sql_time_text(value: &SqlValue) -> String {
     }
 }
 
-/// Checks that every table has the columns the walk pages by (the event id and the
-/// timestamp column), naming the config key to fix.
-pub(crate) async fn check_columns(
+/// Checks that `table` has the columns the walk pages by (the event id and the timestamp
+/// column), naming the config key to fix.
+pub async fn check_columns(
     conn: &mut mysql_async::Conn,
     table: &AuditTable,
 ) -> Result<(), AuditError> {
@@ -251,4 +258,31 @@ pub(crate) async fn existing_ids(
             operation: "looking up the ids of records outside the window",
             source,
         })
+}
+
+/// Whether `table` still holds a row older than `time` (by its timestamp column): the
+/// evidence that nothing at or after `time` was deleted by a cleanup that deletes the
+/// oldest rows first.
+pub async fn has_row_before(
+    conn: &mut mysql_async::Conn,
+    table: &AuditTable,
+    time: UtcTime,
+) -> Result<bool, AuditError> {
+    let found: Option<u8> = conn
+        .exec_first(
+            format!(
+                "SELECT 1 FROM {}.{} WHERE {} < ? LIMIT 1",
+                quote(&table.name.database),
+                quote(&table.name.table),
+                quote(&table.mapping.timestamp)
+            ),
+            (time.to_string(),),
+        )
+        .await
+        .map_err(|source| AuditError::Mysql {
+            table: table.name.to_string(),
+            operation: "looking for a row older than the window",
+            source,
+        })?;
+    Ok(found.is_some())
 }

@@ -8,21 +8,18 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use outbox_audit::{Audit, AuditSettings, AuditTable, AuditWindow, Finding, UtcTime};
 use outbox_router::Router;
-use tokio::sync::mpsc;
 
 use crate::config::RelayConfig;
 use crate::dead_letter::RecordOrigin;
-use crate::metrics::Metrics;
 use crate::progress::FileProgress;
-use crate::shutdown::ShutdownController;
-use crate::sink::{run_kafka_sink, KafkaSinkSettings, OutboundRecord, SinkItem};
+use crate::sink::OutboundRecord;
+use crate::table_fill::TableFill;
 
 /// How far back the window ends by default: events the relay is publishing now are not
 /// missing.
@@ -62,7 +59,10 @@ fn window(options: &AuditOptions) -> anyhow::Result<AuditWindow> {
             bail!("--since {since} is not before the window's end {until}: nothing to audit");
         }
     }
-    Ok(AuditWindow { since, until })
+    Ok(AuditWindow {
+        since,
+        until: Some(until),
+    })
 }
 
 /// `outbox-relay audit --config FILE [--since T] [--until T] [--fill]`: exit 0 when nothing
@@ -133,7 +133,7 @@ pub async fn audit_command(
         .await?;
     progress.finish();
 
-    let fill = options.fill.then(|| MissingFill::start(&config));
+    let fill = options.fill.then(|| TableFill::start(&config));
     let mut walk_result = Ok(());
     loop {
         match audit.next_missing(&mut conn).await {
@@ -141,14 +141,11 @@ pub async fn audit_command(
                 let mut records = Vec::with_capacity(page.len());
                 for missing in page {
                     write_finding(missing.finding, out);
-                    records.push(SinkItem {
-                        origin: RecordOrigin::of_row(&missing.row),
-                        record: OutboundRecord::from(missing.record),
-                        ticket: 0,
-                    });
+                    let origin = RecordOrigin::of_row(&missing.row);
+                    records.push((OutboundRecord::from(missing.record), origin));
                 }
                 if let Some(fill) = &fill {
-                    if !records.is_empty() && fill.records.send(records).await.is_err() {
+                    if fill.publish(records).await.is_err() {
                         walk_result = Err(anyhow::anyhow!(
                             "the Kafka sink stopped while missing rows were still being read"
                         ));
@@ -164,7 +161,11 @@ pub async fn audit_command(
         }
     }
     let filled = match fill {
-        Some(fill) => Some(fill.finish(walk_result.is_err()).await?),
+        Some(fill) => Some(
+            fill.finish(walk_result.is_err())
+                .await
+                .context("publishing the missing rows")?,
+        ),
         None => None,
     };
     walk_result.context("reading the missing rows")?;
@@ -179,57 +180,6 @@ pub async fn audit_command(
     )?;
     let complete = summary.missing == 0 || filled == Some(summary.missing);
     Ok(if complete { 0 } else { 1 })
-}
-
-/// The relay's Kafka sink, publishing the missing rows' records.
-struct MissingFill {
-    /// Batches of records to publish.
-    records: mpsc::Sender<Vec<SinkItem<u64>>>,
-    /// Records Kafka acknowledged.
-    acknowledged: Arc<AtomicU64>,
-    /// Stops the sink early when the walk failed.
-    stop: ShutdownController,
-    sink: tokio::task::JoinHandle<Result<crate::sink::SinkSummary, crate::sink::SinkError>>,
-}
-
-impl MissingFill {
-    fn start(config: &RelayConfig) -> Self {
-        let (records, records_rx) = mpsc::channel(config.pipeline.channel_capacity);
-        let acknowledged = Arc::new(AtomicU64::new(0));
-        let stop = ShutdownController::new();
-        let sink = {
-            let acknowledged = acknowledged.clone();
-            tokio::spawn(run_kafka_sink(
-                KafkaSinkSettings::from_relay_config(config),
-                records_rx,
-                move |_ticket: u64| {
-                    acknowledged.fetch_add(1, Ordering::Relaxed);
-                },
-                Metrics::new(),
-                stop.subscribe(),
-            ))
-        };
-        Self {
-            records,
-            acknowledged,
-            stop,
-            sink,
-        }
-    }
-
-    /// Waits for every record handed over to be acknowledged (after a failed walk, up to
-    /// `pipeline.shutdown_timeout_ms`); how many were.
-    async fn finish(self, walk_failed: bool) -> anyhow::Result<u64> {
-        drop(self.records);
-        if walk_failed {
-            self.stop.trigger();
-        }
-        self.sink
-            .await
-            .context("the Kafka sink panicked")?
-            .context("publishing the missing rows")?;
-        Ok(self.acknowledged.load(Ordering::Relaxed))
-    }
 }
 
 #[cfg(test)]
@@ -261,6 +211,8 @@ mod tests {
         let open_start = window(&options(None, Some("2026-12-06 10:00:00"))).unwrap();
         assert_eq!(open_start.since, None);
         let default_end = window(&options(Some("2026-12-06 10:00:00"), None)).unwrap();
-        assert!(default_end.until < UtcTime::now());
+        assert!(default_end
+            .until
+            .is_some_and(|until| until < UtcTime::now()));
     }
 }

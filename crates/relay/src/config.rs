@@ -277,6 +277,37 @@ pub struct SourceConfig {
     /// `[source.poll]`: the polling source's settings (used with `mode = "poll"`).
     #[serde(default)]
     pub poll: crate::poll_config::PollConfig,
+    /// What the relay does when the stored checkpoint's binlog position is purged from
+    /// the server: `"stop"` (a definite error naming the ways out) or `"fill_from_table"`
+    /// (publish the outbox rows written since the checkpoint, then stream on from the
+    /// server's current position).
+    #[serde(default)]
+    pub on_purged: OnPurged,
+    /// With `on_purged = "fill_from_table"`: the fill publishes the rows whose timestamp
+    /// column is at most this many seconds older than the checkpoint's time, to cover
+    /// transactions that were open that long. Keep it below the writer cleanup's
+    /// `safety_margin` (default 3600 s): the cleanup keeps the rows between the two, which
+    /// proves that it deleted nothing the gap needs.
+    #[serde(default = "default_fill_margin_s")]
+    pub fill_margin_s: u64,
+}
+
+/// `[source] on_purged`: the way out of a purged checkpoint position.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnPurged {
+    /// Stop with a definite error naming `recover` (archived binlog files) and
+    /// `fill_from_table`: the operator decides.
+    #[default]
+    Stop,
+    /// Publish the outbox rows committed after the checkpoint from the table itself (at
+    /// least once: some may reach Kafka twice, with the same id), then stream from the
+    /// server's current position.
+    FillFromTable,
+}
+
+fn default_fill_margin_s() -> u64 {
+    1800
 }
 
 impl std::fmt::Debug for SourceConfig {
@@ -293,6 +324,8 @@ impl std::fmt::Debug for SourceConfig {
             .field("tls", &self.tls)
             .field("mode", &self.mode)
             .field("poll", &self.poll)
+            .field("on_purged", &self.on_purged)
+            .field("fill_margin_s", &self.fill_margin_s)
             .finish_non_exhaustive()
     }
 }
@@ -840,7 +873,10 @@ impl RelayConfig {
 
         self.source.poll.validate()?;
         match self.source.mode {
-            crate::poll_config::SourceMode::Binlog => self.validate_checkpoint()?,
+            crate::poll_config::SourceMode::Binlog => {
+                self.validate_checkpoint()?;
+                self.validate_on_purged()?;
+            }
             crate::poll_config::SourceMode::Poll => self.validate_poll_mode()?,
         }
         self.heartbeat.validate(&self.route)?;
@@ -895,10 +931,30 @@ impl RelayConfig {
                 "is a checkpoint store setting, but [source] mode = \"poll\" keeps each event's state in the outbox table and stores no checkpoint; remove it (only checkpoint.connector is used), or use mode = \"binlog\"",
             ));
         }
+        if self.source.on_purged != OnPurged::Stop {
+            return Err(invalid(
+                "source.on_purged",
+                "is the way out of a purged binlog position, but [source] mode = \"poll\" reads no binlog; remove it, or use mode = \"binlog\"",
+            ));
+        }
         if self.kafka.delivery == DeliveryMode::ExactlyOnce {
             return Err(invalid(
                 "kafka.delivery",
                 "\"exactly_once\" is not available with [source] mode = \"poll\": a row's publish and its SENT mark are not one transaction, so a crash between them publishes it again (same id); use delivery = \"at_least_once\" with idempotent consumers, or mode = \"binlog\"",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `on_purged = "fill_from_table"` publishes rows the relay may have sent already:
+    /// at least once, which exactly-once delivery must not be.
+    fn validate_on_purged(&self) -> Result<(), ConfigError> {
+        if self.source.on_purged == OnPurged::FillFromTable
+            && self.kafka.delivery == DeliveryMode::ExactlyOnce
+        {
+            return Err(invalid(
+                "source.on_purged",
+                "\"fill_from_table\" publishes the outbox rows written since the checkpoint, some of which may be in Kafka already (at least once, same ids), which kafka.delivery = \"exactly_once\" promises never to do; use on_purged = \"stop\" (then `outbox-relay recover` from archived binlogs), or delivery = \"at_least_once\"",
             ));
         }
         Ok(())

@@ -36,6 +36,50 @@ impl InternalEvent for SourceConnected<'_> {
     }
 }
 
+/// A gap fill published a table's rows written since a purged checkpoint position.
+#[derive(Debug)]
+pub struct GapFilled<'a> {
+    /// `database.table`.
+    pub table: &'a str,
+    /// Rows published (acknowledged once the fill returns).
+    pub rows: u64,
+    /// The fill's window start (UTC).
+    pub since: &'a str,
+}
+
+impl InternalEvent for GapFilled<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics.gap_filled.inc_by(self.rows);
+        tracing::warn!(
+            table = self.table,
+            rows = self.rows,
+            since = self.since,
+            "purged binlog gap filled from the outbox table"
+        );
+    }
+}
+
+/// A gap fill could not prove that it recovered every event of a table: nothing older than
+/// its window is left in the table.
+#[derive(Debug)]
+pub struct GapUnrecoverable<'a> {
+    /// `database.table`.
+    pub table: &'a str,
+    /// The fill's window start (UTC).
+    pub since: &'a str,
+}
+
+impl InternalEvent for GapUnrecoverable<'_> {
+    fn emit(self, metrics: &Metrics) {
+        metrics.gap_unrecoverable.inc();
+        tracing::error!(
+            table = self.table,
+            since = self.since,
+            "the purged binlog gap may have lost events: the outbox table holds no row older than the fill's window start, so rows the gap needed may have been deleted before the fill (by the writer's cleanup with a safety_margin not above [source] fill_margin_s, or by hand); the rows still there were published. Check with `outbox-relay audit --since` the window start, and recover from archived binlogs (`outbox-relay recover`) if you have them"
+        );
+    }
+}
+
 /// The binlog source failed transiently and will reconnect after `delay`.
 #[derive(Debug)]
 pub struct SourceReconnecting<'a> {

@@ -75,6 +75,7 @@ pub mod sink;
 mod startup_retry;
 pub mod status;
 mod stores;
+pub mod table_fill;
 mod tasks;
 mod xa_hold;
 

@@ -59,6 +59,12 @@ pub struct Metrics {
     pub checkpoint_lag_seconds: Gauge,
     /// Reconnects of the binlog source after transient errors.
     pub source_reconnects: IntCounter,
+    /// Outbox rows published from the table by gap fills (`[source] on_purged =
+    /// "fill_from_table"`), for a purged checkpoint position.
+    pub gap_filled: IntCounter,
+    /// Gap fills of a table that could not prove every event recovered: the table held no
+    /// row older than the fill's window, so rows the gap needed may have been deleted.
+    pub gap_unrecoverable: IntCounter,
     /// Seconds since the `XA PREPARE` (server clock) of the oldest prepared XA transaction
     /// whose outbox rows the relay holds until its outcome; 0 when none. A prepared XA
     /// transaction also holds the checkpoint back, so a growing value needs an operator
@@ -225,6 +231,14 @@ impl Metrics {
             source_reconnects: counter(
                 "source_reconnects_total",
                 "Binlog source reconnects after transient errors",
+            ),
+            gap_filled: counter(
+                "gap_filled_total",
+                "Outbox rows published from the table for a purged checkpoint position",
+            ),
+            gap_unrecoverable: counter(
+                "gap_unrecoverable_total",
+                "Gap fills of a table that could not prove every event recovered (rows may have been deleted)",
             ),
             xa_oldest_prepared_age_seconds: int_gauge(
                 "xa_oldest_prepared_age_seconds",

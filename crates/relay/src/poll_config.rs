@@ -391,4 +391,44 @@ brokers = "127.0.0.1:9092"
         let typo = POLL_MODE.replace("mode = \"poll\"", "mode = \"polling\"");
         assert!(crate::config::RelayConfig::parse(&typo).is_err());
     }
+
+    #[test]
+    fn fill_from_table_is_refused_where_it_cannot_keep_its_promise() {
+        let fill = "mode = \"binlog\"\non_purged = \"fill_from_table\"";
+        let binlog = format!(
+            "{}\n[checkpoint]\npath = \"/tmp/c.json\"",
+            POLL_MODE.replace("mode = \"poll\"", fill)
+        );
+        let config = crate::config::RelayConfig::parse(&binlog).expect("valid in binlog mode");
+        assert_eq!(
+            config.source.on_purged,
+            crate::config::OnPurged::FillFromTable
+        );
+        assert_eq!(config.source.fill_margin_s, 1800);
+        let exactly_once = format!(
+            "{}\n[checkpoint]\nstore = \"kafka\"\ntopic = \"outbox-relay-checkpoints\"",
+            POLL_MODE.replace("mode = \"poll\"", fill).replace(
+                "brokers = \"127.0.0.1:9092\"",
+                "brokers = \"127.0.0.1:9092\"\ndelivery = \"exactly_once\"",
+            )
+        );
+        let error = crate::config::RelayConfig::parse(&exactly_once)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("source.on_purged") && error.contains("exactly_once"),
+            "{error}"
+        );
+        let polling = POLL_MODE.replace(
+            "mode = \"poll\"",
+            "mode = \"poll\"\non_purged = \"fill_from_table\"",
+        );
+        let error = crate::config::RelayConfig::parse(&polling)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("source.on_purged") && error.contains("reads no binlog"),
+            "{error}"
+        );
+    }
 }

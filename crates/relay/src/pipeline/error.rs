@@ -21,7 +21,7 @@ pub enum RelayError {
     /// The stored checkpoint points into binlog the server no longer has (purged). Definite:
     /// starting anywhere else would skip events, so the operator chooses between recovering
     /// the gap and skipping it knowingly.
-    #[error("the stored checkpoint ({store}: binlog {position}, GTID set `{gtid_set}`) is no longer on the source server: {source}. Nothing after it was delivered or skipped. Two ways out: (1) recover the missing events from archived copies of the purged binlog files: `outbox-relay inspect --config CONFIG FILE...` shows the records they route to, and `outbox-relay recover --config CONFIG --after {position} FILE...` publishes them with their ids; then `outbox-relay checkpoint set --config CONFIG --position FILE:4` at the oldest file still on the server; or (2) skip the gap knowingly: `outbox-relay checkpoint set --config CONFIG --position FILE:POS` (or `--gtid`) at the oldest available position named above, accepting that the events in between are lost")]
+    #[error("the stored checkpoint ({store}: binlog {position}, GTID set `{gtid_set}`) is no longer on the source server: {source}. Nothing after it was delivered or skipped. Three ways out: (1) recover the missing events from archived copies of the purged binlog files: `outbox-relay inspect --config CONFIG FILE...` shows the records they route to, and `outbox-relay recover --config CONFIG --after {position} FILE...` publishes them with their ids; then `outbox-relay checkpoint set --config CONFIG --position FILE:4` at the oldest file still on the server; or (2) publish them from the outbox table itself: set [source] on_purged = \"fill_from_table\" and start again (the rows written since the checkpoint are published, some perhaps twice with the same id); or (3) skip the gap knowingly: `outbox-relay checkpoint set --config CONFIG --position FILE:POS` (or `--gtid`) at the oldest available position named above, accepting that the events in between are lost")]
     ResumePointPurged {
         /// Where the checkpoint lives (`file ...` or `table ...`).
         store: String,
@@ -120,6 +120,11 @@ pub enum RelayError {
     /// The Kafka sink stopped.
     #[error("Kafka sink: {0}")]
     Sink(#[source] SinkError),
+    /// Filling a purged gap from the outbox table failed (`[source] on_purged`); nothing was
+    /// skipped: the checkpoint still names the purged position, so the next start fills
+    /// again.
+    #[error("filling the purged binlog gap from the outbox table: {0}")]
+    GapFill(String),
     /// The checkpoint store failed.
     #[error("checkpoint store: {0}")]
     Checkpoint(#[source] CheckpointStoreError),

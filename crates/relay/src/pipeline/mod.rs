@@ -64,6 +64,7 @@ use crate::tasks::spawn_named;
 mod attempt;
 mod committer;
 mod error;
+mod gap_fill;
 mod identity;
 mod poll;
 mod router_task;

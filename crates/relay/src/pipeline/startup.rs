@@ -11,7 +11,7 @@ use outbox_router::Router;
 use super::error::RelayError;
 use super::identity::{describe_identity, describe_start, gtid_only_binlog_position, identity_of};
 use crate::backoff::Backoff;
-use crate::config::{RelayConfig, StartSetting};
+use crate::config::{OnPurged, RelayConfig, StartSetting};
 use crate::internal_events::{
     CheckpointStoreWaiting, InternalEvent, SourceConnected, SourceReconnecting,
 };
@@ -128,6 +128,32 @@ pub(super) async fn connect_source(
     )
     .await;
     let connected = match (connected, stored) {
+        (Err(RelayError::Source(BinlogError::PositionPurged { .. })), Some(checkpoint))
+            if config.source.on_purged == OnPurged::FillFromTable =>
+        {
+            // The reader first, at the server's current end: every transaction is then
+            // either in the table read below or in the stream (super::gap_fill).
+            tracing::warn!(position = %checkpoint.position.binlog, "the stored checkpoint's position is purged: filling the gap from the outbox table ([source] on_purged = \"fill_from_table\")");
+            let first_start = StartPosition::Latest;
+            let connected = connect_at_startup(
+                reader_config(first_start.clone()),
+                startup_retry.clone(),
+                metrics,
+                shutdown.subscribe(),
+            )
+            .await?;
+            if connected.is_some() {
+                super::gap_fill::fill_gap_from_table(config, router, checkpoint, metrics).await?;
+            }
+            return finish_connect(
+                connected,
+                first_start,
+                reader_config,
+                router,
+                metrics,
+                &redacted,
+            );
+        }
         (Err(RelayError::Source(error @ BinlogError::PositionPurged { .. })), Some(checkpoint)) => {
             return Err(RelayError::ResumePointPurged {
                 store: store_description.to_owned(),
@@ -150,6 +176,25 @@ pub(super) async fn connect_source(
         }
         (connected, _) => connected?,
     };
+    finish_connect(
+        connected,
+        first_start,
+        reader_config,
+        router,
+        metrics,
+        &redacted,
+    )
+}
+
+/// The connected reader's last checks, as [`connect_source`] returns it.
+fn finish_connect(
+    connected: Option<(BinlogReader, Vec<WatchedTableColumns>)>,
+    first_start: StartPosition,
+    reader_config: impl Fn(StartPosition) -> ReaderConfig,
+    router: &Router,
+    metrics: &Metrics,
+    redacted: &str,
+) -> Result<Option<ConnectedSource>, RelayError> {
     let Some((reader, tables)) = connected else {
         tracing::info!("shutdown requested before the source connected");
         return Ok(None);
@@ -158,7 +203,7 @@ pub(super) async fn connect_source(
         return Err(RelayError::OutboxColumnsMissing(message));
     }
     SourceConnected {
-        server: &redacted,
+        server: redacted,
         start: describe_start(&reader.resume_point()),
         reconnect: 0,
     }

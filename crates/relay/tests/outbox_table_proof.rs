@@ -1,8 +1,12 @@
-//! `outbox-relay audit` on the real MariaDB and Kafka (issue 28): the outbox table as the
-//! proof of what reached Kafka. Records deleted from a topic are found missing and
-//! `--fill` publishes them again with the same id, key and payload (read back by Kafka's
-//! own console consumer); a row updated after publish is reported as differing and a row
-//! deleted after publish as a record without a row, and neither is refilled.
+//! The outbox table as the proof, on the real MariaDB and Kafka (issue 28).
+//!
+//! `outbox-relay audit`: records deleted from a topic are found missing and `--fill`
+//! publishes them again with the same id, key and payload (read back by Kafka's own console
+//! consumer); a row updated after publish is reported as differing and a row deleted after
+//! publish as a record without a row, and neither is refilled.
+//!
+//! `[source] on_purged = "fill_from_table"`: a purged binlog gap is published from the
+//! table and the relay streams on.
 
 mod common;
 
@@ -238,4 +242,102 @@ async fn audit_refuses_a_table_without_its_timestamp_column_naming_the_config_ke
         stderr.contains("`written_at`") && stderr.contains("columns.timestamp"),
         "{stderr}"
     );
+}
+
+/// The binlog behind a stopped relay is purged; with `on_purged = "fill_from_table"` the
+/// relay publishes the outbox rows written since its checkpoint from the table, then
+/// streams on: every committed event arrives (read by Kafka's console consumer too). Twice:
+/// first with nothing older than the fill's window left in the table (the fill cannot
+/// prove that no row was deleted: said and counted), then with an old row as the proof.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purged_gap_is_filled_from_the_outbox_table_and_the_relay_streams_on() {
+    let (db, broker) = start_shop_database_and_broker().await;
+    let bootstrap = broker.bootstrap();
+    let mut setup = RelaySetup::new(&db, &bootstrap);
+    let metrics = free_loopback_address();
+    setup.metrics_listen = Some(metrics.clone());
+    let mut relay = Relay::prepare(&setup);
+    relay.edit_config(&[(
+        "server_id = 4242",
+        "server_id = 4242\non_purged = \"fill_from_table\"",
+    )]);
+    let mut writer = ShopWriter::connect(&db, "gapfill").await;
+    relay.start();
+
+    for round in ["unproven", "proven"] {
+        if round == "proven" {
+            // A row older than the window (checkpoint time less fill_margin_s, 1800 s):
+            // what the writer's cleanup keeps when its margin is the longer one.
+            let mut conn = db.conn().await.expect("connect");
+            conn.query_drop(
+                "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload, created_at) \
+                 VALUES ('gapfill-old', 'archive', 'old-1', 'Old', '{}', NOW(6) - INTERVAL 2 HOUR)",
+            )
+            .await
+            .expect("an old row");
+        }
+        writer.transaction("order", "order-1", 2, true, false).await;
+        let end = writer.master_position().await;
+        wait_for_checkpoint(&relay, &end, Duration::from_secs(60)).await;
+        relay.stop_gracefully("before the gap").await;
+        let stored = relay.checkpoint().position.expect("a stored checkpoint");
+
+        // The gap: written while the relay is stopped, then purged from the server.
+        let gap_start = writer.committed.len();
+        writer.transaction("order", "order-2", 2, true, false).await;
+        writer
+            .transaction("customer", "customer-1", 1, true, false)
+            .await;
+        writer
+            .transaction("order", "order-2", 1, false, false)
+            .await;
+        purge_binlogs_until_gone(&db, &stored.file).await;
+        let gap: Vec<Event> = writer.committed[gap_start..].to_vec();
+
+        relay.start();
+        // After the fill, the stream: a transaction the binlog carries.
+        let after_gap = writer
+            .transaction("customer", "customer-2", 2, true, false)
+            .await;
+        let end = writer.master_position().await;
+        wait_for_checkpoint(&relay, &end, Duration::from_secs(60)).await;
+        relay.assert_running(round);
+        let scraped = scrape_metrics(&metrics).await.expect("scrape /metrics");
+        let filled = scraped.get("outbox_relay_gap_filled_total").copied();
+        let unrecoverable = scraped.get("outbox_relay_gap_unrecoverable_total").copied();
+        // Every row written since the checkpoint's time less the margin: this test's rows
+        // so far (all written within seconds), less the rolled-back one.
+        assert!(
+            filled.is_some_and(|rows| rows >= gap.len() as f64),
+            "{round}: gap_filled_total {filled:?} for a gap of {}\n{}",
+            gap.len(),
+            relay.log_tail(20)
+        );
+        let expected_unrecoverable = if round == "unproven" { 1.0 } else { 0.0 };
+        assert_eq!(
+            unrecoverable,
+            Some(expected_unrecoverable),
+            "{round}\n{}",
+            relay.log_tail(20)
+        );
+        // The log spans both runs: said once, in the first.
+        assert_eq!(
+            log_count(&relay, "may have lost events"),
+            1,
+            "{round}\n{}",
+            relay.log_tail(20)
+        );
+        let mut expected = gap.clone();
+        expected.extend(after_gap);
+        let records = read_until_ids_then_settled(
+            &bootstrap,
+            &topics_of(&writer.committed),
+            &expected,
+            Duration::from_secs(30),
+        )
+        .await;
+        let records = assert_console_consumer_agrees(&bootstrap, &records).await;
+        assert_writer_delivery(round, &writer, &records, &relay);
+    }
+    relay.stop_gracefully("done").await;
 }
