@@ -38,6 +38,9 @@ pub struct AuditOptions {
     pub page_rows: u32,
     /// The topics are read from this long before `since`.
     pub kafka_margin: Duration,
+    /// Where to write the summary as Prometheus metrics (node_exporter's textfile
+    /// collector), for a scheduled audit's alerts.
+    pub metrics_file: Option<std::path::PathBuf>,
 }
 
 /// The window the options name; `Err` says which option is wrong and how.
@@ -178,8 +181,75 @@ pub async fn audit_command(
         "{}",
         serde_json::json!({ "summary": summary, "filled": filled })
     )?;
+    if let Some(path) = &options.metrics_file {
+        write_metrics_file(path, &config.checkpoint.connector, summary, filled)
+            .with_context(|| format!("writing --metrics-file {}", path.display()))?;
+    }
     let complete = summary.missing == 0 || filled == Some(summary.missing);
     Ok(if complete { 0 } else { 1 })
+}
+
+/// The audit's counts as Prometheus text, labelled with the connector's name: written to
+/// a temporary file and renamed, so a collector never reads half of it.
+fn write_metrics_file(
+    path: &Path,
+    connector: &str,
+    summary: &outbox_audit::AuditSummary,
+    filled: Option<u64>,
+) -> anyhow::Result<()> {
+    let registry = prometheus::Registry::new();
+    let gauge = |name: &str, help: &str, value: f64| -> anyhow::Result<()> {
+        let gauge = prometheus::Gauge::with_opts(
+            prometheus::Opts::new(format!("outbox_relay_audit_{name}"), help)
+                .const_label("connector", connector),
+        )?;
+        gauge.set(value);
+        registry.register(Box::new(gauge))?;
+        Ok(())
+    };
+    gauge(
+        "rows",
+        "Outbox rows in the last audit's window",
+        summary.rows as f64,
+    )?;
+    gauge(
+        "missing_events",
+        "Rows of the last audit's window with no record in Kafka",
+        summary.missing as f64,
+    )?;
+    gauge(
+        "filled_events",
+        "Missing rows the last audit published again (--fill) and Kafka acknowledged",
+        filled.unwrap_or(0) as f64,
+    )?;
+    gauge(
+        "differing_records",
+        "Records of the last audit whose topic, key or payload differ from their row",
+        summary.differs as f64,
+    )?;
+    gauge(
+        "rowless_records",
+        "Records of the last audit's window whose id no outbox table has",
+        summary.no_row as f64,
+    )?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |since| since.as_secs_f64());
+    gauge(
+        "last_success_timestamp_seconds",
+        "When the last audit finished (Unix seconds)",
+        now,
+    )?;
+    let mut text = Vec::new();
+    prometheus::Encoder::encode(
+        &prometheus::TextEncoder::new(),
+        &registry.gather(),
+        &mut text,
+    )?;
+    let partial = path.with_extension("prom.partial");
+    std::fs::write(&partial, &text)?;
+    std::fs::rename(&partial, path)?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -193,6 +263,7 @@ mod tests {
             fill: false,
             page_rows: 10,
             kafka_margin: Duration::ZERO,
+            metrics_file: None,
         }
     }
 

@@ -103,6 +103,10 @@ pub enum Command {
         /// may be older than its row's column: another clock or time zone).
         #[arg(long, default_value_t = 3600)]
         kafka_margin_s: u64,
+        /// Also write the summary as Prometheus metrics to this file (for node_exporter's
+        /// textfile collector: name it `*.prom`), for the alerts on a scheduled audit.
+        #[arg(long)]
+        metrics_file: Option<PathBuf>,
     },
     /// Publish the outbox events of archived binlog files with the same ids (after the server
     /// purged files the checkpoint still needed); prints one JSON summary line, exit 0 once

@@ -69,6 +69,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
             fill,
             page_rows,
             kafka_margin_s,
+            metrics_file,
         } => {
             let options = crate::audit_command::AuditOptions {
                 since,
@@ -76,6 +77,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
                 fill,
                 page_rows,
                 kafka_margin: std::time::Duration::from_secs(kafka_margin_s),
+                metrics_file,
             };
             crate::audit_command::audit_command(&config, &options, &mut std::io::stdout().lock())
                 .await

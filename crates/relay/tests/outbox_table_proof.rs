@@ -146,8 +146,27 @@ async fn audit_finds_missing_records_and_fill_repairs_them_but_not_rows_changed_
     .await
     .expect("delete a published row");
 
-    let (code, lines, stderr) = audit(&config, &window, &[]);
+    let metrics_file = relay.dir.path().join("audit.prom");
+    let metrics_path = metrics_file.to_str().expect("utf-8 path");
+    let (code, lines, stderr) = audit(&config, &window, &["--metrics-file", metrics_path]);
     assert_eq!(code, 1, "missing rows fail the audit: {lines:?}\n{stderr}");
+    // The same counts for a textfile collector, labelled with the connector.
+    let samples =
+        parse_metrics_text(&std::fs::read_to_string(&metrics_file).expect("metrics file"));
+    let sample = |name: &str| {
+        samples
+            .iter()
+            .find(|(sample, _)| {
+                sample.starts_with(&format!("outbox_relay_audit_{name}{{connector="))
+            })
+            .map(|(_, value)| *value)
+    };
+    assert_eq!(sample("missing_events"), Some(2.0), "{samples:?}");
+    assert_eq!(sample("rows"), Some(6.0), "{samples:?}");
+    assert_eq!(sample("filled_events"), Some(0.0), "{samples:?}");
+    assert_eq!(sample("differing_records"), Some(1.0), "{samples:?}");
+    assert_eq!(sample("rowless_records"), Some(1.0), "{samples:?}");
+    assert!(sample("last_success_timestamp_seconds").is_some_and(|at| at > 1.7e9));
     let lost = vec![orders[0].id.clone(), orders[1].id.clone()];
     assert_eq!(ids_of(&lines, "missing"), lost, "{lines:?}");
     assert_eq!(
