@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use crate::digest::{ExpectedEvents, Match, RecordDigest};
 use crate::error::AuditError;
-use crate::table_scan::{check_columns, existing_ids, AuditTable, AuditWindow, WindowRows};
+use crate::table_scan::{check_table, existing_ids, AuditTable, AuditWindow, WindowRows};
 use crate::time::UtcTime;
 use crate::topic_scan::{read_topics, SeenRecord};
 
@@ -189,7 +189,7 @@ impl<'a> Audit<'a> {
         progress: &mut dyn FnMut(&AuditSummary),
     ) -> Result<(), AuditError> {
         for table in &self.tables {
-            check_columns(conn, table).await?;
+            check_table(conn, table).await?;
         }
         for table in &self.tables {
             let mut pager = WindowRows::new(table, &self.window, self.settings.page_rows);

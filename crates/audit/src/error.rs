@@ -24,6 +24,14 @@ pub enum AuditError {
         /// Its key in `[[outbox]] columns`.
         config_key: &'static str,
     },
+    /// The table has no index that starts with its timestamp column.
+    #[error("{table}: no index starts with the timestamp column, so each page of rows would scan and sort the whole table; add one (the writer's DDL has it): {ddl}")]
+    TimestampIndexMissing {
+        /// `database.table`.
+        table: String,
+        /// The statement that adds it.
+        ddl: String,
+    },
     /// A row's value the router's row image cannot hold.
     #[error("{table}: a row of the window cannot be read: {problem}")]
     RowImage {

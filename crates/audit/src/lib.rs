@@ -30,7 +30,5 @@ mod topic_scan;
 
 pub use audit::{Audit, AuditSettings, AuditSummary, Finding, MissingEvent};
 pub use error::AuditError;
-pub use table_scan::{
-    check_columns, has_row_before, AuditTable, AuditWindow, WindowRow, WindowRows,
-};
+pub use table_scan::{check_table, has_row_before, AuditTable, AuditWindow, WindowRow, WindowRows};
 pub use time::UtcTime;

@@ -201,11 +201,20 @@ fn sql_time_text(value: &SqlValue) -> String {
 }
 
 /// Checks that `table` has the columns the walk pages by (the event id and the timestamp
-/// column), naming the config key to fix.
-pub async fn check_columns(
+/// column), naming the config key to fix, and an index that starts with the timestamp
+/// column: without one every page is a scan and a sort of the whole table.
+pub async fn check_table(
     conn: &mut mysql_async::Conn,
     table: &AuditTable,
 ) -> Result<(), AuditError> {
+    let failed = |operation| {
+        let table = table.name.to_string();
+        move |source| AuditError::Mysql {
+            table,
+            operation,
+            source,
+        }
+    };
     let present: Vec<String> = conn
         .exec(
             "SELECT COLUMN_NAME FROM information_schema.COLUMNS \
@@ -213,11 +222,7 @@ pub async fn check_columns(
             (table.name.database.as_str(), table.name.table.as_str()),
         )
         .await
-        .map_err(|source| AuditError::Mysql {
-            table: table.name.to_string(),
-            operation: "reading the table's columns",
-            source,
-        })?;
+        .map_err(failed("reading the table's columns"))?;
     for (column, config_key) in [
         (&table.mapping.event_id, "event_id"),
         (&table.mapping.timestamp, "timestamp"),
@@ -229,6 +234,30 @@ pub async fn check_columns(
                 config_key,
             });
         }
+    }
+    let leading: Vec<String> = conn
+        .exec(
+            "SELECT COLUMN_NAME FROM information_schema.STATISTICS \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND SEQ_IN_INDEX = 1",
+            (table.name.database.as_str(), table.name.table.as_str()),
+        )
+        .await
+        .map_err(failed("reading the table's indexes"))?;
+    let timestamp = &table.mapping.timestamp;
+    if !leading
+        .iter()
+        .any(|name| name.eq_ignore_ascii_case(timestamp))
+    {
+        return Err(AuditError::TimestampIndexMissing {
+            table: table.name.to_string(),
+            ddl: format!(
+                "ALTER TABLE {}.{} ADD KEY {} ({})",
+                quote(&table.name.database),
+                quote(&table.name.table),
+                quote(&format!("{}_{}_idx", table.name.table, timestamp)),
+                quote(timestamp)
+            ),
+        });
     }
     Ok(())
 }

@@ -17,23 +17,6 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 const MIB: u64 = 1024 * 1024;
 
-/// `VmHWM` (peak resident set) of a running process, in bytes.
-fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|rest| {
-            rest.trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .map(|kib| kib * 1024)
-        .expect("VmHWM in /proc/PID/status")
-}
-
 /// A consumer for checks that do not read whole topics.
 fn consumer(bootstrap: &str) -> BaseConsumer {
     ClientConfig::new()

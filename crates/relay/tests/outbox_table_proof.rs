@@ -11,7 +11,7 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use mysql_async::prelude::Queryable;
@@ -247,7 +247,7 @@ async fn audit_finds_missing_records_and_fill_repairs_them_but_not_rows_changed_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn audit_refuses_a_table_without_its_timestamp_column_naming_the_config_key() {
+async fn audit_refuses_a_table_without_its_timestamp_column_or_its_index() {
     let (db, broker) = start_shop_database_and_broker().await;
     let relay = Relay::prepare(&RelaySetup::new(&db, &broker.bootstrap()));
     relay.edit_config(&[(
@@ -259,6 +259,18 @@ async fn audit_refuses_a_table_without_its_timestamp_column_naming_the_config_ke
     assert_eq!(code, 1, "{stdout}\n{stderr}");
     assert!(
         stderr.contains("`written_at`") && stderr.contains("columns.timestamp"),
+        "{stderr}"
+    );
+    // A timestamp column without an index: every page would scan the table.
+    relay.edit_config(&[("timestamp = \"written_at\"", "timestamp = \"created_at\"")]);
+    db.exec(&["ALTER TABLE shop.outbox DROP KEY outbox_created_at_idx"])
+        .await
+        .expect("drop the index");
+    let (code, stdout, stderr) = run_relay_command(&["audit", "--config", &config]);
+    assert_eq!(code, 1, "{stdout}\n{stderr}");
+    assert!(
+        stderr
+            .contains("ALTER TABLE `shop`.`outbox` ADD KEY `outbox_created_at_idx` (`created_at`)"),
         "{stderr}"
     );
 }
@@ -359,4 +371,91 @@ async fn a_purged_gap_is_filled_from_the_outbox_table_and_the_relay_streams_on()
         assert_writer_delivery(round, &writer, &records, &relay);
     }
     relay.stop_gracefully("done").await;
+}
+
+/// An audit of a million rows (and their million records) stays under 256 MiB: it keeps
+/// hashes per row, reads rows in pages and records in batches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_audit_of_a_million_rows_stays_under_256_mib() {
+    const ROWS: u64 = 1_000_000;
+    const MIB: u64 = 1024 * 1024;
+    let (db, broker) = start_shop_database_and_broker().await;
+    let bootstrap = broker.bootstrap();
+    let mut relay = Relay::prepare(&RelaySetup::new(&db, &bootstrap));
+    let config = relay.config_path.to_str().expect("utf-8 path").to_string();
+    let mut conn = db.conn().await.expect("connect");
+    let window: (String, String) = conn
+        .query_first(
+            "SELECT DATE_FORMAT(NOW(6) - INTERVAL 10 MINUTE, '%Y-%m-%d %H:%i:%s'), \
+                    DATE_FORMAT(NOW(6) + INTERVAL 60 MINUTE, '%Y-%m-%d %H:%i:%s')",
+        )
+        .await
+        .expect("window")
+        .expect("a row");
+    // Ten transactions of 100 000 rows, on 1 000 aggregates of one type.
+    for chunk in 0..10 {
+        conn.query_drop(format!(
+            "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload) \
+             SELECT CONCAT('million-', LPAD(seq, 7, '0')), 'order', CONCAT('order-', seq % 1000), \
+                    'OrderCreated', CONCAT('{{\"n\": ', seq, ', \"note\": \"a row of the million\"}}') \
+             FROM shop.seq_{}_to_{}",
+            chunk * 100_000 + 1,
+            (chunk + 1) * 100_000
+        ))
+        .await
+        .expect("insert 100 000 rows");
+    }
+    let end = master_position(&mut conn).await;
+    relay.start();
+    wait_for_checkpoint(&relay, &end, Duration::from_secs(600)).await;
+    relay.stop_gracefully("the million published").await;
+
+    let mut child = std::process::Command::new(RELAY_BIN)
+        .args([
+            "audit",
+            "--config",
+            config.as_str(),
+            "--since",
+            window.0.as_str(),
+            "--until",
+            window.1.as_str(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run outbox-relay audit");
+    let pid = child.id();
+    let mut peak = 0;
+    let started = Instant::now();
+    while child.try_wait().expect("audit status").is_none() {
+        if let Some(now) = try_peak_rss(pid) {
+            peak = peak.max(now);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(900),
+            "the audit takes too long"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let output = child.wait_with_output().expect("audit output");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().expect("a summary line")).expect("JSON");
+    assert_eq!(summary["summary"]["rows"], ROWS, "{summary}");
+    assert_eq!(summary["summary"]["missing"], 0, "{summary}");
+    assert!(
+        summary["summary"]["records_read"]
+            .as_u64()
+            .is_some_and(|read| read >= ROWS),
+        "{summary}"
+    );
+    eprintln!(
+        "audit of {ROWS} rows: peak RSS {} MiB, {:.1} s",
+        peak / MIB,
+        started.elapsed().as_secs_f64()
+    );
+    assert!(peak > 0, "the audit's memory was sampled");
+    assert!(peak < 256 * MIB, "audit peak RSS {} MiB", peak / MIB);
 }

@@ -21,7 +21,7 @@
 
 use std::sync::Arc;
 
-use outbox_audit::{check_columns, has_row_before, AuditTable, AuditWindow, UtcTime, WindowRows};
+use outbox_audit::{check_table, has_row_before, AuditTable, AuditWindow, UtcTime, WindowRows};
 use outbox_checkpoint::Checkpoint;
 use outbox_router::{RouteOutcome, Router};
 
@@ -85,7 +85,7 @@ pub(super) async fn fill_gap_from_table(
                 name: Arc::new(table.table.clone()),
                 mapping: table.column_mapping(),
             };
-            check_columns(&mut conn, &table)
+            check_table(&mut conn, &table)
                 .await
                 .map_err(gap_fill_error)?;
             let proven = has_row_before(&mut conn, &table, since)

@@ -53,7 +53,8 @@ pub const SHOP_SCHEMA: &[&str] = &[
     "CREATE TABLE shop.outbox (event_id VARCHAR(64) NOT NULL PRIMARY KEY, \
      aggregate_type VARCHAR(64) NOT NULL, aggregate_id VARCHAR(64) NOT NULL, \
      event_type VARCHAR(64) NOT NULL, payload JSON NOT NULL, \
-     created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB",
+     created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), \
+     KEY outbox_created_at_idx (created_at)) ENGINE=InnoDB",
     "CREATE TABLE shop.outbox_archive LIKE shop.outbox",
 ];
 
@@ -1372,4 +1373,25 @@ pub async fn start_database_for_debezium() -> ScratchMariadb {
         .await
         .expect("outbox table");
     db
+}
+
+/// `VmHWM` (peak resident set) of a running process, in bytes.
+pub fn peak_rss(pid: u32) -> u64 {
+    try_peak_rss(pid).expect("VmHWM in /proc/PID/status")
+}
+
+/// [`peak_rss`], `None` once the process is gone.
+pub fn try_peak_rss(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .map(|kib| kib * 1024)
 }
