@@ -328,6 +328,23 @@ pub async fn check_command(path: &Path, out: &mut dyn Write) -> anyhow::Result<i
         }),
     }
     lines.extend(outbox_table_lines(&config, &url).await);
+    if config.source.on_purged == crate::config::OnPurged::FillFromTable {
+        lines.push(match crate::pipeline::check_fill_ready(&config).await {
+            Ok(()) => CheckLine {
+                ok: true,
+                item: "gap fill".into(),
+                detail: format!(
+                    "on_purged = \"fill_from_table\": every outbox table has its timestamp column indexed (rows from {} s before a purged checkpoint are published)",
+                    config.source.fill_margin_s
+                ),
+            },
+            Err(problem) => CheckLine {
+                ok: false,
+                item: "gap fill".into(),
+                detail: problem,
+            },
+        });
+    }
     lines.push(kafka_line(&config).await);
     let store = open_checkpoint_store(&config.checkpoint, &config.kafka).await;
     lines.push(match store {

@@ -249,7 +249,7 @@ async fn audit_finds_missing_records_and_fill_repairs_them_but_not_rows_changed_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_refuses_a_table_without_its_timestamp_column_or_its_index() {
     let (db, broker) = start_shop_database_and_broker().await;
-    let relay = Relay::prepare(&RelaySetup::new(&db, &broker.bootstrap()));
+    let mut relay = Relay::prepare(&RelaySetup::new(&db, &broker.bootstrap()));
     relay.edit_config(&[(
         "preset = \"seeds\"",
         "preset = \"seeds\"\ncolumns = { timestamp = \"written_at\" }",
@@ -273,6 +273,28 @@ async fn audit_refuses_a_table_without_its_timestamp_column_or_its_index() {
             .contains("ALTER TABLE `shop`.`outbox` ADD KEY `outbox_created_at_idx` (`created_at`)"),
         "{stderr}"
     );
+    // A relay that would fill a purged gap from this table learns it at start, not at the
+    // purge: `check` fails its gap fill line and `run` refuses.
+    relay.edit_config(&[(
+        "server_id = 4242",
+        "server_id = 4242\non_purged = \"fill_from_table\"",
+    )]);
+    let (code, stdout, stderr) = run_relay_command(&["check", "--config", &config]);
+    assert_eq!(code, 1, "{stdout}\n{stderr}");
+    let gap_line = stdout
+        .lines()
+        .find(|line| line.contains("gap fill"))
+        .unwrap_or_else(|| panic!("no gap fill line:\n{stdout}"));
+    assert!(
+        gap_line.starts_with("FAIL") && gap_line.contains("ADD KEY `outbox_created_at_idx`"),
+        "{gap_line}"
+    );
+    let refused = run_is_refused(
+        &mut relay,
+        &["could not fill from the outbox tables", "ADD KEY"],
+    )
+    .await;
+    assert!(refused.contains("shop"), "{refused}");
 }
 
 /// The binlog behind a stopped relay is purged; with `on_purged = "fill_from_table"` the

@@ -41,6 +41,27 @@ fn gap_fill_error(error: impl std::fmt::Display) -> RelayError {
     RelayError::GapFill(error.to_string())
 }
 
+/// Whether every `[[outbox]]` table can be filled from (the event id and timestamp columns,
+/// an index that starts with the timestamp column): checked at startup and by `check` when
+/// `on_purged = "fill_from_table"`, so a table that cannot be filled is found before a
+/// purge needs it. `Err` names the table and the fix.
+pub(crate) async fn check_fill_ready(config: &RelayConfig) -> Result<(), String> {
+    let mut conn = crate::pipeline::poll_connection_settings(config)
+        .open()
+        .await
+        .map_err(|error| format!("connecting to {}: {error}", config.source.redacted_url()))?;
+    for table in &config.outbox {
+        let table = AuditTable {
+            name: Arc::new(table.table.clone()),
+            mapping: table.column_mapping(),
+        };
+        check_table(&mut conn, &table)
+            .await
+            .map_err(|error| error.to_string())?;
+    }
+    Ok(())
+}
+
 /// Publishes every `[[outbox]]` table's rows written since `checkpoint` (less the margin)
 /// and waits for their acknowledgements. Call it with the reader already connected at the
 /// server's current position.

@@ -65,6 +65,7 @@ mod attempt;
 mod committer;
 mod error;
 mod gap_fill;
+pub(crate) use gap_fill::check_fill_ready;
 mod identity;
 mod poll;
 mod router_task;

@@ -176,6 +176,16 @@ pub(super) async fn connect_source(
         }
         (connected, _) => connected?,
     };
+    if connected.is_some() && config.source.on_purged == OnPurged::FillFromTable {
+        // Found now, not when a purge needs the fill.
+        super::gap_fill::check_fill_ready(config)
+            .await
+            .map_err(|problem| {
+                RelayError::GapFill(format!(
+                    "[source] on_purged = \"fill_from_table\" could not fill from the outbox tables: {problem}"
+                ))
+            })?;
+    }
     finish_connect(
         connected,
         first_start,
