@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, Row as SqlRow, Value as SqlValue};
-use outbox_binlog::{BinlogPosition, RowChange, RowOperation, TableName};
+use outbox_binlog::{RowChange, TableName};
 use outbox_router::ColumnMapping;
 
 use crate::error::AuditError;
@@ -170,17 +170,7 @@ impl WindowRows {
                 }
             })?;
             page.push(WindowRow {
-                change: RowChange {
-                    table: self.table.clone(),
-                    operation: RowOperation::Insert,
-                    before: None,
-                    after: Some(image),
-                    // A row read from the table has no binlog event: the read's time.
-                    event_timestamp: now,
-                    event_position: BinlogPosition::new(String::new(), 0),
-                    transaction_gtid: None,
-                    in_xa_transaction: false,
-                },
+                change: outbox_poll::sql_row_change(self.table.clone(), image, now),
                 timestamp: sql_time_text(&timestamp),
             });
             self.after = Some((timestamp, id));

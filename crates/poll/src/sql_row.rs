@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use mysql_async::consts::{ColumnFlags, ColumnType};
 use mysql_async::{Column, Row as SqlRow, Value as SqlValue};
-use outbox_binlog::{ColumnNames, DateTime, JsonText, Row, Value};
+use outbox_binlog::{
+    BinlogPosition, ColumnNames, DateTime, JsonText, Row, RowChange, RowOperation, TableName, Value,
+};
 
 /// The `binary` character set: bytes, not text.
 const BINARY_CHARSET: u16 = 63;
@@ -48,6 +50,22 @@ pub fn row_image(row: SqlRow, names: &ColumnNames) -> Result<Row, String> {
         columns: names.clone(),
         values,
     })
+}
+
+/// A row read through the client protocol as the INSERT the router routes: it has no
+/// binlog event, so no position, and `event_timestamp` (seconds) stands for the event's
+/// time (the read's).
+pub fn sql_row_change(table: Arc<TableName>, image: Row, event_timestamp: u32) -> RowChange {
+    RowChange {
+        table,
+        operation: RowOperation::Insert,
+        before: None,
+        after: Some(image),
+        event_timestamp,
+        event_position: BinlogPosition::new(String::new(), 0),
+        transaction_gtid: None,
+        in_xa_transaction: false,
+    }
 }
 
 /// One value of the binary protocol as the binlog decoder would type it.

@@ -68,6 +68,18 @@ fn window(options: &AuditOptions) -> anyhow::Result<AuditWindow> {
     })
 }
 
+/// The `[[outbox]]` tables as the audit and the gap fill read them, in config order.
+pub(crate) fn audit_tables(config: &RelayConfig) -> Vec<AuditTable> {
+    config
+        .outbox
+        .iter()
+        .map(|table| AuditTable {
+            name: Arc::new(table.table.clone()),
+            mapping: table.column_mapping(),
+        })
+        .collect()
+}
+
 /// `outbox-relay audit --config FILE [--since T] [--until T] [--fill]`: exit 0 when nothing
 /// is missing (with `--fill`: when every missing row was published and acknowledged).
 pub async fn audit_command(
@@ -86,14 +98,7 @@ pub async fn audit_command(
         .open()
         .await
         .with_context(|| format!("connecting to {}", config.source.redacted_url()))?;
-    let tables = config
-        .outbox
-        .iter()
-        .map(|table| AuditTable {
-            name: Arc::new(table.table.clone()),
-            mapping: table.column_mapping(),
-        })
-        .collect();
+    let tables = audit_tables(&config);
     let settings = AuditSettings {
         page_rows: options.page_rows,
         kafka_margin: options.kafka_margin,

@@ -48,6 +48,19 @@ fn audit(
     (code, lines, stderr)
 }
 
+/// An audit window from 10 minutes ago to `ahead_minutes` from now, in the digits the rows'
+/// DATETIME column is written in (the server's zone).
+async fn window_around_now(conn: &mut mysql_async::Conn, ahead_minutes: u32) -> (String, String) {
+    conn.exec_first(
+        "SELECT DATE_FORMAT(NOW(6) - INTERVAL 10 MINUTE, '%Y-%m-%d %H:%i:%s'), \
+                DATE_FORMAT(NOW(6) + INTERVAL ? MINUTE, '%Y-%m-%d %H:%i:%s')",
+        (ahead_minutes,),
+    )
+    .await
+    .expect("window")
+    .expect("a row")
+}
+
 /// The `id`s of the findings of kind `kind`, in report order.
 fn ids_of(lines: &[serde_json::Value], kind: &str) -> Vec<String> {
     lines
@@ -97,15 +110,7 @@ async fn audit_finds_missing_records_and_fill_repairs_them_but_not_rows_changed_
     let config = relay.config_path.to_str().expect("utf-8 path").to_string();
     let mut writer = ShopWriter::connect(&db, "audit").await;
     let mut conn = db.conn().await.expect("connect");
-    // The window in the digits the rows' DATETIME column is written in (the server's zone).
-    let window: (String, String) = conn
-        .query_first(
-            "SELECT DATE_FORMAT(NOW(6) - INTERVAL 10 MINUTE, '%Y-%m-%d %H:%i:%s'), \
-                    DATE_FORMAT(NOW(6) + INTERVAL 10 MINUTE, '%Y-%m-%d %H:%i:%s')",
-        )
-        .await
-        .expect("window")
-        .expect("a row");
+    let window = window_around_now(&mut conn, 10).await;
 
     relay.start();
     let orders = writer.transaction("order", "order-1", 3, true, false).await;
@@ -406,14 +411,7 @@ async fn an_audit_of_a_million_rows_stays_under_256_mib() {
     let mut relay = Relay::prepare(&RelaySetup::new(&db, &bootstrap));
     let config = relay.config_path.to_str().expect("utf-8 path").to_string();
     let mut conn = db.conn().await.expect("connect");
-    let window: (String, String) = conn
-        .query_first(
-            "SELECT DATE_FORMAT(NOW(6) - INTERVAL 10 MINUTE, '%Y-%m-%d %H:%i:%s'), \
-                    DATE_FORMAT(NOW(6) + INTERVAL 60 MINUTE, '%Y-%m-%d %H:%i:%s')",
-        )
-        .await
-        .expect("window")
-        .expect("a row");
+    let window = window_around_now(&mut conn, 60).await;
     // Ten transactions of 100 000 rows, on 1 000 aggregates of one type.
     for chunk in 0..10 {
         conn.query_drop(format!(

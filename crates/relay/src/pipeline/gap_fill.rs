@@ -19,14 +19,13 @@
 //! fill says so at error level and counts `outbox_relay_gap_unrecoverable_total` (an idle
 //! table looks the same, so it is a warning to audit, not a stop).
 
-use std::sync::Arc;
-
-use outbox_audit::{check_table, has_row_before, AuditTable, AuditWindow, UtcTime, WindowRows};
+use outbox_audit::{check_table, has_row_before, AuditWindow, UtcTime, WindowRows};
 use outbox_checkpoint::Checkpoint;
 use outbox_router::{RouteOutcome, Router};
 
 use super::error::RelayError;
 use super::router_task::routing_dead_letter;
+use crate::audit_command::audit_tables;
 use crate::config::RelayConfig;
 use crate::dead_letter::RecordOrigin;
 use crate::internal_events::{GapFilled, GapUnrecoverable, InternalEvent};
@@ -50,11 +49,7 @@ pub(crate) async fn check_fill_ready(config: &RelayConfig) -> Result<(), String>
         .open()
         .await
         .map_err(|error| format!("connecting to {}: {error}", config.source.redacted_url()))?;
-    for table in &config.outbox {
-        let table = AuditTable {
-            name: Arc::new(table.table.clone()),
-            mapping: table.column_mapping(),
-        };
+    for table in audit_tables(config) {
         check_table(&mut conn, &table)
             .await
             .map_err(|error| error.to_string())?;
@@ -101,11 +96,7 @@ pub(super) async fn fill_gap_from_table(
     let fill = TableFill::start(config);
     let mut filled_per_table = Vec::new();
     let walk = async {
-        for table in &config.outbox {
-            let table = AuditTable {
-                name: Arc::new(table.table.clone()),
-                mapping: table.column_mapping(),
-            };
+        for table in audit_tables(config) {
             check_table(&mut conn, &table)
                 .await
                 .map_err(gap_fill_error)?;

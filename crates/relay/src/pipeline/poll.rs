@@ -25,7 +25,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outbox_binlog::{BinlogError, BinlogPosition, RowChange, RowOperation, TableName};
+use outbox_binlog::{BinlogError, TableName};
 use outbox_poll::internal_events::{InternalEvent as PollEvent, RowsClaimed};
 use outbox_poll::{
     lock_ledger, maintain_leases, mark_settled_claims, AdmittedClaim, ClaimLedger,
@@ -419,17 +419,8 @@ fn route_claimed(
     let now = u32::try_from(outbox_kafka::unix_millis_now() / 1000).unwrap_or(u32::MAX);
     let mut batch = Vec::with_capacity(tickets.len());
     for (ticket, (image, budget)) in tickets.into_iter().zip(images) {
-        let row = RowChange {
-            table: table.name.clone(),
-            operation: RowOperation::Insert,
-            before: None,
-            after: Some(image),
-            // The claim's time: a polled row has no binlog event.
-            event_timestamp: now,
-            event_position: BinlogPosition::new(String::new(), 0),
-            transaction_gtid: None,
-            in_xa_transaction: false,
-        };
+        // The claim's time: a polled row has no binlog event.
+        let row = outbox_poll::sql_row_change(table.name.clone(), image, now);
         let mut ticket = PollTicket {
             row: ticket,
             budget,

@@ -127,16 +127,16 @@ pub(super) async fn connect_source(
         shutdown.subscribe(),
     )
     .await;
-    let connected = match (connected, stored) {
+    let (connected, first_start) = match (connected, stored) {
         (Err(RelayError::Source(BinlogError::PositionPurged { .. })), Some(checkpoint))
             if config.source.on_purged == OnPurged::FillFromTable =>
         {
             // The reader first, at the server's current end: every transaction is then
             // either in the table read below or in the stream (super::gap_fill).
             tracing::warn!(position = %checkpoint.position.binlog, "the stored checkpoint's position is purged: filling the gap from the outbox table ([source] on_purged = \"fill_from_table\")");
-            let first_start = StartPosition::Latest;
+            let latest = StartPosition::Latest;
             let connected = connect_at_startup(
-                reader_config(first_start.clone()),
+                reader_config(latest.clone()),
                 startup_retry.clone(),
                 metrics,
                 shutdown.subscribe(),
@@ -145,14 +145,7 @@ pub(super) async fn connect_source(
             if connected.is_some() {
                 super::gap_fill::fill_gap_from_table(config, router, checkpoint, metrics).await?;
             }
-            return finish_connect(
-                connected,
-                first_start,
-                reader_config,
-                router,
-                metrics,
-                &redacted,
-            );
+            (connected, latest)
         }
         (Err(RelayError::Source(error @ BinlogError::PositionPurged { .. })), Some(checkpoint)) => {
             return Err(RelayError::ResumePointPurged {
@@ -174,37 +167,21 @@ pub(super) async fn connect_source(
                 source: Box::new(error),
             })
         }
-        (connected, _) => connected?,
+        (connected, _) => {
+            let connected = connected?;
+            if connected.is_some() && config.source.on_purged == OnPurged::FillFromTable {
+                // Found now, not when a purge needs the fill.
+                super::gap_fill::check_fill_ready(config)
+                    .await
+                    .map_err(|problem| {
+                        RelayError::GapFill(format!(
+                            "[source] on_purged = \"fill_from_table\" could not fill from the outbox tables: {problem}"
+                        ))
+                    })?;
+            }
+            (connected, first_start)
+        }
     };
-    if connected.is_some() && config.source.on_purged == OnPurged::FillFromTable {
-        // Found now, not when a purge needs the fill.
-        super::gap_fill::check_fill_ready(config)
-            .await
-            .map_err(|problem| {
-                RelayError::GapFill(format!(
-                    "[source] on_purged = \"fill_from_table\" could not fill from the outbox tables: {problem}"
-                ))
-            })?;
-    }
-    finish_connect(
-        connected,
-        first_start,
-        reader_config,
-        router,
-        metrics,
-        &redacted,
-    )
-}
-
-/// The connected reader's last checks, as [`connect_source`] returns it.
-fn finish_connect(
-    connected: Option<(BinlogReader, Vec<WatchedTableColumns>)>,
-    first_start: StartPosition,
-    reader_config: impl Fn(StartPosition) -> ReaderConfig,
-    router: &Router,
-    metrics: &Metrics,
-    redacted: &str,
-) -> Result<Option<ConnectedSource>, RelayError> {
     let Some((reader, tables)) = connected else {
         tracing::info!("shutdown requested before the source connected");
         return Ok(None);
@@ -213,7 +190,7 @@ fn finish_connect(
         return Err(RelayError::OutboxColumnsMissing(message));
     }
     SourceConnected {
-        server: redacted,
+        server: &redacted,
         start: describe_start(&reader.resume_point()),
         reconnect: 0,
     }
