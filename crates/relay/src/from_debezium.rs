@@ -278,9 +278,15 @@ pub fn convert(config: &ConnectorConfig) -> anyhow::Result<String> {
         get(key)
     };
 
-    match take("connector.class") {
+    // The connector plugin's name, as Debezium's `__debezium.context.connectorName` says it.
+    let plugin = match take("connector.class") {
         Some(class) if SUPPORTED_CONNECTORS.contains(&class.as_str()) => {
-            out.mapped.push("connector.class".into())
+            out.mapped.push("connector.class".into());
+            if class.contains(".mariadb.") {
+                "mariadb"
+            } else {
+                "mysql"
+            }
         }
         Some(class) => bail!(
             "connector.class = {class}: the relay reads MySQL and MariaDB binlogs only ({})",
@@ -289,7 +295,7 @@ pub fn convert(config: &ConnectorConfig) -> anyhow::Result<String> {
         None => bail!(
             "the connector config has no connector.class: is this a Debezium connector config?"
         ),
-    }
+    };
 
     // [source]
     let host = take("database.hostname").unwrap_or_else(|| "localhost".into());
@@ -688,6 +694,34 @@ pub fn convert(config: &ConnectorConfig) -> anyhow::Result<String> {
     }
     // Debezium writes a NULL key / payload as a null key / value.
     out.route.push("null_values = \"as_debezium\"".into());
+    // Debezium's connectors put their context headers on every record unless
+    // extended.headers.enabled = false; consumers may read them.
+    let extended_headers = take("extended.headers.enabled");
+    if extended_headers.is_some() {
+        out.mapped.push("extended.headers.enabled".into());
+    }
+    if extended_headers.is_none_or(|value| value.eq_ignore_ascii_case("true")) {
+        match get("topic.prefix") {
+            Some(prefix) => {
+                if !out
+                    .route
+                    .iter()
+                    .any(|line| line.starts_with("debezium_topic_prefix ="))
+                {
+                    out.route
+                        .push(format!("debezium_topic_prefix = {}", quoted(&prefix)));
+                }
+                out.route.push(format!(
+                    "debezium_context_headers = {{ connector = {} }}",
+                    quoted(plugin)
+                ));
+            }
+            None => out.not_mapped(
+                "extended.headers.enabled",
+                "Debezium's __debezium.context.* headers name its topic.prefix, which this file lacks: add debezium_topic_prefix and debezium_context_headers by hand if consumers read them",
+            ),
+        }
+    }
     if let Some((full, value)) = router_take("tracing.span.context.field") {
         out.route
             .push(format!("tracing_span_context_column = {}", quoted(&value)));
@@ -896,6 +930,47 @@ mod tests {
             config.route.event_id_encoding,
             outbox_router::BinaryEncoding::Base64
         );
+    }
+
+    #[test]
+    fn debeziums_context_headers_are_on_unless_the_connector_turned_them_off() {
+        let load = |class: &str, extra: &str| {
+            let connector = format!(
+                "connector.class=io.debezium.connector.{class}\n\
+                 topic.prefix=dbserver1\n\
+                 table.include.list=shop.outbox\n\
+                 transforms=outbox\n\
+                 transforms.outbox.type=io.debezium.transforms.outbox.EventRouter\n\
+                 {extra}"
+            );
+            let toml = convert(&parse_connector_config(&connector).unwrap()).unwrap();
+            (crate::RelayConfig::parse(&toml).unwrap(), toml)
+        };
+        let (config, toml) = load("mysql.MySqlConnector", "");
+        let context = config.route.debezium_context_headers.as_ref();
+        assert_eq!(
+            context.map(|c| c.connector.as_str()),
+            Some("mysql"),
+            "{toml}"
+        );
+        assert_eq!(context.map(|c| c.task_id.as_str()), Some("0"));
+        assert_eq!(
+            config.route.debezium_topic_prefix.as_deref(),
+            Some("dbserver1")
+        );
+        let (config, toml) = load(
+            "mariadb.MariaDbConnector",
+            "extended.headers.enabled=true\n",
+        );
+        let context = config.route.debezium_context_headers.as_ref();
+        assert_eq!(
+            context.map(|c| c.connector.as_str()),
+            Some("mariadb"),
+            "{toml}"
+        );
+        assert!(toml.contains("extended.headers.enabled"), "mapped: {toml}");
+        let (config, toml) = load("mysql.MySqlConnector", "extended.headers.enabled=false\n");
+        assert_eq!(config.route.debezium_context_headers, None, "{toml}");
     }
 
     #[test]
@@ -1242,6 +1317,12 @@ mod tests {
             let ours = outbox_router::Router::new(&converted.outbox, &converted.route).unwrap();
             let theirs = outbox_router::Router::new(&proven.outbox, &proven.route).unwrap();
             assert_eq!(converted.kafka.topic_partitions, 3, "{toml}");
+            // Debezium's context headers, on by default there, come first; the proven route
+            // leaves them out (the differential test compares them on their own).
+            assert!(
+                toml.contains("debezium_context_headers = { connector = \"mysql\" }"),
+                "{toml}"
+            );
             for row in diff_rows() {
                 let record = |router: &outbox_router::Router| match router.route(&row) {
                     Ok(outbox_router::RouteOutcome::Record(record)) => (
@@ -1253,8 +1334,15 @@ mod tests {
                     ),
                     other => panic!("{other:?}"),
                 };
+                let mut converted_record = record(&ours);
+                let context: Vec<String> = converted_record
+                    .3
+                    .drain(..outbox_router::DEBEZIUM_CONTEXT_HEADERS.len())
+                    .map(|(name, _)| name)
+                    .collect();
+                assert_eq!(context, outbox_router::DEBEZIUM_CONTEXT_HEADERS);
                 assert_eq!(
-                    record(&ours),
+                    converted_record,
                     record(&theirs),
                     "{converters} expand={expand}:\n{toml}"
                 );

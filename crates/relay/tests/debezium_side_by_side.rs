@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use common::*;
@@ -334,6 +334,9 @@ struct Mode {
     expand: bool,
     /// The relay's `[route]` lines for the same output.
     route: &'static [&'static str],
+    /// The relay sends Debezium's `__debezium.context.*` headers too
+    /// (`debezium_context_headers`); otherwise they are a deliberate difference.
+    context_headers: bool,
 }
 
 /// The modes the differential test runs, each with its own Debezium worker and relay.
@@ -344,6 +347,7 @@ const MODES: &[Mode] = &[
         value: Converter::String,
         expand: false,
         route: &[],
+        context_headers: false,
     },
     Mode {
         name: "json",
@@ -351,6 +355,7 @@ const MODES: &[Mode] = &[
         value: Converter::Json { schemas: false },
         expand: false,
         route: &["key_format = \"json\"", "value_format = \"json\""],
+        context_headers: true,
     },
     Mode {
         name: "jsonschema",
@@ -361,6 +366,7 @@ const MODES: &[Mode] = &[
             "key_format = \"json_with_schema\"",
             "value_format = \"json_with_schema\"",
         ],
+        context_headers: false,
     },
     Mode {
         name: "jsonexpanded",
@@ -372,6 +378,7 @@ const MODES: &[Mode] = &[
             "value_format = \"json\"",
             "expand_json_payload = true",
         ],
+        context_headers: false,
     },
     Mode {
         name: "schemaexpanded",
@@ -383,6 +390,7 @@ const MODES: &[Mode] = &[
             "value_format = \"json_with_schema\"",
             "expand_json_payload = true",
         ],
+        context_headers: false,
     },
 ];
 
@@ -444,6 +452,83 @@ const ROUTE_TOPIC_REGEX: &str = "(?<routedByValue>order|customer)";
 /// Headers Debezium adds to every record of its own (`extended.headers.enabled`), which the
 /// relay deliberately does not send: they name the Debezium connector and task.
 const DEBEZIUM_CONTEXT_HEADER_PREFIX: &str = "__debezium.context.";
+
+type Headers = Vec<(String, Option<Vec<u8>>)>;
+
+/// Splits Debezium's `__debezium.context.*` headers off both sides' headers and checks
+/// them: with `mode.context_headers` the relay sends the same four first (the same values
+/// but the run id, a UUID each side makes per start), else none (a deliberate difference,
+/// README "Migrating from Debezium"). Returns the other headers, relay's and Debezium's.
+fn split_context_headers(
+    mode: &Mode,
+    id: &str,
+    mine: &Headers,
+    theirs: &Headers,
+    failures: &mut Vec<String>,
+) -> (Headers, Headers) {
+    let is_context =
+        |(name, _): &&(String, Option<Vec<u8>>)| name.starts_with(DEBEZIUM_CONTEXT_HEADER_PREFIX);
+    let mine_context: Headers = mine.iter().filter(is_context).cloned().collect();
+    let theirs_context: Headers = theirs.iter().filter(is_context).cloned().collect();
+    let names = |headers: &Headers| -> Vec<String> {
+        headers.iter().map(|(name, _)| name.clone()).collect()
+    };
+    if theirs_context.is_empty() {
+        failures.push(format!(
+            "[{}] {id}: Debezium sent no {DEBEZIUM_CONTEXT_HEADER_PREFIX}* header any more; update the README",
+            mode.name
+        ));
+    }
+    if !theirs.starts_with(&theirs_context) {
+        failures.push(format!(
+            "[{}] {id}: Debezium's context headers are not its first: {theirs:?}",
+            mode.name
+        ));
+    }
+    if !mode.context_headers {
+        if !mine_context.is_empty() {
+            failures.push(format!(
+                "[{}] {id}: the relay sent a Debezium context header",
+                mode.name
+            ));
+        }
+    } else if names(&mine_context) != names(&theirs_context) || !mine.starts_with(&mine_context) {
+        failures.push(format!(
+            "[{}] {id}: context headers differ: relay {mine_context:?} / Debezium {theirs_context:?}",
+            mode.name
+        ));
+    } else {
+        for ((name, ours), (_, reference)) in mine_context.iter().zip(&theirs_context) {
+            let text = |value: &Option<Vec<u8>>| {
+                value
+                    .as_deref()
+                    .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
+                    .unwrap_or_default()
+            };
+            let (ours, reference) = (text(ours), text(reference));
+            let uuid_shaped = |text: &str| text.len() == 36 && text.matches('-').count() == 4;
+            let agree = if name.ends_with(".runId") {
+                uuid_shaped(&ours) && uuid_shaped(&reference)
+            } else {
+                ours == reference
+            };
+            if !agree {
+                failures.push(format!(
+                    "[{}] {id}: {name}: relay {ours:?} / Debezium {reference:?}",
+                    mode.name
+                ));
+            }
+        }
+    }
+    let rest = |headers: &Headers| -> Headers {
+        headers
+            .iter()
+            .filter(|header| !is_context(header))
+            .cloned()
+            .collect()
+    };
+    (rest(mine), rest(theirs))
+}
 
 fn hex_or_text(bytes: Option<&[u8]>) -> String {
     match bytes {
@@ -524,6 +609,12 @@ async fn start_mode(
     setup
         .route_extra
         .push(format!("debezium_topic_prefix = \"{tag}-dbz\""));
+    if mode.context_headers {
+        // Debezium's MySQL connector plugin (it reads this MariaDB too).
+        setup
+            .route_extra
+            .push("debezium_context_headers = { connector = \"mysql\" }".to_string());
+    }
     if mode.name == "string" {
         // This mode routes with Debezium's regex router settings instead of a template.
         setup
@@ -727,16 +818,12 @@ fn compare_binary_rows(
                 hex_or_text(reference.value.as_deref())
             ));
         }
-        let theirs_headers: Vec<_> = reference
-            .headers
-            .iter()
-            .filter(|(name, _)| !name.starts_with(DEBEZIUM_CONTEXT_HEADER_PREFIX))
-            .cloned()
-            .collect();
-        if mine.headers != theirs_headers {
+        let (mine_headers, theirs_headers) =
+            split_context_headers(mode, id_base64, &mine.headers, &reference.headers, failures);
+        if mine_headers != theirs_headers {
             failures.push(format!(
                 "[{}] {id_base64}: headers differ: relay {:?} / Debezium {:?}",
-                mode.name, mine.headers, theirs_headers
+                mode.name, mine_headers, theirs_headers
             ));
         }
     }
@@ -846,29 +933,8 @@ async fn compare_mode(
                 mode.name, mine.partition, reference.partition
             ));
         }
-        let (context, theirs_headers): (Vec<_>, Vec<_>) = reference
-            .headers
-            .iter()
-            .cloned()
-            .partition(|(name, _)| name.starts_with(DEBEZIUM_CONTEXT_HEADER_PREFIX));
-        // The deliberate difference: Debezium's own context headers, which the relay does not
-        // send (README, "Migrating from Debezium").
-        if context.is_empty() {
-            failures.push(format!(
-                "[{}] {id}: Debezium sent no {DEBEZIUM_CONTEXT_HEADER_PREFIX}* header any more; update the README",
-                mode.name
-            ));
-        }
-        if mine
-            .headers
-            .iter()
-            .any(|(name, _)| name.starts_with(DEBEZIUM_CONTEXT_HEADER_PREFIX))
-        {
-            failures.push(format!(
-                "[{}] {id}: the relay sent a Debezium context header",
-                mode.name
-            ));
-        }
+        let (mine_headers, theirs_headers) =
+            split_context_headers(mode, id, &mine.headers, &reference.headers, &mut failures);
         // What Debezium sends, checked on its own: NULL columns as null-valued headers,
         // binary as Base64, DATETIME(6) as epoch microseconds, TIMESTAMP(3) as ISO text.
         let expected_headers = vec![
@@ -895,14 +961,27 @@ async fn compare_mode(
             ));
         }
         // The relay: the same headers, null-valued ones included, in the same order.
-        if mine.headers != theirs_headers {
+        if mine_headers != theirs_headers {
             failures.push(format!(
                 "[{}] {id}: headers differ: relay {:?} / Debezium {:?}",
-                mode.name, mine.headers, theirs_headers
+                mode.name, mine_headers, theirs_headers
             ));
         }
     }
     compare_binary_rows(mode, &tag, &ours_by_id, &theirs_by_id, &mut failures);
+    if mode.context_headers {
+        // One run, one run id, on every record of the relay's.
+        let run_ids: BTreeSet<Option<String>> = ours
+            .iter()
+            .map(|record| record.header_str("__debezium.context.runId"))
+            .collect();
+        if run_ids.len() != 1 || run_ids.contains(&None) {
+            failures.push(format!(
+                "[{}] the relay's records carry the run ids {run_ids:?}, not one",
+                mode.name
+            ));
+        }
+    }
     for (side, records) in [("relay", &ours), ("Debezium", &theirs)] {
         if records.len() != DIFF_ROWS.len() + BINARY_ROWS.len() {
             failures.push(format!(

@@ -360,7 +360,43 @@ pub struct RouteConfig {
     /// `adaptive_time_microseconds` (Debezium's default) is supported.
     #[serde(default)]
     pub time_precision_mode: TimePrecisionMode,
+    /// Debezium's `__debezium.context.*` headers on every record (its
+    /// `extended.headers.enabled`, on by default there), for consumers that read them: off
+    /// unless this table is given.
+    #[serde(default)]
+    pub debezium_context_headers: Option<DebeziumContextHeaders>,
 }
+
+/// `[route.debezium_context_headers]`: the four headers Debezium's connectors put before
+/// the EventRouter's own (`connectorLogicalName` is `debezium_topic_prefix`; `runId` is a
+/// UUID the relay makes each time it starts, as Debezium makes one per task start).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DebeziumContextHeaders {
+    /// `__debezium.context.connectorName`: the Debezium connector plugin the consumers
+    /// knew (`mysql` for `MySqlConnector`, `mariadb` for `MariaDbConnector`).
+    #[serde(default = "default_context_connector")]
+    pub connector: String,
+    /// `__debezium.context.taskId` (an outbox connector runs one task, `0`).
+    #[serde(default = "default_context_task_id")]
+    pub task_id: String,
+}
+
+fn default_context_connector() -> String {
+    "mysql".to_string()
+}
+
+fn default_context_task_id() -> String {
+    "0".to_string()
+}
+
+/// The names of Debezium's context headers, in the order its connectors add them.
+pub const DEBEZIUM_CONTEXT_HEADERS: [&str; 4] = [
+    "__debezium.context.connectorLogicalName",
+    "__debezium.context.taskId",
+    "__debezium.context.connectorName",
+    "__debezium.context.runId",
+];
 
 impl Default for RouteConfig {
     fn default() -> Self {
@@ -388,6 +424,7 @@ impl Default for RouteConfig {
             envelope_fields: Vec::new(),
             debezium_topic_prefix: None,
             time_precision_mode: TimePrecisionMode::default(),
+            debezium_context_headers: None,
         }
     }
 }
@@ -478,6 +515,17 @@ impl RouteConfig {
             }
             names.push(name);
         }
+        if self.debezium_context_headers.is_some()
+            && self
+                .debezium_topic_prefix
+                .as_deref()
+                .unwrap_or("")
+                .is_empty()
+        {
+            problems.push(ConfigProblem::Envelope {
+                reason: "debezium_context_headers need debezium_topic_prefix (Debezium's topic.prefix, sent as __debezium.context.connectorLogicalName)".to_string(),
+            });
+        }
         if !self.envelope_fields.is_empty()
             && self.value_format == RecordFormat::JsonWithSchema
             && self
@@ -514,6 +562,11 @@ impl RouteConfig {
                 extra.header_name(),
                 format!("additional_headers (column `{}`)", extra.column),
             ));
+        }
+        if self.debezium_context_headers.is_some() {
+            for name in DEBEZIUM_CONTEXT_HEADERS {
+                claims.push((name, "debezium_context_headers".to_string()));
+            }
         }
         if let Some(column) = &self.tracing_span_context_column {
             claims.push((
@@ -944,7 +997,7 @@ pub enum ConfigProblem {
         /// What is wrong.
         reason: String,
     },
-    /// `envelope_fields` / `time_precision_mode` unusable.
+    /// `envelope_fields` / `time_precision_mode` / `debezium_context_headers` unusable.
     #[error("[route] {reason}")]
     Envelope {
         /// What is wrong.

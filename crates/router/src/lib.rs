@@ -57,10 +57,11 @@ mod topic_regex;
 pub use column_type::{ColumnType, SqlColumnType};
 pub use config::{
     validate_router_config, AdditionalHeader, BinaryEncoding, ColumnMapping, ColumnOverrides,
-    ColumnPreset, ConfigProblem, ConnectSchemaConfig, ConnectSchemaType, EnvelopeField,
-    HeaderNames, InvalidOperationBehavior, JsonNullBehavior, NullValues, OutboxTableConfig,
-    PayloadMode, RecordFormat, RouteConfig, RouterConfigError, TimePrecisionMode, TimestampSource,
-    DEFAULT_TOPIC_TEMPLATE, TRACEPARENT_HEADER,
+    ColumnPreset, ConfigProblem, ConnectSchemaConfig, ConnectSchemaType, DebeziumContextHeaders,
+    EnvelopeField, HeaderNames, InvalidOperationBehavior, JsonNullBehavior, NullValues,
+    OutboxTableConfig, PayloadMode, RecordFormat, RouteConfig, RouterConfigError,
+    TimePrecisionMode, TimestampSource, DEBEZIUM_CONTEXT_HEADERS, DEFAULT_TOPIC_TEMPLATE,
+    TRACEPARENT_HEADER,
 };
 pub use error::{RoutingError, RoutingErrorKind};
 pub use record::{headers_in_sending_order, KafkaRecord, NullHeader, RouteOutcome, SkipReason};

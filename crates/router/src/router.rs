@@ -24,7 +24,7 @@ use crate::config::{
     validate_router_config, AdditionalHeader, BinaryEncoding, ColumnMapping, ConnectSchemaConfig,
     ConnectSchemaType, EnvelopeField, InvalidOperationBehavior, JsonNullBehavior, NullValues,
     OutboxTableConfig, PayloadMode, RecordFormat, RouteConfig, RouterConfigError, TimestampSource,
-    TRACEPARENT_HEADER,
+    DEBEZIUM_CONTEXT_HEADERS, TRACEPARENT_HEADER,
 };
 use crate::connect_json::{self, Data, Kind, Schema};
 use crate::error::{RoutingError, RoutingErrorKind};
@@ -96,6 +96,10 @@ struct RouteSettings {
     envelope_fields: Vec<EnvelopeField>,
     /// Debezium's `topic.prefix`, naming the envelope's schema.
     debezium_topic_prefix: Option<String>,
+    /// Debezium's `__debezium.context.*` headers (name, value), the same on every record
+    /// of this router's run, put before the `id` header as Debezium's connectors do; empty
+    /// unless `debezium_context_headers` is set.
+    context_headers: Vec<(String, Vec<u8>)>,
 }
 
 /// One watched table: its mapping, topic and column position cache.
@@ -307,6 +311,24 @@ impl Router {
             },
             envelope_fields: route.envelope_fields.clone(),
             debezium_topic_prefix: route.debezium_topic_prefix.clone(),
+            context_headers: route
+                .debezium_context_headers
+                .as_ref()
+                .map(|context| {
+                    let values = [
+                        route.debezium_topic_prefix.clone().unwrap_or_default(),
+                        context.task_id.clone(),
+                        context.connector.clone(),
+                        // A run id per router, as Debezium makes one per task start.
+                        uuid::Uuid::now_v7().to_string(),
+                    ];
+                    DEBEZIUM_CONTEXT_HEADERS
+                        .iter()
+                        .zip(values)
+                        .map(|(name, value)| (name.to_string(), value.into_bytes()))
+                        .collect()
+                })
+                .unwrap_or_default(),
         };
         let mut routes = HashMap::with_capacity(tables.len());
         let mut watched = Vec::with_capacity(tables.len());
@@ -614,8 +636,11 @@ impl Router {
                 .map_err(|kind| context.error(column, kind))?,
         };
 
-        let mut headers = Vec::with_capacity(4 + table.additional_headers.len() + 1);
+        let mut headers = Vec::with_capacity(
+            settings.context_headers.len() + 4 + table.additional_headers.len() + 1,
+        );
         let mut null_headers = Vec::new();
+        headers.extend(settings.context_headers.iter().cloned());
         headers.push((settings.id_header.clone(), event_id.as_bytes().to_vec()));
         if !settings.event_type_header.is_empty() {
             headers.push((

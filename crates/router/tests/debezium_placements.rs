@@ -389,3 +389,76 @@ fn routing_in_place_moves_the_payload_only_into_a_record() {
     assert_eq!(bad, original);
     assert_eq!(router.route(&original).unwrap_err(), error);
 }
+
+#[test]
+fn debezium_context_headers_come_first_as_its_connectors_add_them() {
+    let context = format!(
+        "{DEBEZIUM_HEADERS}debezium_topic_prefix = \"shopdb\"\n\
+         additional_headers = [{{ column = \"region\" }}]\n\
+         [debezium_context_headers]\nconnector = \"mariadb\"\n"
+    );
+    let router = router(&context);
+    let first = routed(&router, &row(None, Some("{}")));
+    let names: Vec<&str> = first.all_headers().iter().map(|(name, _)| *name).collect();
+    assert_eq!(
+        names,
+        [
+            "__debezium.context.connectorLogicalName",
+            "__debezium.context.taskId",
+            "__debezium.context.connectorName",
+            "__debezium.context.runId",
+            "id",
+            "region",
+        ]
+    );
+    assert_eq!(
+        first.header("__debezium.context.connectorLogicalName"),
+        Some(&b"shopdb"[..])
+    );
+    assert_eq!(first.header("__debezium.context.taskId"), Some(&b"0"[..]));
+    assert_eq!(
+        first.header("__debezium.context.connectorName"),
+        Some(&b"mariadb"[..])
+    );
+    // One run id for the router's run, a UUID; a new router (a new run) has another.
+    let run_id = first
+        .header("__debezium.context.runId")
+        .map(|id| String::from_utf8(id.to_vec()).unwrap())
+        .unwrap();
+    assert_eq!(run_id.len(), 36, "{run_id}");
+    assert_eq!(run_id.matches('-').count(), 4, "{run_id}");
+    let second = routed(&router, &row(Some("eu"), Some("{}")));
+    assert_eq!(
+        second.header("__debezium.context.runId"),
+        Some(run_id.as_bytes())
+    );
+    let restarted = self::router(&context);
+    assert_ne!(
+        routed(&restarted, &row(None, Some("{}"))).header("__debezium.context.runId"),
+        Some(run_id.as_bytes())
+    );
+    // Off by default.
+    let plain = self::router(DEBEZIUM_HEADERS);
+    assert!(routed(&plain, &row(None, Some("{}")))
+        .all_headers()
+        .iter()
+        .all(|(name, _)| !name.starts_with("__debezium.context.")));
+}
+
+#[test]
+fn debezium_context_headers_need_the_topic_prefix_and_their_names() {
+    let route: RouteConfig = toml::from_str("[debezium_context_headers]\n").expect("route parses");
+    let error = route.validate().unwrap_err().to_string();
+    assert!(error.contains("debezium_topic_prefix"), "{error}");
+    let clash: RouteConfig = toml::from_str(
+        "debezium_topic_prefix = \"shopdb\"\n\
+         additional_headers = [{ column = \"region\", header = \"__debezium.context.taskId\" }]\n\
+         [debezium_context_headers]\n",
+    )
+    .expect("route parses");
+    let error = clash.validate().unwrap_err().to_string();
+    assert!(
+        error.contains("__debezium.context.taskId") && error.contains("debezium_context_headers"),
+        "{error}"
+    );
+}
