@@ -158,12 +158,13 @@ impl WindowRows {
             });
         };
         let names = outbox_poll::sql_column_names(&columns);
+        let types = outbox_poll::sql_column_types(&columns);
         let now = u32::try_from(outbox_kafka::unix_millis_now() / 1000).unwrap_or(u32::MAX);
         let mut page = Vec::with_capacity(rows.len());
         for row in rows {
             let timestamp: SqlValue = row.get(timestamp_at).unwrap_or(SqlValue::NULL);
             let id: SqlValue = row.get(id_at).unwrap_or(SqlValue::NULL);
-            let image = outbox_poll::sql_row_image(row, &names).map_err(|problem| {
+            let image = outbox_poll::sql_row_image(row, &names, &types).map_err(|problem| {
                 AuditError::RowImage {
                     table: self.table_name.clone(),
                     problem,

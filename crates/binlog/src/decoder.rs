@@ -1254,10 +1254,10 @@ impl Decoder {
         }
         let before_image = head
             .before_present
-            .map(|bitmap| (bitmap, rows::image_columns(bitmap, names)));
+            .map(|bitmap| (bitmap, rows::image_columns(bitmap, names, &plan.types)));
         let after_image = head
             .after_present
-            .map(|bitmap| (bitmap, rows::image_columns(bitmap, names)));
+            .map(|bitmap| (bitmap, rows::image_columns(bitmap, names, &plan.types)));
         let operation = match kind {
             RowsKind::Write => RowOperation::Insert,
             RowsKind::Update => RowOperation::Update,

@@ -54,7 +54,8 @@ pub use live::{BinlogReader, NextItem, ReaderConfig, StartPosition, DEFAULT_READ
 pub use redact::redact_url;
 pub use tls::{connect_to_server, TlsMode, TlsOptions, TlsSession, TlsVersion};
 pub use types::{
-    BinlogPosition, ColumnNames, Commit, DateTime, Flavor, Heartbeat, JsonText, Row, RowChange,
-    RowOperation, StreamItem, TableFilter, TableName, Value, XaBoundary,
+    BinlogPosition, ColumnNames, ColumnType, ColumnTypes, Commit, DateTime, Flavor, Heartbeat,
+    JsonText, Row, RowChange, RowOperation, SqlType, StreamItem, TableFilter, TableName, Value,
+    XaBoundary,
 };
 pub use watched_tables::{resolve_watched_tables, UnresolvedTables, WatchedTableColumns};

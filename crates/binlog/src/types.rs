@@ -259,6 +259,72 @@ impl<'de> serde::Deserialize<'de> for JsonText {
 /// Column names of a table, shared by every row of that table (cheap to clone).
 pub type ColumnNames = Arc<[String]>;
 
+/// A column's SQL type as the server describes it in the binlog's TABLE_MAP (or a query's
+/// result columns): what Debezium derives a column's Kafka Connect schema from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SqlType {
+    /// TINYINT (1 byte), SMALLINT (2), MEDIUMINT (3), INT (4), BIGINT (8).
+    Integer {
+        /// 1, 2, 3, 4 or 8.
+        bytes: u8,
+        /// UNSIGNED (from the SIGNEDNESS metadata; signed when the server does not say).
+        unsigned: bool,
+    },
+    /// FLOAT.
+    Float,
+    /// DOUBLE.
+    Double,
+    /// DECIMAL(precision, scale).
+    Decimal {
+        /// Total digits.
+        precision: u8,
+        /// Digits after the point.
+        scale: u8,
+    },
+    /// YEAR.
+    Year,
+    /// DATE.
+    Date,
+    /// TIME(fsp).
+    Time {
+        /// Fractional second digits, 0-6.
+        fsp: u8,
+    },
+    /// DATETIME(fsp).
+    DateTime {
+        /// Fractional second digits, 0-6.
+        fsp: u8,
+    },
+    /// TIMESTAMP(fsp).
+    Timestamp {
+        /// Fractional second digits, 0-6.
+        fsp: u8,
+    },
+    /// CHAR, VARCHAR, TEXT, ENUM, SET (a character set; MariaDB's JSON is LONGTEXT).
+    Text,
+    /// BINARY, VARBINARY, BLOB (the `binary` character set).
+    Binary,
+    /// MySQL's JSON.
+    Json,
+    /// BIT(n).
+    Bit,
+    /// What the server did not say enough about (a string column without charset
+    /// metadata), or a type Debezium has no outbox form for (GEOMETRY, VECTOR, NULL).
+    Unknown,
+}
+
+/// One column's type and nullability, as the server describes the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ColumnType {
+    /// The SQL type.
+    pub sql_type: SqlType,
+    /// The column may hold NULL (TABLE_MAP's null bitmap; a Connect schema's `optional`).
+    pub nullable: bool,
+}
+
+/// The column types of a row image, in its column order (cheap to clone).
+pub type ColumnTypes = Arc<[ColumnType]>;
+
 /// One row image: values in table column order, with the shared column names.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
@@ -266,9 +332,19 @@ pub struct Row {
     pub columns: ColumnNames,
     /// Column values. With `binlog_row_image=FULL` every column is present.
     pub values: Vec<Value>,
+    /// The columns' types as the server describes them (`types[i]` belongs to
+    /// `columns[i]`); `None` for rows that come with no description (built by hand).
+    pub types: Option<ColumnTypes>,
 }
 
 impl Row {
+    /// The type of the column at `index`, when the row carries its columns' types.
+    pub fn column_type(&self, index: usize) -> Option<ColumnType> {
+        self.types
+            .as_ref()
+            .and_then(|types| types.get(index).copied())
+    }
+
     /// The value of the column called `name` (exact, case-sensitive match), if the table has one.
     pub fn get(&self, name: &str) -> Option<&Value> {
         self.columns

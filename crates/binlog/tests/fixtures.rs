@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use outbox_binlog::{
-    BinlogError, BinlogFileReader, BinlogPosition, Commit, Gtid, Row, RowChange, RowOperation,
-    StreamItem, TableFilter, TableName, Value,
+    BinlogError, BinlogFileReader, BinlogPosition, ColumnType, Commit, Gtid, Row, RowChange,
+    RowOperation, SqlType, StreamItem, TableFilter, TableName, Value,
 };
 
 fn fixtures_dir() -> PathBuf {
@@ -175,6 +175,25 @@ fn mariadb_outbox_file_decodes_every_value_gtid_and_position() {
                         micros: 0,
                     },
                 ],
+                // As the TABLE_MAP describes them (and its null bitmap: `event_type` may be
+                // NULL).
+                types: Some(
+                    [
+                        (
+                            SqlType::Integer {
+                                bytes: 4,
+                                unsigned: false,
+                            },
+                            false,
+                        ),
+                        (SqlType::Text, false),
+                        (SqlType::Text, true),
+                        (SqlType::Binary, false),
+                        (SqlType::Timestamp { fsp: 0 }, false),
+                    ]
+                    .map(|(sql_type, nullable)| ColumnType { sql_type, nullable })
+                    .into(),
+                ),
             }),
             event_timestamp: created as u32,
             event_position: BinlogPosition::new("mariadb-bin.000001", position),
@@ -286,6 +305,16 @@ fn compressed_transaction_is_decompressed_and_commits_at_the_payload_end() {
                 after: Some(Row {
                     columns: ["@1".to_owned()].into(),
                     values: vec![Value::Int(1)],
+                    types: Some(
+                        [ColumnType {
+                            sql_type: SqlType::Integer {
+                                bytes: 4,
+                                unsigned: false,
+                            },
+                            nullable: true,
+                        }]
+                        .into(),
+                    ),
                 }),
                 event_timestamp: 1_695_159_109,
                 event_position: BinlogPosition::new("transaction_compression.000001", 274),
@@ -612,5 +641,50 @@ fn an_error_inside_a_compressed_transaction_names_the_file_and_the_payload() {
             }
             other => panic!("byte {index}: expected an error in the file, got {other:?}"),
         }
+    }
+}
+
+/// Every row carries its columns' SQL types and nullability as the TABLE_MAP describes
+/// them (what Debezium derives schemas from), aligned with the columns even when the row
+/// image holds only some of them (binlog_row_image=MINIMAL).
+#[test]
+fn rows_carry_their_columns_types_from_the_table_map() {
+    let column = |sql_type, nullable| ColumnType { sql_type, nullable };
+    let int = |unsigned| SqlType::Integer { bytes: 4, unsigned };
+    for (name, expected) in [
+        (
+            "mysql_type_bit.000001",
+            vec![
+                column(SqlType::Bit, true),
+                column(SqlType::Text, true),
+                column(SqlType::Bit, true),
+            ],
+        ),
+        // ENUM, SET, VARCHAR and TEXT are all text to Debezium.
+        (
+            "mysql-enum-string-set.000001",
+            vec![column(SqlType::Text, true); 5],
+        ),
+        (
+            "time_issue.000001",
+            vec![column(SqlType::Time { fsp: 0 }, true)],
+        ),
+        ("json-opaque.binlog", vec![column(SqlType::Json, true)]),
+        // Columns 1, 3 and 5 of the table only: their types, not the first three.
+        (
+            "minimal_row_metadata.000001",
+            vec![
+                column(int(false), false),
+                column(SqlType::Text, true),
+                column(int(true), true),
+            ],
+        ),
+    ] {
+        let items = read_ok(name, TableFilter::all());
+        let first = rows(&items)[0];
+        let image = first.after.as_ref().or(first.before.as_ref()).unwrap();
+        assert_eq!(image.types.as_deref(), Some(&expected[..]), "{name}");
+        assert_eq!(image.columns.len(), expected.len(), "{name}");
+        assert_eq!(image.column_type(0), Some(expected[0]), "{name}");
     }
 }

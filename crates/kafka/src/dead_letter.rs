@@ -929,6 +929,7 @@ mod tests {
                     Value::Text("order-9".into()),
                     Value::Bytes(vec![b'p'; payload_bytes]),
                 ],
+                types: None,
             }),
             event_timestamp: 0,
             event_position: outbox_binlog::BinlogPosition::new("mysql-bin.000001", 4),

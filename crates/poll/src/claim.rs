@@ -10,7 +10,7 @@ use crate::columns::{quote, PollColumns, RowStatus};
 use crate::ddl::PollIndexes;
 use crate::error::PollError;
 use crate::ledger::SettledClaim;
-use crate::sql_row::{column_names, row_image};
+use crate::sql_row::{column_names, column_types, row_image};
 
 /// One table's poller: the statements of the protocol (see the crate docs), built once.
 #[derive(Debug, Clone)]
@@ -547,8 +547,13 @@ impl Poller {
             .exec_iter(&self.select_claimable, (end, limit))
             .await
             .map_err(selecting)?;
-        // Set from the first row: the table's columns, and where the state columns are.
-        let mut layout: Option<(outbox_binlog::ColumnNames, StatePositions)> = None;
+        // Set from the first row: the table's columns and their types, and where the state
+        // columns are.
+        let mut layout: Option<(
+            outbox_binlog::ColumnNames,
+            outbox_binlog::ColumnTypes,
+            StatePositions,
+        )> = None;
         // Per aggregate: how many older siblings this claim took, and whether one was
         // left out (locked by another claim, past the LIMIT, or refused): then no younger
         // row of the aggregate may be taken, or two relays would publish one key at once.
@@ -559,15 +564,16 @@ impl Poller {
             if claimed.refused {
                 continue;
             }
-            let (names, positions) = match &layout {
+            let (names, types, positions) = match &layout {
                 Some(layout) => layout,
                 None => {
                     let mut names = column_names(row.columns_ref()).to_vec();
                     // The last column is the count of older unsent siblings, not the table's.
                     names.pop();
                     let names: outbox_binlog::ColumnNames = names.into();
+                    let types = column_types(row.columns_ref());
                     let positions = self.state_positions(&names)?;
-                    layout.insert((names, positions))
+                    layout.insert((names, types, positions))
                 }
             };
             let older_unsent: u64 = row.take(names.len()).ok_or_else(|| PollError::BadRow {
@@ -584,7 +590,7 @@ impl Poller {
                 *blocked = true;
                 continue;
             }
-            let image = row_image(row, names).map_err(|message| PollError::BadRow {
+            let image = row_image(row, names, types).map_err(|message| PollError::BadRow {
                 table: self.table_name.clone(),
                 message: format!("event {}: {message}", row_state.event_id),
             })?;

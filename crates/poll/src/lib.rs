@@ -43,7 +43,10 @@ mod ledger;
 mod retry;
 mod server;
 mod sql_row;
-pub use sql_row::{column_names as sql_column_names, row_image as sql_row_image, sql_row_change};
+pub use sql_row::{
+    column_names as sql_column_names, column_types as sql_column_types, row_image as sql_row_image,
+    sql_row_change,
+};
 mod tasks;
 
 pub use claim::{

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use mysql_async::consts::{ColumnFlags, ColumnType};
 use mysql_async::{Column, Row as SqlRow, Value as SqlValue};
 use outbox_binlog::{
-    BinlogPosition, ColumnNames, DateTime, JsonText, Row, RowChange, RowOperation, TableName, Value,
+    BinlogPosition, ColumnNames, ColumnTypes, DateTime, JsonText, Row, RowChange, RowOperation,
+    SqlType, TableName, Value,
 };
 
 /// The `binary` character set: bytes, not text.
@@ -27,9 +28,73 @@ pub fn column_names(columns: &[Column]) -> ColumnNames {
         .into()
 }
 
-/// `row` as the router's row image with `names` (its first `names.len()` columns); `Err`
-/// names the column that does not convert and why.
-pub fn row_image(row: SqlRow, names: &ColumnNames) -> Result<Row, String> {
+/// The SQL types of a result's columns as the server describes them (type code, flags,
+/// decimals, character set), in the binlog's terms: the row images carry them, so the
+/// router types polled rows as it types the binlog's.
+pub fn column_types(columns: &[Column]) -> ColumnTypes {
+    columns.iter().map(column_type_of).collect()
+}
+
+fn column_type_of(column: &Column) -> outbox_binlog::ColumnType {
+    let flags = column.flags();
+    let unsigned = flags.contains(ColumnFlags::UNSIGNED_FLAG);
+    let fsp = column.decimals().min(6);
+    let integer = |bytes| SqlType::Integer { bytes, unsigned };
+    let sql_type = match column.column_type() {
+        ColumnType::MYSQL_TYPE_TINY => integer(1),
+        ColumnType::MYSQL_TYPE_SHORT => integer(2),
+        ColumnType::MYSQL_TYPE_INT24 => integer(3),
+        ColumnType::MYSQL_TYPE_LONG => integer(4),
+        ColumnType::MYSQL_TYPE_LONGLONG => integer(8),
+        ColumnType::MYSQL_TYPE_FLOAT => SqlType::Float,
+        ColumnType::MYSQL_TYPE_DOUBLE => SqlType::Double,
+        ColumnType::MYSQL_TYPE_DECIMAL | ColumnType::MYSQL_TYPE_NEWDECIMAL => {
+            // The display length counts the digits, a point when there are decimals, and
+            // a sign unless the column is unsigned.
+            let scale = column.decimals();
+            let extra = u32::from(scale > 0) + u32::from(!unsigned);
+            let precision = column.column_length().saturating_sub(extra);
+            SqlType::Decimal {
+                precision: u8::try_from(precision).unwrap_or(u8::MAX),
+                scale,
+            }
+        }
+        ColumnType::MYSQL_TYPE_YEAR => SqlType::Year,
+        ColumnType::MYSQL_TYPE_DATE | ColumnType::MYSQL_TYPE_NEWDATE => SqlType::Date,
+        ColumnType::MYSQL_TYPE_TIME | ColumnType::MYSQL_TYPE_TIME2 => SqlType::Time { fsp },
+        ColumnType::MYSQL_TYPE_DATETIME | ColumnType::MYSQL_TYPE_DATETIME2 => {
+            SqlType::DateTime { fsp }
+        }
+        ColumnType::MYSQL_TYPE_TIMESTAMP | ColumnType::MYSQL_TYPE_TIMESTAMP2 => {
+            SqlType::Timestamp { fsp }
+        }
+        ColumnType::MYSQL_TYPE_JSON => SqlType::Json,
+        ColumnType::MYSQL_TYPE_BIT => SqlType::Bit,
+        ColumnType::MYSQL_TYPE_ENUM | ColumnType::MYSQL_TYPE_SET => SqlType::Text,
+        ColumnType::MYSQL_TYPE_STRING
+        | ColumnType::MYSQL_TYPE_VAR_STRING
+        | ColumnType::MYSQL_TYPE_VARCHAR
+        | ColumnType::MYSQL_TYPE_TINY_BLOB
+        | ColumnType::MYSQL_TYPE_MEDIUM_BLOB
+        | ColumnType::MYSQL_TYPE_LONG_BLOB
+        | ColumnType::MYSQL_TYPE_BLOB => {
+            if column.character_set() == BINARY_CHARSET {
+                SqlType::Binary
+            } else {
+                SqlType::Text
+            }
+        }
+        _ => SqlType::Unknown,
+    };
+    outbox_binlog::ColumnType {
+        sql_type,
+        nullable: !flags.contains(ColumnFlags::NOT_NULL_FLAG),
+    }
+}
+
+/// `row` as the router's row image with `names` (its first `names.len()` columns) and their
+/// `types` (from [`column_types`]); `Err` names the column that does not convert and why.
+pub fn row_image(row: SqlRow, names: &ColumnNames, types: &ColumnTypes) -> Result<Row, String> {
     let columns: Arc<[Column]> = row.columns();
     let values = row
         .unwrap_raw()
@@ -46,9 +111,15 @@ pub fn row_image(row: SqlRow, names: &ColumnNames) -> Result<Row, String> {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let types = if types.len() == names.len() {
+        types.clone()
+    } else {
+        types.iter().take(names.len()).copied().collect()
+    };
     Ok(Row {
         columns: names.clone(),
         values,
+        types: Some(types),
     })
 }
 

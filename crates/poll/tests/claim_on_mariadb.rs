@@ -500,6 +500,47 @@ async fn claimed_rows_come_with_typed_images_and_settle_as_sent_or_dead() {
         })
     );
     assert_eq!(images[1].get("tenant"), Some(&Value::Null));
+    // The columns' types as the server describes them, in the binlog's terms.
+    use outbox_binlog::{ColumnType, SqlType};
+    let type_of = |name: &str| {
+        let index = first.columns.iter().position(|column| column == name)?;
+        first.column_type(index)
+    };
+    let column = |sql_type, nullable| Some(ColumnType { sql_type, nullable });
+    assert_eq!(type_of("event_id"), column(SqlType::Text, false));
+    assert_eq!(
+        type_of("created_at"),
+        column(SqlType::DateTime { fsp: 6 }, false)
+    );
+    assert_eq!(
+        type_of("tenant"),
+        column(
+            SqlType::Integer {
+                bytes: 4,
+                unsigned: true
+            },
+            true
+        )
+    );
+    assert_eq!(type_of("digest"), column(SqlType::Binary, true));
+    assert_eq!(
+        type_of("noted_at"),
+        column(SqlType::Timestamp { fsp: 3 }, true)
+    );
+    assert_eq!(
+        type_of("price"),
+        column(
+            SqlType::Decimal {
+                precision: 8,
+                scale: 2
+            },
+            true
+        )
+    );
+    assert_eq!(
+        first.types.as_ref().map(|types| types.len()),
+        Some(first.columns.len())
+    );
 
     // The lease of a live claim is renewed; a token that holds nothing renews nothing.
     let renewed = poller

@@ -261,6 +261,7 @@ mod tests {
                 Value::Bytes(vec![0; 500]),
                 Value::Json(serde_json::json!({"k": "v".repeat(100)}).into()),
             ],
+            types: None,
         };
         let change = RowChange {
             table: Arc::new(TableName::new("shop", "outbox")),

@@ -1266,6 +1266,7 @@ mod tests {
                             Value::Null
                         },
                     ],
+                    types: None,
                 }),
                 event_timestamp: 1_700_000_000,
                 event_position: BinlogPosition::new("binlog.000001", 4),

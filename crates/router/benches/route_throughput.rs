@@ -71,6 +71,7 @@ fn rows(scenario: &Scenario, count: usize) -> Vec<RowChange> {
                 after: Some(Row {
                     columns: Arc::clone(&column_list),
                     values,
+                    types: None,
                 }),
                 event_timestamp: common::EVENT_TIME_SECONDS,
                 event_position: BinlogPosition::new("mysql-bin.000001", 4),

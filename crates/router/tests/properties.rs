@@ -120,6 +120,7 @@ fn row_strategy() -> impl Strategy<Value = Row> {
             Row {
                 columns: columns.into(),
                 values,
+                types: None,
             }
         })
 }
@@ -228,6 +229,7 @@ fn near_valid_row_strategy() -> impl Strategy<Value = Row> {
             Row {
                 columns: columns.into(),
                 values: pairs.into_iter().map(|(_, value)| value).collect(),
+                types: None,
             }
         })
 }

@@ -8,7 +8,7 @@
 use super::charset::{decode_text, undecodable_utf8, TextEncoding};
 use super::reader::{be_uint, le_uint, ByteReader};
 use super::table_map::{ColumnKind, TablePlan};
-use crate::types::{ColumnNames, DateTime, JsonText, Row, Value};
+use crate::types::{ColumnNames, ColumnTypes, DateTime, JsonText, Row, Value};
 
 /// Which operation a rows event performs, and the layout that follows from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +89,8 @@ pub(crate) fn read_head(
 pub(crate) struct ImageColumns {
     /// Names of the present columns, in table order (shared by every row of the event).
     pub(crate) names: ColumnNames,
+    /// Their types, likewise.
+    pub(crate) types: ColumnTypes,
     /// True when the "columns present" bitmap has every column (binlog_row_image=FULL):
     /// rows are then decoded without looking at the bitmap per column.
     pub(crate) all_present: bool,
@@ -115,20 +117,28 @@ pub(crate) fn every_column_present(bitmap: &[u8], column_count: usize) -> bool {
 /// The columns of an image with the given "columns present" bitmap: the table's names when
 /// every column is present (binlog_row_image=FULL, shared without copying), else the names
 /// of the present columns only (binlog_row_image=MINIMAL/NOBLOB).
-pub(crate) fn image_columns(bitmap: &[u8], names: &ColumnNames) -> ImageColumns {
+pub(crate) fn image_columns(
+    bitmap: &[u8],
+    names: &ColumnNames,
+    types: &ColumnTypes,
+) -> ImageColumns {
     if every_column_present(bitmap, names.len()) {
         return ImageColumns {
             names: names.clone(),
+            types: types.clone(),
             all_present: true,
         };
     }
-    let present = |index: usize| bitmap[index / 8] & (1 << (index % 8)) != 0;
+    let present = |index: &usize| bitmap[index / 8] & (1 << (index % 8)) != 0;
+    let present_indexes: Vec<usize> = (0..names.len()).filter(present).collect();
     ImageColumns {
-        names: names
+        names: present_indexes
             .iter()
-            .enumerate()
-            .filter(|(index, _)| present(*index))
-            .map(|(_, name)| name.clone())
+            .map(|&index| names[index].clone())
+            .collect(),
+        types: present_indexes
+            .iter()
+            .filter_map(|&index| types.get(index).copied())
             .collect(),
         all_present: false,
     }
@@ -176,6 +186,7 @@ pub(crate) fn decode_image(
     Ok(Row {
         columns: image.names.clone(),
         values,
+        types: Some(image.types.clone()),
     })
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use super::charset::{decode_latin1, encoding_of_collation, TextEncoding};
 use super::reader::ByteReader;
-use crate::types::{ColumnNames, Flavor, TableName};
+use crate::types::{ColumnNames, ColumnType, ColumnTypes, Flavor, SqlType, TableName};
 
 /// MySQL column type codes as they appear in TABLE_MAP events.
 pub(crate) mod column_type {
@@ -171,6 +171,48 @@ pub(crate) struct TablePlan {
     pub(crate) type_codes: Vec<u8>,
     /// Column names from the COLUMN_NAME optional metadata (binlog_row_metadata=FULL).
     pub(crate) names_from_metadata: Option<ColumnNames>,
+    /// Each column's SQL type and nullability, for the rows' [`Row::types`].
+    pub(crate) types: ColumnTypes,
+}
+
+impl ColumnKind {
+    /// The SQL type this layout belongs to.
+    fn sql_type(&self) -> SqlType {
+        match self {
+            ColumnKind::Integer { bytes, unsigned } => SqlType::Integer {
+                bytes: *bytes,
+                unsigned: *unsigned,
+            },
+            ColumnKind::Float => SqlType::Float,
+            ColumnKind::Double => SqlType::Double,
+            ColumnKind::Decimal { precision, scale } => SqlType::Decimal {
+                precision: *precision,
+                scale: *scale,
+            },
+            ColumnKind::Year => SqlType::Year,
+            ColumnKind::Date => SqlType::Date,
+            ColumnKind::TimeOld => SqlType::Time { fsp: 0 },
+            ColumnKind::Time2 { fsp } => SqlType::Time { fsp: *fsp },
+            ColumnKind::DateTimeOld => SqlType::DateTime { fsp: 0 },
+            ColumnKind::DateTime2 { fsp } => SqlType::DateTime { fsp: *fsp },
+            ColumnKind::TimestampOld => SqlType::Timestamp { fsp: 0 },
+            ColumnKind::Timestamp2 { fsp } => SqlType::Timestamp { fsp: *fsp },
+            ColumnKind::ShortString { encoding, .. } | ColumnKind::Blob { encoding, .. } => {
+                match encoding {
+                    TextEncoding::Binary => SqlType::Binary,
+                    TextEncoding::Unknown => SqlType::Unknown,
+                    _ => SqlType::Text,
+                }
+            }
+            ColumnKind::FixedBinary { .. } => SqlType::Binary,
+            ColumnKind::Json { .. } => SqlType::Json,
+            ColumnKind::Enum { .. } | ColumnKind::Set { .. } => SqlType::Text,
+            ColumnKind::Bit { .. } => SqlType::Bit,
+            ColumnKind::OpaqueBytes { .. } | ColumnKind::Vector { .. } | ColumnKind::NullType => {
+                SqlType::Unknown
+            }
+        }
+    }
 }
 
 /// The part of a TABLE_MAP needed before deciding whether to build a plan.
@@ -613,11 +655,20 @@ pub(crate) fn build_plan(
 
     let database = String::from_utf8_lossy(head.database).into_owned();
     let table = String::from_utf8_lossy(head.table).into_owned();
+    let types = columns
+        .iter()
+        .enumerate()
+        .map(|(index, kind)| ColumnType {
+            sql_type: kind.sql_type(),
+            nullable: null_bitmap[index / 8] & (1 << (index % 8)) != 0,
+        })
+        .collect();
     Ok(TablePlan {
         table: Arc::new(TableName::new(database, table)),
         columns,
         type_codes: raw_columns.iter().map(|c| c.real_type).collect(),
         names_from_metadata: optional.names.map(ColumnNames::from),
+        types,
     })
 }
 

@@ -26,6 +26,7 @@ pub fn change(
             .collect::<Vec<_>>()
             .into(),
         values,
+        types: None,
     };
     let (before, after) = match operation {
         RowOperation::Insert => (None, Some(row)),
