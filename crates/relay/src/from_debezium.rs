@@ -490,14 +490,10 @@ pub fn convert(config: &ConnectorConfig) -> anyhow::Result<String> {
                         .first()
                         .map(|alias| format!(", field = {}", quoted(alias)))
                         .unwrap_or_default();
-                    envelope.push(format!(
-                        "{{ column = {}{field}, column_type = \"varchar\", nullable = true }}",
-                        quoted(column)
-                    ));
-                    out.not_mapped(
-                        &full,
-                        format!("`{entry}`: mapped to envelope_fields, but Debezium takes the column's type from the table's DDL, which this file does not hold: set column_type (and nullable) to the column's SQL type (\"varchar\" is a placeholder)"),
-                    );
+                    // Its type and nullability come from the binlog's TABLE_MAP, as
+                    // Debezium takes them from the DDL (TINYINT, DECIMAL, FLOAT and BIT
+                    // columns need a column_type: the relay names them when it routes).
+                    envelope.push(format!("{{ column = {}{field} }}", quoted(column)));
                 }
                 [column, "partition"] => {
                     if let Some(earlier) = partition.replace(column.to_string()) {
@@ -508,8 +504,8 @@ pub fn convert(config: &ConnectorConfig) -> anyhow::Result<String> {
             }
         }
         if !headers.is_empty() {
-            out.route
-                .push("# additional_headers: give a DATETIME, TIMESTAMP, DATE, TIME or binary column its column_type (e.g. \"datetime(6)\") to get Debezium's header form".into());
+            // Headers in Debezium's forms of the columns' types, as the binlog describes them.
+            out.route.push("debezium_column_types = true".into());
             out.route
                 .push(format!("additional_headers = [{}]", headers.join(", ")));
         }
@@ -909,7 +905,6 @@ mod tests {
         // Nothing dropped silently: each unmapped option is named with why.
         for named in [
             "database.password: a secret",
-            "tenant:envelope",
             "some.future.option: a connector option",
             "topic.prefix:",
             "schema.history.internal.kafka.topic:",
@@ -918,14 +913,20 @@ mod tests {
             assert!(toml.contains(named), "{named} not named:\n{toml}");
         }
         assert!(!toml.contains("dbz\""), "the password leaked:\n{toml}");
-        // `tenant:envelope`: an envelope field, its type flagged as the user's to state.
+        // `tenant:envelope`: an envelope field whose type and nullability come from the
+        // binlog's description of the column, as Debezium's come from the DDL.
         assert_eq!(config.route.envelope_fields.len(), 1);
         assert_eq!(config.route.envelope_fields[0].field_name(), "tenant");
+        assert_eq!(config.route.envelope_fields[0].column_type, None);
+        assert_eq!(config.route.envelope_fields[0].nullable, None);
         assert_eq!(
             config.route.debezium_topic_prefix.as_deref(),
             Some("dbserver1")
         );
-        assert!(toml.contains("set column_type"), "{toml}");
+        assert!(
+            !toml.contains("tenant:envelope"),
+            "mapped, not named:\n{toml}"
+        );
         assert_eq!(
             config.route.event_id_encoding,
             outbox_router::BinaryEncoding::Base64
@@ -1231,6 +1232,30 @@ mod tests {
         .map(String::from)
         .into();
         let text = |t: &str| Value::Text(t.to_owned());
+        // As the binlog describes the differential test's table (`DIFFERENTIAL_TABLE`).
+        let column = |sql_type, nullable| outbox_binlog::ColumnType { sql_type, nullable };
+        let int = |nullable| {
+            column(
+                outbox_binlog::SqlType::Integer {
+                    bytes: 4,
+                    unsigned: false,
+                },
+                nullable,
+            )
+        };
+        let text_column = |nullable| column(outbox_binlog::SqlType::Text, nullable);
+        let types: outbox_binlog::ColumnTypes = vec![
+            text_column(false),
+            text_column(false),
+            text_column(true),
+            text_column(false),
+            text_column(true),
+            text_column(false),
+            column(outbox_binlog::SqlType::DateTime { fsp: 6 }, false),
+            int(false),
+            int(true),
+        ]
+        .into();
         let rows: [(&str, &str, Option<&str>, Option<&str>); 5] = [
             ("diff-text", "order", Some("o-1"), Some("\"plain text caf\u{e9}\"")),
             (
@@ -1266,7 +1291,7 @@ mod tests {
                             Value::Null
                         },
                     ],
-                    types: None,
+                    types: Some(types.clone()),
                 }),
                 event_timestamp: 1_700_000_000,
                 event_position: BinlogPosition::new("binlog.000001", 4),
@@ -1306,12 +1331,10 @@ mod tests {
         for (converters, expand, extra) in modes {
             let connector = side_by_side_connector(converters, expand);
             let toml = convert(&parse_connector_config(&connector).unwrap()).unwrap();
-            // The envelope column's type is not in the connector file: the user states it.
-            let placeholder = "{ column = \"seq\", column_type = \"varchar\", nullable = true }";
-            assert!(toml.contains(placeholder), "{toml}");
-            let toml = toml.replace(
-                placeholder,
-                "{ column = \"seq\", column_type = \"int\", nullable = false }",
+            // The envelope column's type comes from the binlog: nothing to state by hand.
+            assert!(
+                toml.contains("envelope_fields = [{ column = \"seq\" }]"),
+                "{toml}"
             );
             let converted = crate::RelayConfig::parse(&toml).unwrap();
             let proven = crate::RelayConfig::parse(&proven_route(extra)).unwrap();

@@ -321,6 +321,18 @@ const RELAY_ADDITIONAL_FIELDS: &[&str] = &[
      { column = \"blob_ref\", field = \"blob\", column_type = \"varbinary(16)\" }]",
 ];
 
+/// [`RELAY_ADDITIONAL_FIELDS`] without a single `column_type`: each column's type is the
+/// one the binlog's TABLE_MAP describes (`debezium_column_types`, envelope fields by
+/// default), which must give Debezium's bytes as the DDL's types do.
+const RELAY_ADDITIONAL_FIELDS_DESCRIBED: &[&str] = &[
+    "debezium_column_types = true",
+    "additional_headers = [{ column = \"tenant\", header = \"tenantId\" }, \
+     { column = \"region\" }, { column = \"blob_ref\" }, { column = \"created\" }, \
+     { column = \"stamped\" }]",
+    "envelope_fields = [{ column = \"seq\" }, { column = \"due\", field = \"dueOn\" }, \
+     { column = \"blob_ref\", field = \"blob\" }]",
+];
+
 /// One converter setup: Debezium's converters and EventRouter options, and the relay's
 /// `[route]` lines that must give the same bytes.
 struct Mode {
@@ -337,6 +349,9 @@ struct Mode {
     /// The relay sends Debezium's `__debezium.context.*` headers too
     /// (`debezium_context_headers`); otherwise they are a deliberate difference.
     context_headers: bool,
+    /// The relay's additional fields take their types from the binlog
+    /// ([`RELAY_ADDITIONAL_FIELDS_DESCRIBED`]) instead of stated `column_type`s.
+    described_types: bool,
 }
 
 /// The modes the differential test runs, each with its own Debezium worker and relay.
@@ -348,6 +363,7 @@ const MODES: &[Mode] = &[
         expand: false,
         route: &[],
         context_headers: false,
+        described_types: true,
     },
     Mode {
         name: "json",
@@ -356,6 +372,7 @@ const MODES: &[Mode] = &[
         expand: false,
         route: &["key_format = \"json\"", "value_format = \"json\""],
         context_headers: true,
+        described_types: false,
     },
     Mode {
         name: "jsonschema",
@@ -367,6 +384,7 @@ const MODES: &[Mode] = &[
             "value_format = \"json_with_schema\"",
         ],
         context_headers: false,
+        described_types: true,
     },
     Mode {
         name: "jsonexpanded",
@@ -379,6 +397,7 @@ const MODES: &[Mode] = &[
             "expand_json_payload = true",
         ],
         context_headers: false,
+        described_types: false,
     },
     Mode {
         name: "schemaexpanded",
@@ -391,6 +410,7 @@ const MODES: &[Mode] = &[
             "expand_json_payload = true",
         ],
         context_headers: false,
+        described_types: false,
     },
 ];
 
@@ -601,7 +621,11 @@ async fn start_mode(
         "null_values = \"as_debezium\"",
     ]
     .iter()
-    .chain(RELAY_ADDITIONAL_FIELDS)
+    .chain(if mode.described_types {
+        RELAY_ADDITIONAL_FIELDS_DESCRIBED
+    } else {
+        RELAY_ADDITIONAL_FIELDS
+    })
     .chain(mode.route)
     .map(|line| line.to_string())
     .collect();

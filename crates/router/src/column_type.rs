@@ -162,6 +162,67 @@ impl SqlColumnType {
         })
     }
 
+    /// The Debezium form of a column as the server describes it (a row's
+    /// [`outbox_binlog::Row::types`]), when the relay renders that form: `None` for TINYINT
+    /// (the binlog tells TINYINT(1) and BOOLEAN apart from no other TINYINT, and Debezium
+    /// writes BOOLEAN as a boolean), DECIMAL, FLOAT, DOUBLE, BIT and what the server left
+    /// unknown; those need a configured `column_type`.
+    pub fn from_server(column: &outbox_binlog::ColumnType) -> Option<SqlColumnType> {
+        use outbox_binlog::SqlType;
+        let (text, kind) = match column.sql_type {
+            SqlType::Integer { bytes: 1, .. } => return None,
+            SqlType::Integer {
+                bytes: 2,
+                unsigned: false,
+            } => ("smallint".to_string(), ColumnType::Int16),
+            SqlType::Integer {
+                bytes: 2,
+                unsigned: true,
+            } => ("smallint unsigned".to_string(), ColumnType::Int32),
+            SqlType::Integer { bytes: 3, unsigned } => (
+                format!("mediumint{}", if unsigned { " unsigned" } else { "" }),
+                ColumnType::Int32,
+            ),
+            SqlType::Integer {
+                bytes: 4,
+                unsigned: false,
+            } => ("int".to_string(), ColumnType::Int32),
+            SqlType::Integer {
+                bytes: 4,
+                unsigned: true,
+            } => ("int unsigned".to_string(), ColumnType::Int64),
+            SqlType::Integer { bytes: 8, unsigned } => (
+                format!("bigint{}", if unsigned { " unsigned" } else { "" }),
+                ColumnType::Int64,
+            ),
+            SqlType::Integer { .. } => return None,
+            SqlType::Text => ("text".to_string(), ColumnType::String),
+            SqlType::Json => ("json".to_string(), ColumnType::Json),
+            SqlType::Binary => ("varbinary".to_string(), ColumnType::Bytes),
+            SqlType::DateTime { fsp } => (
+                format!("datetime({fsp})"),
+                if fsp <= 3 {
+                    ColumnType::Timestamp
+                } else {
+                    ColumnType::MicroTimestamp
+                },
+            ),
+            SqlType::Timestamp { fsp } => (
+                format!("timestamp({fsp})"),
+                ColumnType::ZonedTimestamp { precision: fsp },
+            ),
+            SqlType::Date => ("date".to_string(), ColumnType::Date),
+            SqlType::Time { fsp } => (format!("time({fsp})"), ColumnType::MicroTime),
+            SqlType::Year => ("year".to_string(), ColumnType::Year),
+            SqlType::Decimal { .. }
+            | SqlType::Float
+            | SqlType::Double
+            | SqlType::Bit
+            | SqlType::Unknown => return None,
+        };
+        Some(SqlColumnType { text, kind })
+    }
+
     /// The Connect schema Debezium gives the column (`optional` when it is nullable).
     pub(crate) fn schema(&self, optional: bool) -> Schema {
         let (kind, name) = match self.kind {

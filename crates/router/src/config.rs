@@ -360,6 +360,13 @@ pub struct RouteConfig {
     /// `adaptive_time_microseconds` (Debezium's default) is supported.
     #[serde(default)]
     pub time_precision_mode: TimePrecisionMode,
+    /// Additional headers without a `column_type` take the column's type as the server
+    /// describes it (the binlog's TABLE_MAP) and are written as Debezium writes that type
+    /// (Kafka Connect's `SimpleHeaderConverter`: temporal values as Debezium's numbers or
+    /// text, binary as Base64), instead of the value's plain text or bytes. A column type
+    /// the relay cannot render that way (TINYINT, DECIMAL, FLOAT, BIT) keeps the plain form.
+    #[serde(default)]
+    pub debezium_column_types: bool,
     /// Debezium's `__debezium.context.*` headers on every record (its
     /// `extended.headers.enabled`, on by default there), for consumers that read them: off
     /// unless this table is given.
@@ -424,6 +431,7 @@ impl Default for RouteConfig {
             envelope_fields: Vec::new(),
             debezium_topic_prefix: None,
             time_precision_mode: TimePrecisionMode::default(),
+            debezium_column_types: false,
             debezium_context_headers: None,
         }
     }
@@ -737,11 +745,16 @@ pub struct EnvelopeField {
     #[serde(default)]
     pub field: Option<String>,
     /// The column's SQL type (e.g. `"varchar(32)"`, `"datetime(6)"`), which decides the
-    /// value's form and schema exactly as Debezium derives them from the DDL.
-    pub column_type: SqlColumnType,
-    /// Whether the column is nullable (the field schema's `optional`).
-    #[serde(default = "default_true")]
-    pub nullable: bool,
+    /// value's form and schema exactly as Debezium derives them from the DDL; unset, the
+    /// type the server describes for the column (the binlog's TABLE_MAP) is used, and a
+    /// type the relay cannot render that way (TINYINT, DECIMAL, FLOAT, BIT) is a routing
+    /// error naming the column.
+    #[serde(default)]
+    pub column_type: Option<SqlColumnType>,
+    /// Whether the column is nullable (the field schema's `optional`); unset, as the server
+    /// describes the column (true when it does not).
+    #[serde(default)]
+    pub nullable: Option<bool>,
 }
 
 impl EnvelopeField {
@@ -914,9 +927,6 @@ fn default_aggregate_type_header() -> String {
 }
 fn default_aggregate_id_header() -> String {
     "aggregate_id".to_string()
-}
-fn default_true() -> bool {
-    true
 }
 fn default_additional_header_encoding() -> BinaryEncoding {
     BinaryEncoding::Raw

@@ -105,6 +105,13 @@ pub enum RoutingErrorKind {
         /// What it was going to be, e.g. `the payload`.
         usage: &'static str,
     },
+    /// A typed field without a configured `column_type` whose type, as the server
+    /// describes it, has no Debezium form the relay renders.
+    #[error("the server describes the column as {described}, which the relay does not render as Debezium does; set its column_type")]
+    ColumnTypeNotRenderable {
+        /// The type as the server described it (or `no type`).
+        described: String,
+    },
     /// `payload = "require_json"` and the payload is not JSON.
     #[error("the payload is not valid JSON: {reason}")]
     PayloadNotJson {
@@ -164,6 +171,7 @@ impl RoutingErrorKind {
             RoutingErrorKind::NotUtf8 => "not_utf8",
             RoutingErrorKind::NotUuid { .. } => "not_uuid",
             RoutingErrorKind::UnsupportedType { .. } => "unsupported_type",
+            RoutingErrorKind::ColumnTypeNotRenderable { .. } => "column_type_not_renderable",
             RoutingErrorKind::PayloadNotJson { .. } => "payload_not_json",
             RoutingErrorKind::PayloadNotExpandable { .. } => "payload_not_expandable",
             RoutingErrorKind::SchemaMismatch { .. } => "schema_mismatch",

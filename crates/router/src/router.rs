@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use outbox_binlog::{ColumnNames, Row, RowChange, RowOperation, TableFilter, TableName, Value};
 
-use crate::column_type::{header_bytes, push_java_text};
+use crate::column_type::{header_bytes, push_java_text, SqlColumnType};
 use crate::config::{
     validate_router_config, AdditionalHeader, BinaryEncoding, ColumnMapping, ConnectSchemaConfig,
     ConnectSchemaType, EnvelopeField, InvalidOperationBehavior, JsonNullBehavior, NullValues,
@@ -96,6 +96,8 @@ struct RouteSettings {
     envelope_fields: Vec<EnvelopeField>,
     /// Debezium's `topic.prefix`, naming the envelope's schema.
     debezium_topic_prefix: Option<String>,
+    /// Additional headers without a `column_type` take the server's column type.
+    debezium_column_types: bool,
     /// Debezium's `__debezium.context.*` headers (name, value), the same on every record
     /// of this router's run, put before the `id` header as Debezium's connectors do; empty
     /// unless `debezium_context_headers` is set.
@@ -311,6 +313,7 @@ impl Router {
             },
             envelope_fields: route.envelope_fields.clone(),
             debezium_topic_prefix: route.debezium_topic_prefix.clone(),
+            debezium_column_types: route.debezium_column_types,
             context_headers: route
                 .debezium_context_headers
                 .as_ref()
@@ -659,7 +662,12 @@ impl Router {
         }
         for (extra, index) in table.additional_headers.iter().zip(&indexes.additional) {
             let value = context.present(row, *index, &extra.column)?;
-            let bytes = match (value, &extra.column_type) {
+            let server_type = settings
+                .debezium_column_types
+                .then(|| index.and_then(|index| row.column_type(index)))
+                .flatten()
+                .and_then(|column| SqlColumnType::from_server(&column));
+            let bytes = match (value, extra.column_type.as_ref().or(server_type.as_ref())) {
                 (_, Some(column_type)) => header_bytes(
                     &column_type
                         .data(value)
@@ -858,16 +866,34 @@ impl Router {
         let mut values = vec![payload_data];
         for (field, index) in settings.envelope_fields.iter().zip(&indexes.envelope) {
             let value = context.present(row, *index, &field.column)?;
+            let server = index.and_then(|index| row.column_type(index));
+            let column_type = match &field.column_type {
+                Some(configured) => configured.clone(),
+                None => server
+                    .as_ref()
+                    .and_then(SqlColumnType::from_server)
+                    .ok_or_else(|| {
+                        context.error(
+                            &field.column,
+                            RoutingErrorKind::ColumnTypeNotRenderable {
+                                described: server.map_or_else(
+                                    || "no type".to_string(),
+                                    |column| format!("{:?}", column.sql_type),
+                                ),
+                            },
+                        )
+                    })?,
+            };
+            let nullable = field
+                .nullable
+                .or(server.map(|column| column.nullable))
+                .unwrap_or(true);
             values.push(
-                field
-                    .column_type
+                column_type
                     .data(value)
                     .map_err(|kind| context.error(&field.column, kind))?,
             );
-            fields.push((
-                field.field_name().to_string(),
-                field.column_type.schema(field.nullable),
-            ));
+            fields.push((field.field_name().to_string(), column_type.schema(nullable)));
         }
         if format == RecordFormat::Raw {
             // StringConverter: Java's `Struct.toString()`, null fields left out.

@@ -462,3 +462,105 @@ fn debezium_context_headers_need_the_topic_prefix_and_their_names() {
         "{error}"
     );
 }
+
+/// [`row`] with its columns' types as the binlog's TABLE_MAP describes them.
+fn typed_row(region: Option<&str>) -> outbox_binlog::RowChange {
+    use outbox_binlog::{ColumnType, SqlType};
+    let mut change = row(region, Some("{\"a\": 1}"));
+    let column = |sql_type, nullable| ColumnType { sql_type, nullable };
+    let types = vec![
+        column(SqlType::Text, false),
+        column(SqlType::Text, false),
+        column(SqlType::Text, false),
+        column(SqlType::Text, false),
+        column(SqlType::Text, true),
+        column(SqlType::Text, false),
+        column(SqlType::Text, true),
+        column(
+            SqlType::Integer {
+                bytes: 4,
+                unsigned: false,
+            },
+            false,
+        ),
+        column(SqlType::DateTime { fsp: 6 }, false),
+        column(SqlType::Binary, true),
+    ];
+    change.after.as_mut().expect("an insert").types = Some(types.into());
+    change
+}
+
+#[test]
+fn envelope_fields_without_column_type_take_the_servers_description() {
+    let described = "envelope_fields = [\
+        { column = \"tenant\" }, { column = \"region\", field = \"area\" }, { column = \"created\" }]\n";
+    let value = |envelope: &str, change: &outbox_binlog::RowChange| {
+        let record = routed(
+            &router(&format!(
+                "{DEBEZIUM_HEADERS}{envelope}value_format = \"json_with_schema\"\n\
+                 debezium_topic_prefix = \"dbserver1\"\nconnect_schema = {{ payload_type = \"string\" }}\n"
+            )),
+            change,
+        );
+        String::from_utf8(record.value.expect("a value")).unwrap()
+    };
+    // The same bytes as with the column types stated by hand (the test above).
+    assert_eq!(
+        value(described, &typed_row(None)),
+        value(ENVELOPE, &typed_row(None))
+    );
+    // A type the relay does not render as Debezium does is named, never guessed.
+    let mut tinyint = typed_row(None);
+    tinyint.after.as_mut().unwrap().types =
+        tinyint.after.as_ref().unwrap().types.as_ref().map(|types| {
+            let mut types = types.to_vec();
+            types[7].sql_type = outbox_binlog::SqlType::Integer {
+                bytes: 1,
+                unsigned: false,
+            };
+            types.into()
+        });
+    let error = router(&format!(
+        "{DEBEZIUM_HEADERS}envelope_fields = [{{ column = \"seq\" }}]\n"
+    ))
+    .route(&tinyint)
+    .unwrap_err();
+    assert!(
+        error.to_string().contains("set its column_type") && error.to_string().contains("seq"),
+        "{error}"
+    );
+    // A row without a description (built by hand) cannot be typed either.
+    let error = router(&format!(
+        "{DEBEZIUM_HEADERS}envelope_fields = [{{ column = \"seq\" }}]\n"
+    ))
+    .route(&row(None, Some("{}")))
+    .unwrap_err();
+    assert!(error.to_string().contains("no type"), "{error}");
+}
+
+#[test]
+fn headers_take_the_servers_column_types_with_debezium_column_types() {
+    let headers = "additional_headers = [{ column = \"created\" }, { column = \"blob_ref\" }, \
+                   { column = \"seq\" }, { column = \"region\" }]\n";
+    let described = router(&format!(
+        "{DEBEZIUM_HEADERS}debezium_column_types = true\n{headers}"
+    ));
+    let record = routed(&described, &typed_row(Some("eu")));
+    assert_eq!(
+        record.all_headers(),
+        vec![
+            ("id", Some(&b"ev-1"[..])),
+            ("created", Some(&b"1714979289123456"[..])),
+            ("blob_ref", Some(&b"AAH+/w=="[..])),
+            ("seq", Some(&b"7"[..])),
+            ("region", Some(&b"eu"[..])),
+        ]
+    );
+    // Without the setting, the plain forms (as before): the DATETIME's text, raw bytes.
+    let plain = routed(
+        &router(&format!("{DEBEZIUM_HEADERS}{headers}")),
+        &typed_row(Some("eu")),
+    );
+    assert_eq!(plain.header("blob_ref"), Some(&[0, 1, 0xfe, 0xff][..]));
+    assert_ne!(plain.header("created"), Some(&b"1714979289123456"[..]));
+}
