@@ -671,7 +671,7 @@ pub fn convert(config: &ConnectorConfig) -> anyhow::Result<String> {
         }
     }
     if formats.contains(&"json_with_schema") {
-        out.route.push("# connect_schema: Debezium derives the key and payload schemas from the table's DDL; state them if they differ from aggregateid VARCHAR NOT NULL and payload JSON NULL (MariaDB's JSON is a string to Debezium: payload_type = \"string\"), e.g. connect_schema = { key_optional = true, payload_type = \"string\" }".into());
+        out.route.push("# connect_schema: the key and payload schemas come from the columns as the binlog describes them, as Debezium's come from the DDL; set connect_schema only to override them".into());
     }
     if let Some((full, value)) = router_take("table.expand.json.payload") {
         if value == "true" {

@@ -333,6 +333,10 @@ const RELAY_ADDITIONAL_FIELDS_DESCRIBED: &[&str] = &[
      { column = \"blob_ref\", field = \"blob\" }]",
 ];
 
+/// The key and payload schemas of the differential tables, stated (MariaDB's JSON is
+/// LONGTEXT: a plain string to Debezium); the described modes leave them to the binlog.
+const CONNECT_SCHEMA: &str = "connect_schema = { key_optional = true, payload_type = \"string\" }";
+
 /// One converter setup: Debezium's converters and EventRouter options, and the relay's
 /// `[route]` lines that must give the same bytes.
 struct Mode {
@@ -617,10 +621,12 @@ async fn start_mode(
         "event_id_encoding = \"base64\"",
         "headers = { event_type = \"\", aggregate_type = \"\", aggregate_id = \"\" }",
         // MariaDB's JSON is LONGTEXT: Debezium gives it a plain string schema.
-        "connect_schema = { key_optional = true, payload_type = \"string\" }",
+        CONNECT_SCHEMA,
         "null_values = \"as_debezium\"",
     ]
     .iter()
+    // Described: the key and payload schemas come from the binlog too.
+    .filter(|line| !(mode.described_types && **line == CONNECT_SCHEMA))
     .chain(if mode.described_types {
         RELAY_ADDITIONAL_FIELDS_DESCRIBED
     } else {
@@ -659,8 +665,12 @@ async fn start_mode(
         ),
         (
             "table = \"shop.outbox_bin\"\npreset = \"debezium\"",
-            "table = \"shop.outbox_bin\"\npreset = \"debezium\"\ncolumns = { partition = \"part\" }\n\
-             connect_schema = { key_type = \"bytes\", key_optional = true, payload_type = \"string\" }",
+            if mode.described_types {
+                "table = \"shop.outbox_bin\"\npreset = \"debezium\"\ncolumns = { partition = \"part\" }"
+            } else {
+                "table = \"shop.outbox_bin\"\npreset = \"debezium\"\ncolumns = { partition = \"part\" }\n\
+                 connect_schema = { key_type = \"bytes\", key_optional = true, payload_type = \"string\" }"
+            },
         ),
     ]);
     relay.start();

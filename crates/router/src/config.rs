@@ -594,12 +594,12 @@ impl RouteConfig {
 
 /// Appends the problems of a `connect_schema` (the route's or a table's).
 fn check_connect_schema(schema: &ConnectSchemaConfig, problems: &mut Vec<ConfigProblem>) {
-    if schema.payload_type == ConnectSchemaType::Int32
-        || schema.payload_type == ConnectSchemaType::Int64
+    if schema.payload_type == Some(ConnectSchemaType::Int32)
+        || schema.payload_type == Some(ConnectSchemaType::Int64)
     {
         problems.push(ConfigProblem::IntegerPayloadSchema);
     }
-    if schema.key_type == ConnectSchemaType::Json {
+    if schema.key_type == Some(ConnectSchemaType::Json) {
         problems.push(ConfigProblem::JsonKeySchema);
     }
 }
@@ -852,34 +852,104 @@ pub enum ConnectSchemaType {
 }
 
 /// `[route.connect_schema]`: the schemas Debezium's MySQL connector derives from the
-/// outbox table's DDL for the key and payload columns. The relay reads no DDL, so a
-/// `json_with_schema` pipeline states them here; the defaults are Debezium's documented
-/// outbox table (`aggregateid VARCHAR NOT NULL`, `payload JSON` nullable).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// outbox table's DDL for the key and payload columns. Each setting left out is taken from
+/// the column as the server describes it (the binlog's TABLE_MAP: a text column is
+/// `string`, MySQL's JSON `io.debezium.data.Json`, MariaDB's JSON, which is LONGTEXT, a
+/// `string`, a binary column `bytes`, INT `int32`, BIGINT `int64`, nullability
+/// `optional`); a row without a description gets Debezium's documented outbox table
+/// (`aggregateid VARCHAR NOT NULL`, `payload JSON` nullable).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConnectSchemaConfig {
     /// The aggregate id column's schema type, written in the key's schema.
-    #[serde(default = "default_key_schema_type")]
-    pub key_type: ConnectSchemaType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_type: Option<ConnectSchemaType>,
     /// Whether the aggregate id column is nullable (`"optional"` of the key schema).
-    #[serde(default)]
-    pub key_optional: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_optional: Option<bool>,
     /// The payload column's schema type, written in the value's schema.
-    #[serde(default = "default_payload_schema_type")]
-    pub payload_type: ConnectSchemaType,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_type: Option<ConnectSchemaType>,
     /// Whether the payload column is nullable (`"optional"` of the value schema).
-    #[serde(default = "default_payload_optional")]
-    pub payload_optional: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_optional: Option<bool>,
 }
 
-impl Default for ConnectSchemaConfig {
-    fn default() -> Self {
-        Self {
-            key_type: default_key_schema_type(),
-            key_optional: false,
-            payload_type: default_payload_schema_type(),
-            payload_optional: default_payload_optional(),
+/// The key and payload schemas one row is written with ([`ConnectSchemaConfig::resolve`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ConnectSchema {
+    /// The key's schema type.
+    pub(crate) key_type: ConnectSchemaType,
+    /// The key schema's `optional`.
+    pub(crate) key_optional: bool,
+    /// The payload's schema type.
+    pub(crate) payload_type: ConnectSchemaType,
+    /// The payload schema's `optional`.
+    pub(crate) payload_optional: bool,
+}
+
+impl ConnectSchemaConfig {
+    /// This table's settings, each left out taken from `route`'s.
+    pub(crate) fn or(self, route: ConnectSchemaConfig) -> ConnectSchemaConfig {
+        ConnectSchemaConfig {
+            key_type: self.key_type.or(route.key_type),
+            key_optional: self.key_optional.or(route.key_optional),
+            payload_type: self.payload_type.or(route.payload_type),
+            payload_optional: self.payload_optional.or(route.payload_optional),
         }
+    }
+
+    /// The schemas for a row whose key and payload columns the server describes as `key`
+    /// and `payload`: each setting as configured, else from the description, else Debezium's
+    /// documented outbox table.
+    pub(crate) fn resolve(
+        &self,
+        key: Option<outbox_binlog::ColumnType>,
+        payload: Option<outbox_binlog::ColumnType>,
+    ) -> ConnectSchema {
+        ConnectSchema {
+            key_type: self
+                .key_type
+                .or_else(|| key.and_then(|column| described_schema_type(column.sql_type)))
+                .unwrap_or_else(default_key_schema_type),
+            key_optional: self
+                .key_optional
+                .or(key.map(|column| column.nullable))
+                .unwrap_or(false),
+            payload_type: self
+                .payload_type
+                .or_else(|| payload.and_then(|column| described_schema_type(column.sql_type)))
+                .unwrap_or_else(default_payload_schema_type),
+            payload_optional: self
+                .payload_optional
+                .or(payload.map(|column| column.nullable))
+                .unwrap_or_else(default_payload_optional),
+        }
+    }
+}
+
+/// The schema type Debezium gives a key or payload column of `sql_type`, when it is one
+/// of [`ConnectSchemaType`]'s.
+fn described_schema_type(sql_type: outbox_binlog::SqlType) -> Option<ConnectSchemaType> {
+    use outbox_binlog::SqlType;
+    match sql_type {
+        SqlType::Text => Some(ConnectSchemaType::String),
+        SqlType::Json => Some(ConnectSchemaType::Json),
+        SqlType::Binary => Some(ConnectSchemaType::Bytes),
+        SqlType::Integer {
+            bytes: 3,
+            unsigned: _,
+        }
+        | SqlType::Integer {
+            bytes: 4,
+            unsigned: false,
+        } => Some(ConnectSchemaType::Int32),
+        SqlType::Integer {
+            bytes: 4,
+            unsigned: true,
+        }
+        | SqlType::Integer { bytes: 8, .. } => Some(ConnectSchemaType::Int64),
+        _ => None,
     }
 }
 

@@ -21,10 +21,10 @@ use outbox_binlog::{ColumnNames, Row, RowChange, RowOperation, TableFilter, Tabl
 
 use crate::column_type::{header_bytes, push_java_text, SqlColumnType};
 use crate::config::{
-    validate_router_config, AdditionalHeader, BinaryEncoding, ColumnMapping, ConnectSchemaConfig,
-    ConnectSchemaType, EnvelopeField, InvalidOperationBehavior, JsonNullBehavior, NullValues,
-    OutboxTableConfig, PayloadMode, RecordFormat, RouteConfig, RouterConfigError, TimestampSource,
-    DEBEZIUM_CONTEXT_HEADERS, TRACEPARENT_HEADER,
+    validate_router_config, AdditionalHeader, BinaryEncoding, ColumnMapping, ConnectSchema,
+    ConnectSchemaConfig, ConnectSchemaType, EnvelopeField, InvalidOperationBehavior,
+    JsonNullBehavior, NullValues, OutboxTableConfig, PayloadMode, RecordFormat, RouteConfig,
+    RouterConfigError, TimestampSource, DEBEZIUM_CONTEXT_HEADERS, TRACEPARENT_HEADER,
 };
 use crate::connect_json::{self, Data, Kind, Schema};
 use crate::error::{RoutingError, RoutingErrorKind};
@@ -356,7 +356,9 @@ impl Router {
                         .chain(&table.additional_headers)
                         .cloned()
                         .collect(),
-                    connect_schema: table.connect_schema.unwrap_or(route.connect_schema),
+                    connect_schema: table
+                        .connect_schema
+                        .map_or(route.connect_schema, |own| own.or(route.connect_schema)),
                     event_type_needed,
                     column_cache: Mutex::new(None),
                 },
@@ -627,8 +629,16 @@ impl Router {
             });
         }
 
+        // The key and payload schemas: as configured, else as the server describes the
+        // columns.
+        let connect_schema = table.connect_schema.resolve(
+            indexes
+                .aggregate_id
+                .and_then(|index| row.column_type(index)),
+            indexes.payload.and_then(|index| row.column_type(index)),
+        );
         let record_key = self
-            .formatted_key(table.connect_schema, aggregate_id_value, key.as_deref())
+            .formatted_key(connect_schema, aggregate_id_value, key.as_deref())
             .map_err(|kind| context.error(&mapping.aggregate_id, kind))?;
 
         let timestamp_millis = self.timestamp(table, change, row, &indexes, &context)?;
@@ -733,12 +743,12 @@ impl Router {
                     }),
                 },
                 format => self
-                    .formatted_payload(table.connect_schema, format, payload_value)
+                    .formatted_payload(connect_schema, format, payload_value)
                     .map_err(|kind| context.error(&mapping.payload, kind))?,
             }
         } else {
             self.envelope_value(
-                table.connect_schema,
+                connect_schema,
                 change,
                 row,
                 &indexes,
@@ -800,7 +810,7 @@ impl Router {
     #[allow(clippy::too_many_arguments)]
     fn envelope_value(
         &self,
-        config: ConnectSchemaConfig,
+        config: ConnectSchema,
         change: &RowChange,
         row: &Row,
         indexes: &ColumnIndexes,
@@ -946,7 +956,7 @@ impl Router {
     /// `raw` is `None` for a NULL aggregate id: a null key, or JSON `null` under a JSON format.
     fn formatted_key(
         &self,
-        config: ConnectSchemaConfig,
+        config: ConnectSchema,
         value: &Value,
         raw: Option<&[u8]>,
     ) -> Result<Option<Vec<u8>>, RoutingErrorKind> {
@@ -984,7 +994,7 @@ impl Router {
     /// router and Kafka Connect's `JsonConverter` write it.
     fn formatted_payload(
         &self,
-        config: ConnectSchemaConfig,
+        config: ConnectSchema,
         format: RecordFormat,
         value: &Value,
     ) -> Result<Option<Vec<u8>>, RoutingErrorKind> {

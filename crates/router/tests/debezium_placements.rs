@@ -259,7 +259,7 @@ fn binary_ids_are_base64_as_debezium_writes_them() {
     let json = RouteConfig {
         key_format: RecordFormat::Json,
         connect_schema: outbox_router::ConnectSchemaConfig {
-            key_type: outbox_router::ConnectSchemaType::Bytes,
+            key_type: Some(outbox_router::ConnectSchemaType::Bytes),
             ..Default::default()
         },
         ..route
@@ -315,7 +315,7 @@ fn a_table_with_a_binary_aggregate_id_states_its_own_key_schema() {
     let mut binary =
         OutboxTableConfig::new("shop.outbox_bin".parse().unwrap(), ColumnPreset::Debezium);
     binary.connect_schema = Some(outbox_router::ConnectSchemaConfig {
-        key_type: outbox_router::ConnectSchemaType::Bytes,
+        key_type: Some(outbox_router::ConnectSchemaType::Bytes),
         ..Default::default()
     });
     let text = OutboxTableConfig::new("shop.outbox".parse().unwrap(), ColumnPreset::Debezium);
@@ -563,4 +563,47 @@ fn headers_take_the_servers_column_types_with_debezium_column_types() {
     );
     assert_eq!(plain.header("blob_ref"), Some(&[0, 1, 0xfe, 0xff][..]));
     assert_ne!(plain.header("created"), Some(&b"1714979289123456"[..]));
+}
+
+#[test]
+fn json_with_schema_takes_key_and_payload_schemas_from_the_servers_description() {
+    let formats = "key_format = \"json_with_schema\"\nvalue_format = \"json_with_schema\"\n";
+    let route = |extra: &str| router(&format!("{DEBEZIUM_HEADERS}{formats}{extra}"));
+    // Described: aggregateid text NOT NULL, payload text (MariaDB's JSON) nullable.
+    let record = routed(&route(""), &typed_row(None));
+    assert_eq!(
+        record.key.as_deref(),
+        Some(&br#"{"schema":{"type":"string","optional":false},"payload":"o-1"}"#[..])
+    );
+    let value = String::from_utf8(record.value.unwrap()).unwrap();
+    assert!(
+        value.starts_with(r#"{"schema":{"type":"string","optional":true},"#),
+        "{value}"
+    );
+    // A configured setting wins over the description, one setting at a time.
+    let record = routed(
+        &route("connect_schema = { key_optional = true }\n"),
+        &typed_row(None),
+    );
+    assert_eq!(
+        record.key.as_deref(),
+        Some(&br#"{"schema":{"type":"string","optional":true},"payload":"o-1"}"#[..])
+    );
+    // MySQL's JSON type: Debezium's named Json schema.
+    let mut mysql_json = typed_row(None);
+    let after = mysql_json.after.as_mut().unwrap();
+    let mut types = after.types.as_ref().unwrap().to_vec();
+    types[4].sql_type = outbox_binlog::SqlType::Json;
+    after.types = Some(types.into());
+    let value = String::from_utf8(routed(&route(""), &mysql_json).value.unwrap()).unwrap();
+    assert!(
+        value.starts_with(
+            r#"{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"#
+        ),
+        "{value}"
+    );
+    // A row without a description: Debezium's documented table (payload JSON).
+    let value =
+        String::from_utf8(routed(&route(""), &row(None, Some("{}"))).value.unwrap()).unwrap();
+    assert!(value.contains("io.debezium.data.Json"), "{value}");
 }
