@@ -523,24 +523,19 @@ impl RouteConfig {
             }
             names.push(name);
         }
-        if self.debezium_context_headers.is_some()
-            && self
-                .debezium_topic_prefix
-                .as_deref()
-                .unwrap_or("")
-                .is_empty()
-        {
+        let no_topic_prefix = self
+            .debezium_topic_prefix
+            .as_deref()
+            .unwrap_or("")
+            .is_empty();
+        if self.debezium_context_headers.is_some() && no_topic_prefix {
             problems.push(ConfigProblem::Envelope {
                 reason: "debezium_context_headers need debezium_topic_prefix (Debezium's topic.prefix, sent as __debezium.context.connectorLogicalName)".to_string(),
             });
         }
         if !self.envelope_fields.is_empty()
             && self.value_format == RecordFormat::JsonWithSchema
-            && self
-                .debezium_topic_prefix
-                .as_deref()
-                .unwrap_or("")
-                .is_empty()
+            && no_topic_prefix
         {
             problems.push(ConfigProblem::Envelope {
                     reason: "envelope_fields with value_format = \"json_with_schema\" need debezium_topic_prefix (Debezium's topic.prefix, which names the envelope's schema)".to_string(),

@@ -672,11 +672,14 @@ impl Router {
         }
         for (extra, index) in table.additional_headers.iter().zip(&indexes.additional) {
             let value = context.present(row, *index, &extra.column)?;
-            let server_type = settings
-                .debezium_column_types
-                .then(|| index.and_then(|index| row.column_type(index)))
-                .flatten()
-                .and_then(|column| SqlColumnType::from_server(&column));
+            // The server's type only where no column_type is configured (it is built per row).
+            let server_type = match &extra.column_type {
+                Some(_) => None,
+                None if settings.debezium_column_types => index
+                    .and_then(|index| row.column_type(index))
+                    .and_then(|column| SqlColumnType::from_server(&column)),
+                None => None,
+            };
             let bytes = match (value, extra.column_type.as_ref().or(server_type.as_ref())) {
                 (_, Some(column_type)) => header_bytes(
                     &column_type
