@@ -7,7 +7,7 @@
 //! (`;`-separated) after the DDL (other indexes), `CLAIM_COST_SESSION` one statement on each
 //! connection (`SET SESSION binlog_row_image = 'MINIMAL'`). `CLAIM_COST_ROUNDS=N` drains N
 //! times, every row set PENDING again between rounds (`CLAIM_COST_REBUILD=1`: and the table
-//! rebuilt).
+//! rebuilt). `CLAIM_COST_SERVER_ARGS` adds server arguments (space-separated).
 //!
 //! `cargo run -p outbox-poll --example claim_cost -- ROWS BATCH`
 
@@ -23,18 +23,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let rows: u64 = args.next().map_or(Ok(100_000), |a| a.parse())?;
     let batch: u32 = args.next().map_or(Ok(500), |a| a.parse())?;
+    let mut extra_args = vec![
+        "--innodb-flush-log-at-trx-commit=0".into(),
+        "--sync-binlog=0".into(),
+        "--innodb-buffer-pool-size=256M".into(),
+        // MariaDB's default, as the bench's (the testkit's 8 MiB costs 30 % more CPU).
+        "--innodb-log-file-size=96M".into(),
+        "--slow-query-log-file=/tmp/claim_cost_slow.log".into(),
+        "--long-query-time=0".into(),
+        format!(
+            "--slow-query-log={}",
+            u8::from(std::env::var("CLAIM_COST_SLOW_LOG").is_ok())
+        ),
+    ];
+    // Variants of the server: more arguments, separated by spaces.
+    if let Ok(more) = std::env::var("CLAIM_COST_SERVER_ARGS") {
+        extra_args.extend(more.split_whitespace().map(str::to_owned));
+    }
     let db = ScratchMariadb::start_with(ScratchOptions {
-        extra_args: vec![
-            "--innodb-flush-log-at-trx-commit=0".into(),
-            "--sync-binlog=0".into(),
-            "--innodb-buffer-pool-size=256M".into(),
-            "--slow-query-log-file=/tmp/claim_cost_slow.log".into(),
-            "--long-query-time=0".into(),
-            format!(
-                "--slow-query-log={}",
-                u8::from(std::env::var("CLAIM_COST_SLOW_LOG").is_ok())
-            ),
-        ],
+        extra_args,
         ..ScratchOptions::default()
     })
     .await?;
