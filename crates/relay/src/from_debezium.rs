@@ -38,7 +38,6 @@ const NOT_NEEDED: &[(&str, &str)] = &[
     ("topic.creation.enable", "see [kafka] create_topics"),
     ("errors.log.enable", "the relay logs every failure itself"),
     ("errors.log.include.messages", "the relay logs every failure itself"),
-    ("decimal.handling.mode", "an outbox payload is passed through as written"),
     ("bigint.unsigned.handling.mode", "an outbox payload is passed through as written"),
     ("gtid.source.includes", "the relay keeps the whole GTID set"),
     ("gtid.source.excludes", "the relay keeps the whole GTID set"),
@@ -491,7 +490,7 @@ pub fn convert(config: &ConnectorConfig) -> anyhow::Result<String> {
                         .map(|alias| format!(", field = {}", quoted(alias)))
                         .unwrap_or_default();
                     // Its type and nullability come from the binlog's TABLE_MAP, as
-                    // Debezium takes them from the DDL (TINYINT, DECIMAL, FLOAT and BIT
+                    // Debezium takes them from the DDL (TINYINT, FLOAT and BIT
                     // columns need a column_type: the relay names them when it routes).
                     envelope.push(format!("{{ column = {}{field} }}", quoted(column)));
                 }
@@ -559,6 +558,14 @@ pub fn convert(config: &ConnectorConfig) -> anyhow::Result<String> {
         Some(other) => out.not_mapped(
             "time.precision.mode",
             format!("`{other}` is not supported: the relay renders temporal header and envelope columns as Debezium's default adaptive_time_microseconds does (DATETIME(0-3) epoch ms, DATETIME(4-6) epoch µs, TIME µs, DATE days, TIMESTAMP ISO text); switch Debezium to it before the cutover, or keep temporal columns out of the additional fields"),
+        ),
+    }
+    match take("decimal.handling.mode").as_deref() {
+        None => {}
+        Some("precise") => out.mapped.push("decimal.handling.mode".into()),
+        Some(other) => out.not_mapped(
+            "decimal.handling.mode",
+            format!("`{other}` is not reproduced: the relay renders DECIMAL header and envelope columns as Debezium's default `precise` does (Connect decimals); switch Debezium to it before the cutover, or keep DECIMAL columns out of the additional fields"),
         ),
     }
     if let Some((full, value)) = router_take("table.fields.additional.error.on.missing") {
@@ -1094,7 +1101,7 @@ mod tests {
         assert_eq!(config.route.additional_headers.len(), 1);
         let toml = convert(
             &parse_connector_config(&connector(
-                "time.precision.mode=connect\nbinary.handling.mode=hex\n",
+                "time.precision.mode=connect\nbinary.handling.mode=hex\ndecimal.handling.mode=string\n",
             ))
             .unwrap(),
         )
@@ -1102,6 +1109,7 @@ mod tests {
         for named in [
             "time.precision.mode: `connect` is not supported",
             "binary.handling.mode: `hex` is not reproduced",
+            "decimal.handling.mode: `string` is not reproduced",
         ] {
             assert!(toml.contains(named), "{named} not named:\n{toml}");
         }

@@ -262,14 +262,15 @@ async fn debezium_json_converter_records_are_read_back() {
 /// The outbox table of the differential test: Debezium's documented columns, with a nullable
 /// key and payload (for the NULL rows), and additional columns for every placement: headers
 /// (`tenant`; `region` and `blob_ref`, NULL in some rows; the temporal `created`,
-/// `stamped`), envelope fields (`seq`, `due`) and a partition column (`part`).
+/// `stamped`; the DECIMAL `amount`), envelope fields (`seq`, `due`, `amount`) and a
+/// partition column (`part`).
 const DIFFERENTIAL_TABLE: &str = "CREATE TABLE shop.outbox_diff (\
      id VARCHAR(64) NOT NULL PRIMARY KEY, aggregatetype VARCHAR(64) NOT NULL, \
      aggregateid VARCHAR(64) NULL, type VARCHAR(64) NOT NULL, payload JSON NULL, \
      tenant VARCHAR(32) NOT NULL DEFAULT 'acme', \
      region VARCHAR(16) NULL, blob_ref VARBINARY(16) NULL, \
      created DATETIME(6) NOT NULL, stamped TIMESTAMP(3) NULL, \
-     seq INT NOT NULL, due DATE NULL, part INT NULL, \
+     seq INT NOT NULL, due DATE NULL, part INT NULL, amount DECIMAL(20,10) NULL, \
      timestamp DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB";
 
 /// The same outbox with a VARBINARY(16) event id and aggregate id (`binary.handling.mode =
@@ -281,7 +282,7 @@ const BINARY_TABLE: &str = "CREATE TABLE shop.outbox_bin (\
      tenant VARCHAR(32) NOT NULL DEFAULT 'acme', \
      region VARCHAR(16) NULL, blob_ref VARBINARY(16) NULL, \
      created DATETIME(6) NOT NULL, stamped TIMESTAMP(3) NULL, \
-     seq INT NOT NULL, due DATE NULL, part INT NULL, \
+     seq INT NOT NULL, due DATE NULL, part INT NULL, amount DECIMAL(20,10) NULL, \
      timestamp DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB";
 
 /// Rows of [`BINARY_TABLE`]: (id hex, id Base64, aggregate type, key hex, key Base64, payload).
@@ -306,8 +307,8 @@ const BINARY_ROWS: &[(&str, &str, &str, &str, &str, &str)] = &[
 
 /// Debezium's `table.fields.additional.placement` in the differential test.
 const ADDITIONAL_PLACEMENT: &str = "tenant:header:tenantId,region:header,blob_ref:header,\
-     created:header,stamped:header,seq:envelope,due:envelope:dueOn,blob_ref:envelope:blob,\
-     part:partition";
+     created:header,stamped:header,amount:header:amountText,seq:envelope,due:envelope:dueOn,\
+     blob_ref:envelope:blob,amount:envelope,part:partition";
 
 /// The relay's `[route]` lines for [`ADDITIONAL_PLACEMENT`] (the column types are the DDL's).
 const RELAY_ADDITIONAL_FIELDS: &[&str] = &[
@@ -315,10 +316,12 @@ const RELAY_ADDITIONAL_FIELDS: &[&str] = &[
      { column = \"region\", column_type = \"varchar(16)\" }, \
      { column = \"blob_ref\", column_type = \"varbinary(16)\" }, \
      { column = \"created\", column_type = \"datetime(6)\" }, \
-     { column = \"stamped\", column_type = \"timestamp(3)\" }]",
+     { column = \"stamped\", column_type = \"timestamp(3)\" }, \
+     { column = \"amount\", header = \"amountText\", column_type = \"decimal(20,10)\" }]",
     "envelope_fields = [{ column = \"seq\", column_type = \"int\", nullable = false }, \
      { column = \"due\", field = \"dueOn\", column_type = \"date\" }, \
-     { column = \"blob_ref\", field = \"blob\", column_type = \"varbinary(16)\" }]",
+     { column = \"blob_ref\", field = \"blob\", column_type = \"varbinary(16)\" }, \
+     { column = \"amount\", column_type = \"decimal(20,10)\" }]",
 ];
 
 /// [`RELAY_ADDITIONAL_FIELDS`] without a single `column_type`: each column's type is the
@@ -328,9 +331,9 @@ const RELAY_ADDITIONAL_FIELDS_DESCRIBED: &[&str] = &[
     "debezium_column_types = true",
     "additional_headers = [{ column = \"tenant\", header = \"tenantId\" }, \
      { column = \"region\" }, { column = \"blob_ref\" }, { column = \"created\" }, \
-     { column = \"stamped\" }]",
+     { column = \"stamped\" }, { column = \"amount\", header = \"amountText\" }]",
     "envelope_fields = [{ column = \"seq\" }, { column = \"due\", field = \"dueOn\" }, \
-     { column = \"blob_ref\", field = \"blob\" }]",
+     { column = \"blob_ref\", field = \"blob\" }, { column = \"amount\" }]",
 ];
 
 /// The key and payload schemas of the differential tables, stated (MariaDB's JSON is
@@ -441,15 +444,29 @@ const DIFF_ROWS: &[DiffRow] = &[
     ("diff-nullpayload", "order", Some("o-4"), None, "acme"),
 ];
 
-/// The additional columns of a row: (region, blob_ref, due, part).
+/// The additional columns of a row: (region, blob_ref, due, part, amount).
 type RowExtras = (
     Option<&'static str>,
     Option<Vec<u8>>,
     Option<&'static str>,
     Option<i32>,
+    Option<&'static str>,
 );
 
-/// The additional columns of row `index`: (region, blob_ref, due, part). Odd rows have NULL
+/// The DECIMAL(20,10) `amount` of each row, and its header as Debezium sends it (Java's
+/// `BigDecimal.toString()`): signs, a value of all 20 digits, scientific notation
+/// (`1.00E-8`), zero (`0E-10`), NULL.
+const AMOUNTS: &[(Option<&str>, Option<&str>)] = &[
+    (Some("12.5"), Some("12.5000000000")),
+    (Some("-0.05"), Some("-0.0500000000")),
+    (Some("1234567890.0123456789"), Some("1234567890.0123456789")),
+    (Some("0.00000001"), Some("1.00E-8")),
+    (None, None),
+    (Some("0"), Some("0E-10")),
+    (Some("-98765.4321"), Some("-98765.4321000000")),
+];
+
+/// The additional columns of row `index`: (region, blob_ref, due, part, amount). Odd rows have NULL
 /// `region` and `due`; `diff-mixed` a NULL `blob_ref`; `diff-nested` and `diff-nullkey` an
 /// explicit partition.
 fn row_extras(index: usize) -> RowExtras {
@@ -460,6 +477,7 @@ fn row_extras(index: usize) -> RowExtras {
         (id != "diff-mixed").then(|| vec![0x00, 0x01, 0xfe, 0xff]),
         even.then_some("2024-05-06"),
         matches!(id, "diff-nested" | "diff-nullkey").then_some(2),
+        AMOUNTS[index % AMOUNTS.len()].0,
     )
 }
 
@@ -683,11 +701,11 @@ async fn write_diff_rows(db: &ScratchMariadb) {
     let mut conn = db.conn().await.expect("connect");
     for (index, (id, aggregate_type, aggregate_id, payload, tenant)) in DIFF_ROWS.iter().enumerate()
     {
-        let (region, blob_ref, due, part) = row_extras(index);
+        let (region, blob_ref, due, part, amount) = row_extras(index);
         conn.exec_drop(
             "INSERT INTO shop.outbox_diff (id, aggregatetype, aggregateid, type, payload, tenant, \
-             region, blob_ref, created, stamped, seq, due, part) \
-             VALUES (?, ?, ?, 'Happened', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             region, blob_ref, created, stamped, seq, due, part, amount) \
+             VALUES (?, ?, ?, 'Happened', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             mysql_async::Params::Positional(vec![
                 id.into(),
                 aggregate_type.into(),
@@ -701,6 +719,7 @@ async fn write_diff_rows(db: &ScratchMariadb) {
                 (index as i32).into(),
                 due.into(),
                 part.into(),
+                amount.into(),
             ]),
         )
         .await
@@ -893,7 +912,7 @@ async fn compare_mode(
     let (ours_by_id, theirs_by_id) = (by_id(&ours), by_id(&theirs));
     println!("== mode {}", mode.name);
     for (index, (id, aggregate_type, aggregate_id, _, tenant)) in DIFF_ROWS.iter().enumerate() {
-        let (region, blob_ref, _, part) = row_extras(index);
+        let (region, blob_ref, _, part, _) = row_extras(index);
         let (Some(mine), Some(reference)) = (ours_by_id.get(*id), theirs_by_id.get(*id)) else {
             failures.push(format!(
                 "[{}] {id}: relay {:?}, Debezium {:?}",
@@ -986,6 +1005,12 @@ async fn compare_mode(
             (
                 "stamped".to_string(),
                 Some(STAMPED_HEADER.as_bytes().to_vec()),
+            ),
+            (
+                "amountText".to_string(),
+                AMOUNTS[index % AMOUNTS.len()]
+                    .1
+                    .map(|text| text.as_bytes().to_vec()),
             ),
         ];
         if theirs_headers != expected_headers {

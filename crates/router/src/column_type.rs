@@ -8,7 +8,8 @@
 //! it (a `DATETIME(3)` is epoch milliseconds, a `DATETIME(6)` epoch microseconds), so the
 //! type is configured. Debezium's defaults are reproduced: `time.precision.mode =
 //! adaptive_time_microseconds`, `binary.handling.mode = bytes`, `bigint.unsigned.handling.mode
-//! = long`; other modes are refused at config load (`time_precision_mode`).
+//! = long`, `decimal.handling.mode = precise`; another time precision mode is refused at
+//! config load (`time_precision_mode`), another decimal mode by `config from-debezium`.
 //!
 //! | SQL type | Connect schema (name) | JSON / header |
 //! |---|---|---|
@@ -17,6 +18,7 @@
 //! | `bigint`, `int unsigned`, `bigint unsigned` | `int64` | number |
 //! | `char`, `varchar`, `*text`, `enum`, `set` | `string` | text |
 //! | `json` (MySQL) | `string` (`io.debezium.data.Json`) | text |
+//! | `decimal(p,s)`, `numeric(p,s)` | `bytes` (`org.apache.kafka.connect.data.Decimal`, parameters `scale`, `connect.decimal.precision`) | Base64 of the unscaled two's complement; header and `Struct.toString()`: `BigDecimal.toString()` |
 //! | `binary`, `varbinary`, `*blob` | `bytes` | Base64 |
 //! | `datetime(0..3)` | `int64` (`io.debezium.time.Timestamp`) | epoch milliseconds (as UTC) |
 //! | `datetime(4..6)` | `int64` (`io.debezium.time.MicroTimestamp`) | epoch microseconds |
@@ -32,6 +34,10 @@ use outbox_binlog::{DateTime, Value};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::connect_json::{base64, Data, Kind, Schema};
+use crate::java_decimal::JavaDecimal;
+
+/// Kafka Connect's logical name for decimals (`Decimal.LOGICAL_NAME`, schema version 1).
+const CONNECT_DECIMAL_SCHEMA_NAME: &str = "org.apache.kafka.connect.data.Decimal";
 use crate::error::RoutingErrorKind;
 use crate::render::{datetime_micros, days_from_civil, format_unix_timestamp_width};
 
@@ -65,6 +71,14 @@ pub enum ColumnType {
     MicroTime,
     /// `int32`, `io.debezium.time.Year`.
     Year,
+    /// `bytes` named `org.apache.kafka.connect.data.Decimal`: the unscaled value at the
+    /// column's scale (Debezium's `decimal.handling.mode = precise`).
+    Decimal {
+        /// Total digits (the `connect.decimal.precision` parameter).
+        precision: u8,
+        /// Digits after the point (the `scale` parameter).
+        scale: u8,
+    },
 }
 
 /// The text a [`ColumnType`] was parsed from (kept for messages and serialization).
@@ -86,20 +100,22 @@ impl SqlColumnType {
     /// `unsigned`. Case-insensitive.
     pub fn parse(text: &str) -> Result<SqlColumnType, String> {
         let lower = text.trim().to_ascii_lowercase();
-        let unsigned = lower.split_whitespace().any(|word| word == "unsigned");
-        let head = lower
-            .split_whitespace()
-            .next()
-            .ok_or_else(|| "the column type is empty".to_string())?;
-        let (name, argument) = match head.split_once('(') {
-            Some((name, rest)) => {
-                let inner = rest
-                    .strip_suffix(')')
+        let (name, argument, rest) = match lower.split_once('(') {
+            Some((name, inner)) => {
+                let (argument, rest) = inner
+                    .split_once(')')
                     .ok_or_else(|| format!("`{text}`: unbalanced parenthesis"))?;
-                (name, Some(inner))
+                (name.trim(), Some(argument.trim()), rest)
             }
-            None => (head, None),
+            None => match lower.split_once(char::is_whitespace) {
+                Some((name, rest)) => (name, None, rest),
+                None => (lower.as_str(), None, ""),
+            },
         };
+        if name.is_empty() {
+            return Err("the column type is empty".to_string());
+        }
+        let unsigned = rest.split_whitespace().any(|word| word == "unsigned");
         let precision = || -> Result<u8, String> {
             match argument {
                 None => Ok(0),
@@ -150,9 +166,30 @@ impl SqlColumnType {
                 ColumnType::MicroTime
             }
             ("year", _) => ColumnType::Year,
+            ("decimal" | "numeric" | "dec" | "fixed", _) => {
+                // MySQL's defaults: DECIMAL is DECIMAL(10,0), DECIMAL(p) is DECIMAL(p,0).
+                let number = |digits: &str| digits.trim().parse::<u8>().ok();
+                let (precision, scale) = match argument {
+                    None => (Some(10), Some(0)),
+                    Some(inner) => match inner.split_once(',') {
+                        Some((precision, scale)) => (number(precision), number(scale)),
+                        None => (number(inner), Some(0)),
+                    },
+                };
+                match (precision, scale) {
+                    (Some(precision @ 1..=65), Some(scale)) if scale <= precision.min(38) => {
+                        ColumnType::Decimal { precision, scale }
+                    }
+                    _ => {
+                        return Err(format!(
+                            "`{text}`: DECIMAL(precision, scale) takes a precision of 1..65 and a scale of 0..38 not above it"
+                        ))
+                    }
+                }
+            }
             _ => {
                 return Err(format!(
-                    "`{text}` is not a column type the relay renders as Debezium does (integers, text, json, binary, datetime, timestamp, date, time, year)"
+                    "`{text}` is not a column type the relay renders as Debezium does (integers, decimal, text, json, binary, datetime, timestamp, date, time, year)"
                 ))
             }
         };
@@ -165,8 +202,8 @@ impl SqlColumnType {
     /// The Debezium form of a column as the server describes it (a row's
     /// [`outbox_binlog::Row::types`]), when the relay renders that form: `None` for TINYINT
     /// (the binlog tells TINYINT(1) and BOOLEAN apart from no other TINYINT, and Debezium
-    /// writes BOOLEAN as a boolean), DECIMAL, FLOAT, DOUBLE, BIT and what the server left
-    /// unknown; those need a configured `column_type`.
+    /// writes BOOLEAN as a boolean), FLOAT, DOUBLE, BIT and what the server left unknown;
+    /// those need a configured `column_type`.
     pub fn from_server(column: &outbox_binlog::ColumnType) -> Option<SqlColumnType> {
         use outbox_binlog::SqlType;
         let (text, kind) = match column.sql_type {
@@ -214,11 +251,11 @@ impl SqlColumnType {
             SqlType::Date => ("date".to_string(), ColumnType::Date),
             SqlType::Time { fsp } => (format!("time({fsp})"), ColumnType::MicroTime),
             SqlType::Year => ("year".to_string(), ColumnType::Year),
-            SqlType::Decimal { .. }
-            | SqlType::Float
-            | SqlType::Double
-            | SqlType::Bit
-            | SqlType::Unknown => return None,
+            SqlType::Decimal { precision, scale } => (
+                format!("decimal({precision},{scale})"),
+                ColumnType::Decimal { precision, scale },
+            ),
+            SqlType::Float | SqlType::Double | SqlType::Bit | SqlType::Unknown => return None,
         };
         Some(SqlColumnType { text, kind })
     }
@@ -240,12 +277,26 @@ impl SqlColumnType {
             ColumnType::Date => (Kind::Int32, Some("io.debezium.time.Date")),
             ColumnType::MicroTime => (Kind::Int64, Some("io.debezium.time.MicroTime")),
             ColumnType::Year => (Kind::Int32, Some("io.debezium.time.Year")),
+            ColumnType::Decimal { precision, scale } => {
+                return Schema {
+                    kind: Kind::Bytes,
+                    optional,
+                    name: Some(CONNECT_DECIMAL_SCHEMA_NAME.to_string()),
+                    version: Some(1),
+                    // Connect's `Decimal.builder(scale)`, then Debezium's precision.
+                    parameters: vec![
+                        ("scale", scale.to_string()),
+                        ("connect.decimal.precision", precision.to_string()),
+                    ],
+                };
+            }
         };
         Schema {
             kind,
             optional,
             name: name.map(str::to_string),
             version: name.map(|_| 1),
+            parameters: Vec::new(),
         }
     }
 
@@ -311,6 +362,12 @@ impl SqlColumnType {
                 )),
                 _ => return Err(mismatch()),
             },
+            ColumnType::Decimal { scale, .. } => match value {
+                Value::Decimal(text) => {
+                    Data::Decimal(JavaDecimal::from_text(text, scale).ok_or_else(mismatch)?)
+                }
+                _ => return Err(mismatch()),
+            },
             ColumnType::MicroTime => match value {
                 Value::Time {
                     negative,
@@ -346,6 +403,7 @@ pub(crate) fn header_bytes(data: &Data) -> Option<Vec<u8>> {
         Data::Integer(number) => Some(number.to_string().into_bytes()),
         Data::String(text) => Some(text.as_bytes().to_vec()),
         Data::Bytes(bytes) => Some(base64(bytes).into_bytes()),
+        Data::Decimal(decimal) => Some(decimal.java_text().into_bytes()),
         Data::Boolean(value) => Some(value.to_string().into_bytes()),
         // Not produced by a column type (only by an expanded payload).
         Data::Float64(_) | Data::Array(_) | Data::Struct(_) => None,
@@ -364,6 +422,7 @@ pub(crate) fn push_java_text(out: &mut String, data: &Data) -> Option<()> {
             let _ = write!(out, "{number}");
         }
         Data::String(text) => out.push_str(text),
+        Data::Decimal(decimal) => out.push_str(&decimal.java_text()),
         Data::Boolean(value) => {
             let _ = write!(out, "{value}");
         }
@@ -423,6 +482,30 @@ mod tests {
         assert_eq!(kind("varchar(32)"), Ok(ColumnType::String));
         assert!(kind("datetime(7)").is_err());
         assert!(kind("tinyint(1)").is_err());
+        assert_eq!(
+            kind("DECIMAL(20, 10) unsigned"),
+            Ok(ColumnType::Decimal {
+                precision: 20,
+                scale: 10
+            })
+        );
+        assert_eq!(
+            kind("numeric"),
+            Ok(ColumnType::Decimal {
+                precision: 10,
+                scale: 0
+            })
+        );
+        assert_eq!(
+            kind("decimal(7)"),
+            Ok(ColumnType::Decimal {
+                precision: 7,
+                scale: 0
+            })
+        );
+        assert!(kind("decimal(4,5)").is_err());
+        assert!(kind("decimal(66,2)").is_err());
+        assert_eq!(kind("int(10) unsigned"), Ok(ColumnType::Int64));
         assert!(kind("geometry").is_err());
     }
 
@@ -475,6 +558,24 @@ mod tests {
             data("timestamp", timestamp),
             Data::String("2024-05-06T07:08:09Z".into())
         );
+    }
+
+    #[test]
+    fn decimals_are_connect_decimals() {
+        let amount = SqlColumnType::parse("decimal(20,10)").unwrap();
+        let value = amount
+            .data(&Value::Decimal("-0.0000000100".into()))
+            .unwrap();
+        assert_eq!(header_bytes(&value), Some(b"-1.00E-8".to_vec()));
+        let mut java = String::new();
+        push_java_text(&mut java, &value).unwrap();
+        assert_eq!(java, "-1.00E-8");
+        // More fraction digits than the column's scale is not a value of the column.
+        assert!(amount
+            .data(&Value::Decimal("1.00000000001".into()))
+            .is_err());
+        assert!(amount.data(&Value::Int(1)).is_err());
+        assert_eq!(amount.data(&Value::Null), Ok(Data::Null));
     }
 
     #[test]

@@ -35,6 +35,7 @@ use std::fmt::Write as _;
 
 use crate::config::{ConnectSchemaType, JsonNullBehavior, RecordFormat};
 use crate::error::RoutingErrorKind;
+use crate::java_decimal::JavaDecimal;
 
 /// Debezium's logical name for JSON columns (`io.debezium.data.Json`, schema version 1).
 pub const DEBEZIUM_JSON_SCHEMA_NAME: &str = "io.debezium.data.Json";
@@ -50,6 +51,8 @@ pub(crate) struct Schema {
     pub name: Option<String>,
     /// The schema version, when set (`io.debezium.data.Json` has 1).
     pub version: Option<i32>,
+    /// The schema's parameters in their order (a decimal's scale and precision).
+    pub parameters: Vec<(&'static str, String)>,
 }
 
 /// A Connect schema type.
@@ -83,6 +86,7 @@ impl Schema {
             optional,
             name: None,
             version: None,
+            parameters: Vec::new(),
         }
     }
 }
@@ -102,6 +106,8 @@ pub(crate) enum Data {
     String(String),
     /// Bytes.
     Bytes(Vec<u8>),
+    /// A decimal (a `bytes` schema named `org.apache.kafka.connect.data.Decimal`).
+    Decimal(JavaDecimal),
     /// Array elements.
     Array(Vec<Data>),
     /// Struct values, one per schema field.
@@ -139,6 +145,7 @@ pub(crate) fn configured_schema(kind: ConnectSchemaType, optional: bool) -> Sche
             optional,
             name: Some(DEBEZIUM_JSON_SCHEMA_NAME.to_string()),
             version: Some(1),
+            parameters: Vec::new(),
         },
     }
 }
@@ -185,6 +192,18 @@ fn push_schema(out: &mut String, schema: &Schema, field: Option<&str>) {
     if let Some(version) = schema.version {
         let _ = write!(out, ",\"version\":{version}");
     }
+    if !schema.parameters.is_empty() {
+        out.push_str(",\"parameters\":{");
+        for (index, (key, value)) in schema.parameters.iter().enumerate() {
+            if index > 0 {
+                out.push(',');
+            }
+            push_json_string(out, key);
+            out.push(':');
+            push_json_string(out, value);
+        }
+        out.push('}');
+    }
     if let Some(field) = field {
         out.push_str(",\"field\":");
         push_json_string(out, field);
@@ -216,6 +235,12 @@ fn push_data(out: &mut String, schema: &Schema, data: &Data) -> Result<(), Routi
         (Kind::Bytes, Data::Bytes(bytes)) => {
             out.push('"');
             out.push_str(&base64(bytes));
+            out.push('"');
+        }
+        // `decimal.format = BASE64`, JsonConverter's default.
+        (Kind::Bytes, Data::Decimal(decimal)) => {
+            out.push('"');
+            out.push_str(&base64(&decimal.unscaled_bytes()));
             out.push('"');
         }
         (Kind::Array(items), Data::Array(elements)) => {
@@ -645,6 +670,7 @@ fn schema_of(
                 optional: true,
                 name: key.map(str::to_string),
                 version: None,
+                parameters: Vec::new(),
             }
         }
         Node::Null => match nulls {

@@ -48,6 +48,7 @@ mod column_type;
 mod config;
 mod connect_json;
 mod error;
+mod java_decimal;
 mod record;
 mod render;
 mod router;

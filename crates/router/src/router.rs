@@ -948,6 +948,7 @@ impl Router {
             optional: false,
             name,
             version: None,
+            parameters: Vec::new(),
         };
         connect_json::converter_bytes(format, &schema, &Data::Struct(values))
             .map(Some)
