@@ -58,4 +58,6 @@ pub use types::{
     JsonText, Row, RowChange, RowOperation, SqlType, StreamItem, TableFilter, TableName, Value,
     XaBoundary,
 };
-pub use watched_tables::{resolve_watched_tables, UnresolvedTables, WatchedTableColumns};
+pub use watched_tables::{
+    resolve_watched_tables, ColumnDescription, UnresolvedTables, WatchedTableColumns,
+};

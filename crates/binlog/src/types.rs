@@ -313,6 +313,62 @@ pub enum SqlType {
     Unknown,
 }
 
+impl SqlType {
+    /// The type an `information_schema.COLUMNS.COLUMN_TYPE` text names (`int(10) unsigned`,
+    /// `decimal(20,10)`, `datetime(6)`, `varbinary(16)`, `enum('a','b')`), as the binlog's
+    /// TABLE_MAP would describe the column; [`SqlType::Unknown`] for what it does not know.
+    /// MariaDB's JSON is `longtext` there too ([`SqlType::Text`]).
+    pub fn from_column_type(column_type: &str) -> SqlType {
+        let lower = column_type.trim().to_ascii_lowercase();
+        let (name, argument, rest) = match lower.split_once('(') {
+            Some((name, inner)) => match inner.split_once(')') {
+                Some((argument, rest)) => (name.trim(), argument.trim(), rest),
+                None => return SqlType::Unknown,
+            },
+            None => match lower.split_once(char::is_whitespace) {
+                Some((name, rest)) => (name, "", rest),
+                None => (lower.as_str(), "", ""),
+            },
+        };
+        let unsigned = rest.split_whitespace().any(|word| word == "unsigned");
+        let integer = |bytes: u8| SqlType::Integer { bytes, unsigned };
+        let fsp = || argument.parse::<u8>().map_or(0, |fsp| fsp.min(6));
+        match name {
+            "tinyint" | "bool" | "boolean" => integer(1),
+            "smallint" => integer(2),
+            "mediumint" => integer(3),
+            "int" | "integer" => integer(4),
+            "bigint" => integer(8),
+            "float" => SqlType::Float,
+            "double" | "real" => SqlType::Double,
+            "decimal" | "numeric" | "dec" | "fixed" => {
+                let (precision, scale) = argument.split_once(',').unwrap_or((argument, "0"));
+                match (precision.trim().parse(), scale.trim().parse()) {
+                    (Ok(precision), Ok(scale)) => SqlType::Decimal { precision, scale },
+                    _ if argument.is_empty() => SqlType::Decimal {
+                        precision: 10,
+                        scale: 0,
+                    },
+                    _ => SqlType::Unknown,
+                }
+            }
+            "year" => SqlType::Year,
+            "date" => SqlType::Date,
+            "time" => SqlType::Time { fsp: fsp() },
+            "datetime" => SqlType::DateTime { fsp: fsp() },
+            "timestamp" => SqlType::Timestamp { fsp: fsp() },
+            "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext" | "enum"
+            | "set" => SqlType::Text,
+            "binary" | "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob" => {
+                SqlType::Binary
+            }
+            "json" => SqlType::Json,
+            "bit" => SqlType::Bit,
+            _ => SqlType::Unknown,
+        }
+    }
+}
+
 /// One column's type and nullability, as the server describes the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ColumnType {
@@ -320,6 +376,58 @@ pub struct ColumnType {
     pub sql_type: SqlType,
     /// The column may hold NULL (TABLE_MAP's null bitmap; a Connect schema's `optional`).
     pub nullable: bool,
+}
+
+#[cfg(test)]
+mod column_type_text_tests {
+    use super::SqlType;
+
+    #[test]
+    fn information_schema_column_types_read_as_the_binlog_describes_them() {
+        for (text, expected) in [
+            (
+                "int(10) unsigned",
+                SqlType::Integer {
+                    bytes: 4,
+                    unsigned: true,
+                },
+            ),
+            (
+                "tinyint(1)",
+                SqlType::Integer {
+                    bytes: 1,
+                    unsigned: false,
+                },
+            ),
+            (
+                "bigint",
+                SqlType::Integer {
+                    bytes: 8,
+                    unsigned: false,
+                },
+            ),
+            (
+                "decimal(20,10)",
+                SqlType::Decimal {
+                    precision: 20,
+                    scale: 10,
+                },
+            ),
+            ("datetime(6)", SqlType::DateTime { fsp: 6 }),
+            ("timestamp", SqlType::Timestamp { fsp: 0 }),
+            ("varchar(16)", SqlType::Text),
+            ("enum('a','b c')", SqlType::Text),
+            ("longtext", SqlType::Text),
+            ("varbinary(16)", SqlType::Binary),
+            ("json", SqlType::Json),
+            ("double", SqlType::Double),
+            ("bit(3)", SqlType::Bit),
+            ("geometry", SqlType::Unknown),
+            ("uuid", SqlType::Unknown),
+        ] {
+            assert_eq!(SqlType::from_column_type(text), expected, "{text}");
+        }
+    }
 }
 
 /// The column types of a row image, in its column order (cheap to clone).

@@ -7,7 +7,7 @@
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
-use crate::TableName;
+use crate::{ColumnType, SqlType, TableName};
 
 /// A watched table that does not exist as named.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +29,19 @@ pub struct WatchedTableColumns {
     pub table: TableName,
     /// Its column names as the server stores them (and the binlog names them).
     pub columns: Vec<String>,
+    /// How the server describes each column (`descriptions[i]` belongs to `columns[i]`):
+    /// what a configured `column_type` is checked against before the first row.
+    pub descriptions: Vec<ColumnDescription>,
+}
+
+/// One column as `information_schema.COLUMNS` describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnDescription {
+    /// `COLUMN_TYPE` as the server writes it (`decimal(20,10)`, `varchar(16)`), for messages.
+    pub column_type: String,
+    /// The same as the binlog's TABLE_MAP describes it ([`SqlType::from_column_type`], and
+    /// `IS_NULLABLE`).
+    pub described: ColumnType,
 }
 
 /// Watched tables that do not resolve on the server.
@@ -66,16 +79,33 @@ async fn table_columns(
 ) -> Result<Vec<WatchedTableColumns>, mysql_async::Error> {
     let mut tables = Vec::with_capacity(watched.len());
     for table in watched {
-        let columns: Vec<String> = conn
+        let rows: Vec<(String, String, String)> = conn
             .exec(
-                "SELECT COLUMN_NAME FROM information_schema.COLUMNS \
+                "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE FROM information_schema.COLUMNS \
                  WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
                 (&table.database, &table.table),
             )
             .await?;
+        let (columns, descriptions) = rows
+            .into_iter()
+            .map(|(name, column_type, is_nullable)| {
+                let described = ColumnType {
+                    sql_type: SqlType::from_column_type(&column_type),
+                    nullable: is_nullable == "YES",
+                };
+                (
+                    name,
+                    ColumnDescription {
+                        column_type,
+                        described,
+                    },
+                )
+            })
+            .unzip();
         tables.push(WatchedTableColumns {
             table: table.clone(),
             columns,
+            descriptions,
         });
     }
     Ok(tables)

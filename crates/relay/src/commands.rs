@@ -407,18 +407,21 @@ async fn poll_mode_lines(config: &RelayConfig) -> Vec<CheckLine> {
         let _ = conn.disconnect().await;
         anyhow::Ok(checked?)
     };
-    lines.push(match checked.await {
-        Ok(detail) => CheckLine {
-            ok: true,
-            item: "poll source".into(),
-            detail: format!("{}: {detail}", config.source.redacted_url()),
-        },
-        Err(error) => CheckLine {
+    match checked.await {
+        Ok((detail, clashes)) => {
+            lines.push(CheckLine {
+                ok: true,
+                item: "poll source".into(),
+                detail: format!("{}: {detail}", config.source.redacted_url()),
+            });
+            lines.extend(column_type_line(&clashes));
+        }
+        Err(error) => lines.push(CheckLine {
             ok: false,
             item: "poll source".into(),
             detail: format!("{}: {error}", config.source.redacted_url()),
-        },
-    });
+        }),
+    }
     lines.push(kafka_line(config).await);
     lines.push(CheckLine {
         ok: true,
@@ -567,13 +570,36 @@ async fn outbox_table_lines(config: &RelayConfig, url: &str) -> Vec<CheckLine> {
         Ok(Err(unresolved)) => failed(unresolved.message),
         Ok(Ok(columns)) => match crate::pipeline::describe_missing_columns(&router, &columns) {
             Some(message) => failed(message),
-            None => vec![CheckLine {
-                ok: true,
-                item,
-                detail: format!("{names}: exist, readable, with the columns the route reads"),
-            }],
+            None => {
+                let clashes: Vec<_> = columns
+                    .iter()
+                    .flat_map(|table| router.column_type_clashes(table))
+                    .collect();
+                std::iter::once(CheckLine {
+                    ok: true,
+                    item,
+                    detail: format!("{names}: exist, readable, with the columns the route reads"),
+                })
+                .chain(column_type_line(&clashes))
+                .collect()
+            }
         },
     }
+}
+
+/// `check`'s line for configured column types the server's definitions contradict
+/// ([`outbox_router::Router::column_type_clashes`]); `None` when there is none. `run` warns
+/// and goes on with the setting, `check` fails: a clash is almost always a mistake.
+fn column_type_line(clashes: &[outbox_router::ColumnTypeClash]) -> Option<CheckLine> {
+    (!clashes.is_empty()).then(|| CheckLine {
+        ok: false,
+        item: "column types".into(),
+        detail: clashes
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; "),
+    })
 }
 
 /// The Kafka cluster's line: reachable with the relay's client settings, or why not.

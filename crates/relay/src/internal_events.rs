@@ -36,6 +36,29 @@ impl InternalEvent for SourceConnected<'_> {
     }
 }
 
+/// A configured column type, nullability or `connect_schema` setting contradicts the
+/// server's definition of the column (found at start): the setting is used, and the
+/// records differ from Debezium's.
+#[derive(Debug)]
+pub struct ColumnTypeClashFound<'a> {
+    /// The clash, naming table, column, setting and both values.
+    pub clash: &'a outbox_router::ColumnTypeClash,
+}
+
+impl InternalEvent for ColumnTypeClashFound<'_> {
+    fn emit(self, _metrics: &Metrics) {
+        tracing::warn!(
+            table = %self.clash.table,
+            column = %self.clash.column,
+            setting = %self.clash.setting,
+            configured = %self.clash.configured,
+            server = %self.clash.server,
+            "{}",
+            self.clash
+        );
+    }
+}
+
 /// A gap fill published a table's rows written since a purged checkpoint position.
 #[derive(Debug)]
 pub struct GapFilled<'a> {

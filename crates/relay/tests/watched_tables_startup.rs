@@ -102,3 +102,39 @@ async fn an_outbox_table_without_the_route_columns_or_not_readable_stops_check_a
         relay.log()
     );
 }
+
+/// Issue 26: a configured `column_type` the server's definition contradicts
+/// (`created_at` is DATETIME(6): epoch microseconds to Debezium, not DATETIME(3)'s
+/// milliseconds) fails `check` naming both, and `run` warns of it at start and goes on
+/// with the setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_column_type_the_server_contradicts_fails_check_and_is_warned_of_by_run() {
+    let db = start_shop_database().await;
+    let cluster: MockCluster<'static, DefaultProducerContext> =
+        MockCluster::new(1).expect("mock cluster");
+    let mut setup = RelaySetup::new(&db, &cluster.bootstrap_servers());
+    setup.create_topics = false;
+    setup.route_extra = vec![
+        "additional_headers = [{ column = \"created_at\", column_type = \"datetime(3)\" }]".into(),
+    ];
+    let mut relay = Relay::prepare(&setup);
+    let needle = "outbox table `shop.outbox` column `created_at`: additional_headers' column_type is \"datetime(3)\", but the server defines the column as `datetime(6)`";
+    check_fails_naming(&relay, &[needle]);
+    relay.start();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !relay.log().contains("binlog source connected") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the relay did not connect:\n{}",
+            relay.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = relay.log();
+    assert!(
+        log.lines()
+            .any(|line| line.contains("WARN") && line.contains(needle)),
+        "no warning naming the clash:\n{log}"
+    );
+    relay.stop_gracefully("after the warning").await;
+}

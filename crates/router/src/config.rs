@@ -925,7 +925,7 @@ impl ConnectSchemaConfig {
 
 /// The schema type Debezium gives a key or payload column of `sql_type`, when it is one
 /// of [`ConnectSchemaType`]'s.
-fn described_schema_type(sql_type: outbox_binlog::SqlType) -> Option<ConnectSchemaType> {
+pub(crate) fn described_schema_type(sql_type: outbox_binlog::SqlType) -> Option<ConnectSchemaType> {
     use outbox_binlog::SqlType;
     match sql_type {
         SqlType::Text => Some(ConnectSchemaType::String),

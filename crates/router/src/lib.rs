@@ -67,7 +67,7 @@ pub use config::{
 pub use error::{RoutingError, RoutingErrorKind};
 pub use record::{headers_in_sending_order, KafkaRecord, NullHeader, RouteOutcome, SkipReason};
 pub use render::{civil_from_days, days_from_civil, render_value_bytes, render_value_text};
-pub use router::Router;
+pub use router::{ColumnTypeClash, Router};
 pub use topic::{
     check_topic_name, TopicNameProblem, TopicPlaceholder, TopicTemplate, TopicTemplateProblem,
     TopicValues, MAX_TOPIC_NAME_LENGTH,

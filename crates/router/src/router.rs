@@ -37,6 +37,9 @@ use crate::topic::{
 };
 use crate::topic_regex::TopicRegex;
 
+mod clashes;
+pub use clashes::ColumnTypeClash;
+
 /// Routes rows of the configured outbox tables to Kafka records. Cheap to share between
 /// threads (`Send + Sync`); build it once with [`Router::new`].
 #[derive(Debug)]

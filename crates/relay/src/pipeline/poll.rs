@@ -43,7 +43,7 @@ use crate::backoff::Backoff;
 use crate::budget::{row_bytes, BudgetPermit, InFlightBudget};
 use crate::config::RelayConfig;
 use crate::dead_letter::RecordOrigin;
-use crate::internal_events::{InternalEvent, RecordRouted, RowSkipped};
+use crate::internal_events::{ColumnTypeClashFound, InternalEvent, RecordRouted, RowSkipped};
 use crate::metrics::Metrics;
 use crate::replay::{AttemptSinkObserver, SentThrough};
 use crate::shutdown::{Shutdown, ShutdownController};
@@ -111,7 +111,10 @@ pub(super) async fn run_poll_relay(
         return Ok(RelaySummary::default());
     };
     let conn = claims_connection.adopt(conn);
-    let checked = poll_startup_checks(config, &router, conn).await?;
+    let (checked, clashes) = poll_startup_checks(config, &router, conn).await?;
+    for clash in &clashes {
+        ColumnTypeClashFound { clash }.emit(metrics);
+    }
     tracing::info!(
         server = %config.source.redacted_url(),
         tables = tables.len(),
@@ -559,12 +562,13 @@ pub(crate) fn polled_tables(config: &RelayConfig) -> Vec<(Arc<TableName>, Poller
 /// start and by `check`: `SKIP LOCKED` (MySQL 8.0, MariaDB 10.6); each table exists, has
 /// the columns its route reads (invariant 4c) and the poll-mode columns; the relay's user
 /// may SELECT and UPDATE it, and DELETE from it when the cleanup is on. Each probe changes
-/// no row. `Ok`: what was checked, for the log.
+/// no row. `Ok`: what was checked, for the log, and the configured column types the server
+/// contradicts ([`Router::column_type_clashes`]: `run` warns of them, `check` fails them).
 pub(crate) async fn poll_startup_checks(
     config: &RelayConfig,
     router: &Router,
     conn: &mut mysql_async::Conn,
-) -> Result<String, RelayError> {
+) -> Result<(String, Vec<outbox_router::ColumnTypeClash>), RelayError> {
     let version = outbox_poll::check_server(conn)
         .await
         .map_err(RelayError::Poll)?;
@@ -581,6 +585,10 @@ pub(crate) async fn poll_startup_checks(
     if let Some(message) = super::describe_missing_columns(router, &columns) {
         return Err(RelayError::OutboxColumnsMissing(message));
     }
+    let clashes = columns
+        .iter()
+        .flat_map(|table| router.column_type_clashes(table))
+        .collect();
     let poll = &config.source.poll;
     let grant_hint = |table: &TableName, error: PollError| {
         let hint = if poll.sent_retention_s > 0 {
@@ -621,7 +629,7 @@ pub(crate) async fn poll_startup_checks(
             )?;
         }
     }
-    Ok(format!(
+    let summary = format!(
         "{} (SKIP LOCKED); {}: poll-mode columns and the claim's indexes present, SELECT and UPDATE{} granted",
         version.text,
         names
@@ -634,5 +642,6 @@ pub(crate) async fn poll_startup_checks(
         } else {
             ""
         }
-    ))
+    );
+    Ok((summary, clashes))
 }

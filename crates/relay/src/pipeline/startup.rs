@@ -13,7 +13,8 @@ use super::identity::{describe_identity, describe_start, gtid_only_binlog_positi
 use crate::backoff::Backoff;
 use crate::config::{OnPurged, RelayConfig, StartSetting};
 use crate::internal_events::{
-    CheckpointStoreWaiting, InternalEvent, SourceConnected, SourceReconnecting,
+    CheckpointStoreWaiting, ColumnTypeClashFound, InternalEvent, SourceConnected,
+    SourceReconnecting,
 };
 use crate::metrics::Metrics;
 use crate::shutdown::{Shutdown, ShutdownController};
@@ -189,6 +190,7 @@ pub(super) async fn connect_source(
     if let Some(message) = describe_missing_columns(router, &tables) {
         return Err(RelayError::OutboxColumnsMissing(message));
     }
+    warn_of_column_type_clashes(router, &tables, metrics);
     SourceConnected {
         server: &redacted,
         start: describe_start(&reader.resume_point()),
@@ -351,6 +353,21 @@ pub(crate) fn describe_missing_columns(
         })
         .collect();
     (!sentences.is_empty()).then(|| sentences.join("; "))
+}
+
+/// Warns of every configured column type the server's definition of the column contradicts
+/// ([`Router::column_type_clashes`]): the relay runs with the setting, as configured, and
+/// says at start that its records will differ from Debezium's.
+pub(crate) fn warn_of_column_type_clashes(
+    router: &Router,
+    tables: &[WatchedTableColumns],
+    metrics: &Metrics,
+) {
+    for table in tables {
+        for clash in router.column_type_clashes(table) {
+            ColumnTypeClashFound { clash: &clash }.emit(metrics);
+        }
+    }
 }
 
 /// Runs `operation` on the checkpoint store at startup (`what`: `opening`, `loading the
