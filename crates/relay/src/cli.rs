@@ -160,6 +160,11 @@ pub enum ConfigAction {
         /// The connector config: `{"name":..,"config":{..}}` JSON, a flat JSON object, or
         /// a .properties file.
         file: PathBuf,
+        /// Read the outbox tables' columns from the connector's database server and write
+        /// the column types the binlog will not describe as Debezium's DDL does (password:
+        /// OUTBOX_RELAY_SOURCE_PASSWORD, else the connector's database.password).
+        #[arg(long)]
+        probe: bool,
     },
 }
 

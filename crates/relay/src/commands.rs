@@ -56,8 +56,11 @@ pub async fn execute(cli: Cli) -> anyhow::Result<i32> {
             &mut std::io::stderr().lock(),
         ),
         Command::Config {
-            action: crate::cli::ConfigAction::FromDebezium { file },
-        } => crate::from_debezium::from_debezium_command(&file, &mut std::io::stdout().lock()),
+            action: crate::cli::ConfigAction::FromDebezium { file, probe },
+        } => {
+            crate::from_debezium::from_debezium_command(&file, probe, &mut std::io::stdout().lock())
+                .await
+        }
         Command::Dlq { action } => dlq_command(action, &mut std::io::stdout().lock()).await,
         Command::Poll { action } => {
             crate::poll_commands::poll_command(action, &mut std::io::stdout().lock()).await

@@ -454,7 +454,7 @@ impl SourceConfig {
 pub use crate::redact::redact_url;
 
 /// Puts `password` (percent-encoded) into a URL that has a user but no password.
-fn with_password(url: &str, password: &str) -> String {
+pub(crate) fn with_password(url: &str, password: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };

@@ -133,6 +133,10 @@ fn parse_properties(text: &str) -> BTreeMap<String, String> {
 }
 
 /// A TOML string literal.
+mod probe;
+
+use probe::ServerFacts;
+
 fn quoted(text: &str) -> String {
     toml::Value::String(text.to_owned()).to_string()
 }
@@ -156,6 +160,9 @@ struct Conversion {
     mapped: Vec<String>,
     /// Options with no equivalent: `(option, why)`.
     unmapped: Vec<(String, String)>,
+    /// What the source server said of the outbox tables (`--probe`), or why the config
+    /// was not checked against one.
+    server_notes: Vec<String>,
 }
 
 impl Conversion {
@@ -268,6 +275,14 @@ fn convert_heartbeat(
 
 /// Converts a connector config into relay TOML (validated by loading it).
 pub fn convert(config: &ConnectorConfig) -> anyhow::Result<String> {
+    convert_with(config, None)
+}
+
+/// [`convert`], with what `--probe` learned of the source server: the additional columns'
+/// `column_type` where the binlog will not describe them as Debezium's DDL does, the
+/// `connect_schema` where it will not describe the key and payload columns, and notes on
+/// what the server lacks.
+fn convert_with(config: &ConnectorConfig, facts: Option<&ServerFacts>) -> anyhow::Result<String> {
     let options = &config.options;
     let get = |key: &str| options.get(key).map(|v| v.trim().to_owned());
     let mut out = Conversion::default();
@@ -431,6 +446,7 @@ pub fn convert(config: &ConnectorConfig) -> anyhow::Result<String> {
 
     // Columns.
     let mut columns = Vec::new();
+    let (mut key_column, mut payload_column) = ("aggregateid".to_owned(), "payload".to_owned());
     for (option, column, default) in [
         ("table.field.event.id", "event_id", "id"),
         ("table.field.event.key", "aggregate_id", "aggregateid"),
@@ -440,6 +456,11 @@ pub fn convert(config: &ConnectorConfig) -> anyhow::Result<String> {
         if let Some((full, value)) = router_take(option) {
             if value != default {
                 columns.push(format!("{column} = {}", quoted(&value)));
+            }
+            match column {
+                "aggregate_id" => key_column.clone_from(&value),
+                "payload" => payload_column.clone_from(&value),
+                _ => {}
             }
             out.mapped.push(full);
         }
@@ -477,22 +498,42 @@ pub fn convert(config: &ConnectorConfig) -> anyhow::Result<String> {
         let mut partition = None;
         for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let parts: Vec<&str> = entry.split(':').collect();
+            // Its type and nullability come from the binlog's TABLE_MAP, as Debezium takes
+            // them from the DDL; the probe writes the server's type where the binlog will
+            // not describe the column so (TINYINT, metadata below FULL).
+            let mut typed = |column: &str, header: bool| -> String {
+                let Some(facts) = facts else {
+                    return String::new();
+                };
+                let decision = facts.decide(column, header);
+                out.server_notes.extend(decision.note);
+                decision
+                    .column_type
+                    .map(|column_type| format!(", column_type = {}", quoted(&column_type)))
+                    .unwrap_or_default()
+            };
             match parts.as_slice() {
-                [column, "header"] => headers.push(format!("{{ column = {} }}", quoted(column))),
-                [column, "header", alias] => headers.push(format!(
-                    "{{ column = {}, header = {} }}",
+                [column, "header"] => headers.push(format!(
+                    "{{ column = {}{} }}",
                     quoted(column),
-                    quoted(alias)
+                    typed(column, true)
+                )),
+                [column, "header", alias] => headers.push(format!(
+                    "{{ column = {}, header = {}{} }}",
+                    quoted(column),
+                    quoted(alias),
+                    typed(column, true)
                 )),
                 [column, "envelope", rest @ ..] if rest.len() <= 1 => {
                     let field = rest
                         .first()
                         .map(|alias| format!(", field = {}", quoted(alias)))
                         .unwrap_or_default();
-                    // Its type and nullability come from the binlog's TABLE_MAP, as
-                    // Debezium takes them from the DDL (TINYINT, FLOAT and BIT
-                    // columns need a column_type: the relay names them when it routes).
-                    envelope.push(format!("{{ column = {}{field} }}", quoted(column)));
+                    envelope.push(format!(
+                        "{{ column = {}{field}{} }}",
+                        quoted(column),
+                        typed(column, false)
+                    ));
                 }
                 [column, "partition"] => {
                     if let Some(earlier) = partition.replace(column.to_string()) {
@@ -679,6 +720,27 @@ pub fn convert(config: &ConnectorConfig) -> anyhow::Result<String> {
     }
     if formats.contains(&"json_with_schema") {
         out.route.push("# connect_schema: the key and payload schemas come from the columns as the binlog describes them, as Debezium's come from the DDL; set connect_schema only to override them".into());
+        if let Some(facts) = facts {
+            for table in &mut out.outbox {
+                let Some(name) = table
+                    .first()
+                    .and_then(|line| line.strip_prefix("table = "))
+                    .and_then(|quoted_name| {
+                        quoted_name
+                            .trim_matches('"')
+                            .parse::<outbox_binlog::TableName>()
+                            .ok()
+                    })
+                else {
+                    continue;
+                };
+                match facts.connect_schema(&name, &key_column, &payload_column) {
+                    Ok(Some(line)) => table.push(line),
+                    Ok(None) => {}
+                    Err(why) => out.server_notes.push(format!("connect_schema: {why}")),
+                }
+            }
+        }
     }
     if let Some((full, value)) = router_take("table.expand.json.payload") {
         if value == "true" {
@@ -783,10 +845,29 @@ pub fn convert(config: &ConnectorConfig) -> anyhow::Result<String> {
             out.not_mapped(key, "a connector option the relay has no equivalent for");
         }
     }
+    match facts {
+        Some(facts) => {
+            let mut notes = facts.summary();
+            notes.append(&mut out.server_notes);
+            out.server_notes = notes;
+        }
+        None => out.server_notes.push(
+            "Not checked against the source server (`--probe` reads the outbox tables' columns): the additional columns' types come from the binlog's TABLE_MAP at run time, which needs binlog_row_metadata = FULL, and a missing column or one the relay does not render as Debezium does (TINYINT(1), FLOAT, BIT) shows only when a row is routed".into(),
+        ),
+    }
     let toml = render(&out, options.get("name").map(String::as_str));
-    crate::RelayConfig::parse(&toml).map_err(|error| {
+    let relay_config = crate::RelayConfig::parse(&toml).map_err(|error| {
         anyhow::anyhow!("the converted config does not load ({error}); this is a bug of `config from-debezium`:\n{toml}")
     })?;
+    if let Some(facts) = facts {
+        // The columns every row needs, checked as `run` will check them.
+        let router = outbox_router::Router::new(&relay_config.outbox, &relay_config.route)
+            .map_err(|error| anyhow::anyhow!("the converted [route] does not build ({error}); this is a bug of `config from-debezium`"))?;
+        if let Some(missing) = crate::pipeline::describe_missing_columns(&router, &facts.tables) {
+            out.server_notes.push(missing);
+            return Ok(render(&out, options.get("name").map(String::as_str)));
+        }
+    }
     Ok(toml)
 }
 
@@ -805,6 +886,9 @@ fn render(out: &Conversion, name: Option<&str>) -> String {
         for (key, why) in &out.unmapped {
             let _ = writeln!(text, "#   {key}: {why}");
         }
+    }
+    for note in &out.server_notes {
+        let _ = writeln!(text, "# {note}");
     }
     let _ = writeln!(text, "\n[source]");
     for line in &out.source {
@@ -843,16 +927,46 @@ fn render(out: &Conversion, name: Option<&str>) -> String {
     text
 }
 
-/// `config from-debezium FILE`: prints the TOML; exit 0.
-pub fn from_debezium_command(
+/// `config from-debezium FILE [--probe]`: prints the TOML; exit 0. With `probe`, the
+/// converted `[source]` is connected to (the password from `OUTBOX_RELAY_SOURCE_PASSWORD`,
+/// else the connector's `database.password` when it is a literal, never written out) and
+/// the outbox tables' columns complete the config ([`ServerFacts`]).
+pub async fn from_debezium_command(
     path: &std::path::Path,
+    probe: bool,
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<i32> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the connector config {}", path.display()))?;
     let config = parse_connector_config(&text)
         .with_context(|| format!("reading the connector config {}", path.display()))?;
-    let toml = convert(&config).with_context(|| format!("converting {}", path.display()))?;
+    let mut toml = convert(&config).with_context(|| format!("converting {}", path.display()))?;
+    if probe {
+        let relay_config = crate::RelayConfig::parse(&toml)
+            .with_context(|| format!("converting {}", path.display()))?;
+        let mut url = relay_config.source.connection_url();
+        if let Some(password) = config
+            .options
+            .get("database.password")
+            .filter(|password| !password.contains("${"))
+        {
+            url = crate::config::with_password(&url, password);
+        }
+        let facts = ServerFacts::probe(
+            &url,
+            &relay_config.source.tls_options(),
+            &relay_config.outbox_tables(),
+        )
+        .await
+        .with_context(|| {
+            format!(
+                "--probe: {} (the connector's database.hostname, port and user; the password from OUTBOX_RELAY_SOURCE_PASSWORD or database.password)",
+                relay_config.source.redacted_url()
+            )
+        })?;
+        toml = convert_with(&config, Some(&facts))
+            .with_context(|| format!("converting {}", path.display()))?;
+    }
     out.write_all(toml.as_bytes())?;
     Ok(0)
 }

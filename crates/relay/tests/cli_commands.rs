@@ -256,3 +256,116 @@ fn check_config_only_validates_without_connecting() {
     assert_eq!(code, 1, "{stdout}\n{stderr}");
     assert!(stderr.contains("source.server_id"), "{stderr}");
 }
+
+/// Issue 26: `config from-debezium --probe` reads the outbox table from the connector's
+/// server and writes what the binlog will not describe as Debezium's DDL does: a TINYINT(4)
+/// envelope field's `column_type`; with `binlog_row_metadata` below FULL (no character sets
+/// or signedness in the binlog) every additional column's type and the `connect_schema`
+/// (MariaDB's JSON payload is LONGTEXT: a string). It names what the relay cannot
+/// reproduce (TINYINT(1), FLOAT) and a column the table lacks; without `--probe` the file
+/// says it was not checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_from_debezium_probe_writes_the_servers_column_types() {
+    let db = ScratchMariadb::start()
+        .await
+        .expect("scratch MariaDB starts");
+    db.exec(&[
+        "CREATE DATABASE shop",
+        "CREATE TABLE shop.outbox (id VARCHAR(64) NOT NULL PRIMARY KEY, \
+         aggregatetype VARCHAR(64) NOT NULL, aggregateid VARBINARY(16) NOT NULL, \
+         type VARCHAR(64) NOT NULL, payload JSON NULL, tenant VARBINARY(8) NULL, \
+         flag TINYINT(4) NOT NULL DEFAULT 0, ok TINYINT(1) NULL, ratio FLOAT NULL, \
+         amount DECIMAL(10,2) NULL, created DATETIME(6) NULL) ENGINE=InnoDB",
+    ])
+    .await
+    .expect("the outbox table");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let connector = dir.path().join("connector.json");
+    std::fs::write(
+        &connector,
+        format!(
+            r#"{{"name":"orders","config":{{
+              "connector.class":"io.debezium.connector.mysql.MySqlConnector",
+              "database.hostname":"127.0.0.1","database.port":"{port}","database.user":"root",
+              "database.server.id":"5","topic.prefix":"shop","table.include.list":"shop.outbox",
+              "transforms":"outbox","transforms.outbox.type":"io.debezium.transforms.outbox.EventRouter",
+              "transforms.outbox.table.fields.additional.placement":"tenant:header,ratio:header,created:header,flag:envelope,ok:envelope,amount:envelope,gone:header",
+              "key.converter":"org.apache.kafka.connect.json.JsonConverter",
+              "value.converter":"org.apache.kafka.connect.json.JsonConverter"}}}}"#,
+            port = db.port()
+        ),
+    )
+    .expect("write the connector");
+    let connector = connector.to_str().expect("utf-8 path");
+    let convert = |probe: bool| {
+        let mut args = vec!["config", "from-debezium", connector];
+        if probe {
+            args.push("--probe");
+        }
+        let (code, stdout, stderr) = run(&args);
+        assert_eq!(code, 0, "from-debezium:\n{stdout}\n{stderr}");
+        stdout
+    };
+    let contains_all = |toml: &str, needles: &[&str]| {
+        for needle in needles {
+            assert!(toml.contains(needle), "{needle} missing from\n{toml}");
+        }
+    };
+
+    let unprobed = convert(false);
+    contains_all(
+        &unprobed,
+        &[
+            "# Not checked against the source server",
+            "{ column = \"flag\" }",
+        ],
+    );
+
+    // binlog_row_metadata = FULL: only the TINYINT needs its type.
+    let probed = convert(true);
+    contains_all(
+        &probed,
+        &[
+            "# Probed the source 127.0.0.1:",
+            "additional_headers = [{ column = \"tenant\" }, { column = \"ratio\" }, { column = \"created\" }, { column = \"gone\" }]",
+            "envelope_fields = [{ column = \"flag\", column_type = \"tinyint(4)\" }, { column = \"ok\" }, { column = \"amount\" }]",
+            "# `ok` (shop.outbox): `tinyint(1)`: Debezium writes TINYINT(1)/BOOLEAN as a boolean",
+            "as an envelope field each of its rows would be a dead letter",
+            "# `ratio` (shop.outbox): `float` is not a column type the relay renders as Debezium does",
+            "as a header it carries the value's plain text",
+            "# outbox table `shop.outbox` has no column `gone` (additional_headers)",
+        ],
+    );
+    assert!(!probed.contains("connect_schema = {"), "{probed}");
+
+    // Below FULL the binlog tells neither text from binary nor the JSON payload's schema.
+    db.exec(&["SET GLOBAL binlog_row_metadata = 'NO_LOG'"])
+        .await
+        .expect("binlog_row_metadata");
+    let probed = convert(true);
+    contains_all(
+        &probed,
+        &[
+            "# Source setting: binlog_row_metadata: expected FULL, actual NO_LOG (warning)",
+            "{ column = \"tenant\", column_type = \"varbinary(8)\" }",
+            "{ column = \"created\", column_type = \"datetime(6)\" }",
+            "{ column = \"amount\", column_type = \"decimal(10,2)\" }",
+            "connect_schema = { key_type = \"bytes\", key_optional = false, payload_type = \"string\", payload_optional = true }",
+        ],
+    );
+    // What it wrote agrees with the server by `check`'s rule (no clash): the config loads
+    // and its column types are the server's.
+    let config = dir.path().join("relay.toml");
+    std::fs::write(
+        &config,
+        probed.replace("create_topics = true", "create_topics = false"),
+    )
+    .expect("write the config");
+    let (code, stdout, stderr) = run(&[
+        "check",
+        "--config-only",
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "the probed config loads:\n{stdout}\n{stderr}");
+}

@@ -846,6 +846,25 @@ pub enum ConnectSchemaType {
     Bytes,
 }
 
+impl ConnectSchemaType {
+    /// The type Debezium gives a key or payload column of `sql_type` (the binlog's or
+    /// information_schema's description), when it is one of these.
+    pub fn described(sql_type: outbox_binlog::SqlType) -> Option<ConnectSchemaType> {
+        described_schema_type(sql_type)
+    }
+
+    /// The name the config writes (`"string"`, `"json"`, `"int32"`, `"int64"`, `"bytes"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConnectSchemaType::String => "string",
+            ConnectSchemaType::Json => "json",
+            ConnectSchemaType::Int32 => "int32",
+            ConnectSchemaType::Int64 => "int64",
+            ConnectSchemaType::Bytes => "bytes",
+        }
+    }
+}
+
 /// `[route.connect_schema]`: the schemas Debezium's MySQL connector derives from the
 /// outbox table's DDL for the key and payload columns. Each setting left out is taken from
 /// the column as the server describes it (the binlog's TABLE_MAP: a text column is

@@ -10,7 +10,7 @@ use outbox_binlog::{ColumnDescription, TableName, WatchedTableColumns};
 
 use super::Router;
 use crate::column_type::SqlColumnType;
-use crate::config::{described_schema_type, ConnectSchemaType, RecordFormat};
+use crate::config::{described_schema_type, RecordFormat};
 
 /// A configured type or nullability of a column that its server-side definition
 /// contradicts.
@@ -35,17 +35,6 @@ impl fmt::Display for ColumnTypeClash {
             "outbox table `{}` column `{}`: {} is {}, but the server defines the column as {}; Debezium writes the column as the server defines it, so these records differ from Debezium's: correct the setting or leave it out (the server's definition is then used)",
             self.table, self.column, self.setting, self.configured, self.server
         )
-    }
-}
-
-/// The Connect schema type name of a [`ConnectSchemaType`], as the config writes it.
-fn schema_type_name(schema_type: ConnectSchemaType) -> &'static str {
-    match schema_type {
-        ConnectSchemaType::String => "string",
-        ConnectSchemaType::Json => "json",
-        ConnectSchemaType::Int32 => "int32",
-        ConnectSchemaType::Int64 => "int64",
-        ConnectSchemaType::Bytes => "bytes",
     }
 }
 
@@ -147,11 +136,11 @@ impl Router {
                     clash(
                         column,
                         format!("connect_schema.{type_key}"),
-                        format!("\"{}\"", schema_type_name(configured)),
+                        format!("\"{}\"", configured.as_str()),
                         format!(
                             "`{}` (Connect type \"{}\")",
                             description.column_type,
-                            schema_type_name(server)
+                            server.as_str()
                         ),
                     );
                 }
