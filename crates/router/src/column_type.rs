@@ -331,6 +331,12 @@ impl SqlColumnType {
             },
             ColumnType::Bytes => match value {
                 Value::Bytes(bytes) => Data::Bytes(bytes.clone()),
+                // Below binlog_row_metadata = FULL the binlog does not say a column is
+                // binary, so its bytes arrive as text when they are valid UTF-8 (the same
+                // bytes) and as undecodable text otherwise (kept raw): the configured type
+                // says what they are.
+                Value::Text(text) => Data::Bytes(text.as_bytes().to_vec()),
+                Value::UndecodableText { bytes, .. } => Data::Bytes(bytes.clone()),
                 _ => return Err(mismatch()),
             },
             ColumnType::Timestamp => match value {
@@ -557,6 +563,22 @@ mod tests {
         assert_eq!(
             data("timestamp", timestamp),
             Data::String("2024-05-06T07:08:09Z".into())
+        );
+    }
+
+    #[test]
+    fn a_binary_column_the_binlog_did_not_call_binary_is_its_bytes() {
+        let binary = SqlColumnType::parse("varbinary(8)").unwrap();
+        assert_eq!(
+            binary.data(&Value::Text("AB".into())),
+            Ok(Data::Bytes(b"AB".to_vec()))
+        );
+        assert_eq!(
+            binary.data(&Value::UndecodableText {
+                bytes: vec![0x00, 0xff, 0x10],
+                charset: "unknown".into()
+            }),
+            Ok(Data::Bytes(vec![0x00, 0xff, 0x10]))
         );
     }
 
