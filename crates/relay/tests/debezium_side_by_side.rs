@@ -1111,3 +1111,55 @@ async fn debezium_and_outbox_relay_write_identical_bytes_for_every_converter_set
         logs.join("\n")
     );
 }
+
+/// Issue 26: below `binlog_row_metadata = FULL` the binlog does not say a column is binary,
+/// so a VARBINARY header needs the `column_type` `config from-debezium --probe` writes; with
+/// it the header is Debezium's Base64 text (`AP8Q` for 0x00FF10, `QUI=` for the valid UTF-8
+/// bytes `AB`), whatever the bytes decode as.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binary_header_below_full_metadata_is_base64_with_its_column_type() {
+    let (db, broker) = start_shop_database_and_broker().await;
+    db.exec(&[
+        "ALTER TABLE shop.outbox ADD COLUMN tenant VARBINARY(8) NULL",
+        "SET GLOBAL binlog_row_metadata = 'NO_LOG'",
+        "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload, tenant) \
+         VALUES ('nolog-1', 'order', 'o-1', 'Created', '{}', X'00FF10'), \
+         ('nolog-2', 'order', 'o-2', 'Created', '{}', 'AB')",
+    ])
+    .await
+    .expect("the rows");
+    let mut setup = RelaySetup::new(&db, &broker.bootstrap());
+    setup.route_extra = vec![
+        "additional_headers = [{ column = \"tenant\", column_type = \"varbinary(8)\" }]".into(),
+    ];
+    let mut relay = Relay::prepare(&setup);
+    relay.start();
+    let topic = topic_for(&db, "order");
+    let records = read_all(
+        &broker.bootstrap(),
+        &[topic.as_str()],
+        ReadStop::Count(2),
+        Duration::from_secs(60),
+    )
+    .await
+    .expect("read the records");
+    let tenants: BTreeMap<String, Option<String>> = records
+        .iter()
+        .map(|record| {
+            (
+                record.header_str("id").unwrap_or_default(),
+                record.header_str("tenant"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tenants,
+        BTreeMap::from([
+            ("nolog-1".to_string(), Some("AP8Q".to_string())),
+            ("nolog-2".to_string(), Some("QUI=".to_string())),
+        ]),
+        "{}",
+        relay.log()
+    );
+    relay.stop_gracefully("after the records").await;
+}
