@@ -271,6 +271,7 @@ const DIFFERENTIAL_TABLE: &str = "CREATE TABLE shop.outbox_diff (\
      region VARCHAR(16) NULL, blob_ref VARBINARY(16) NULL, \
      created DATETIME(6) NOT NULL, stamped TIMESTAMP(3) NULL, \
      seq INT NOT NULL, due DATE NULL, part INT NULL, amount DECIMAL(20,10) NULL, \
+     flag TINYINT(4) NULL, \
      timestamp DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB";
 
 /// The same outbox with a VARBINARY(16) event id and aggregate id (`binary.handling.mode =
@@ -283,6 +284,7 @@ const BINARY_TABLE: &str = "CREATE TABLE shop.outbox_bin (\
      region VARCHAR(16) NULL, blob_ref VARBINARY(16) NULL, \
      created DATETIME(6) NOT NULL, stamped TIMESTAMP(3) NULL, \
      seq INT NOT NULL, due DATE NULL, part INT NULL, amount DECIMAL(20,10) NULL, \
+     flag TINYINT(4) NULL, \
      timestamp DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB";
 
 /// Rows of [`BINARY_TABLE`]: (id hex, id Base64, aggregate type, key hex, key Base64, payload).
@@ -308,7 +310,7 @@ const BINARY_ROWS: &[(&str, &str, &str, &str, &str, &str)] = &[
 /// Debezium's `table.fields.additional.placement` in the differential test.
 const ADDITIONAL_PLACEMENT: &str = "tenant:header:tenantId,region:header,blob_ref:header,\
      created:header,stamped:header,amount:header:amountText,seq:envelope,due:envelope:dueOn,\
-     blob_ref:envelope:blob,amount:envelope,part:partition";
+     blob_ref:envelope:blob,amount:envelope,flag:envelope,part:partition";
 
 /// The relay's `[route]` lines for [`ADDITIONAL_PLACEMENT`] (the column types are the DDL's).
 const RELAY_ADDITIONAL_FIELDS: &[&str] = &[
@@ -321,19 +323,22 @@ const RELAY_ADDITIONAL_FIELDS: &[&str] = &[
     "envelope_fields = [{ column = \"seq\", column_type = \"int\", nullable = false }, \
      { column = \"due\", field = \"dueOn\", column_type = \"date\" }, \
      { column = \"blob_ref\", field = \"blob\", column_type = \"varbinary(16)\" }, \
-     { column = \"amount\", column_type = \"decimal(20,10)\" }]",
+     { column = \"amount\", column_type = \"decimal(20,10)\" }, \
+     { column = \"flag\", column_type = \"tinyint(4)\" }]",
 ];
 
-/// [`RELAY_ADDITIONAL_FIELDS`] without a single `column_type`: each column's type is the
-/// one the binlog's TABLE_MAP describes (`debezium_column_types`, envelope fields by
-/// default), which must give Debezium's bytes as the DDL's types do.
+/// [`RELAY_ADDITIONAL_FIELDS`] without a `column_type` but the TINYINT's (the binlog does
+/// not tell TINYINT(4) from TINYINT(1): `config from-debezium --probe` writes it): each
+/// column's type is the one the binlog's TABLE_MAP describes (`debezium_column_types`,
+/// envelope fields by default), which must give Debezium's bytes as the DDL's types do.
 const RELAY_ADDITIONAL_FIELDS_DESCRIBED: &[&str] = &[
     "debezium_column_types = true",
     "additional_headers = [{ column = \"tenant\", header = \"tenantId\" }, \
      { column = \"region\" }, { column = \"blob_ref\" }, { column = \"created\" }, \
      { column = \"stamped\" }, { column = \"amount\", header = \"amountText\" }]",
     "envelope_fields = [{ column = \"seq\" }, { column = \"due\", field = \"dueOn\" }, \
-     { column = \"blob_ref\", field = \"blob\" }, { column = \"amount\" }]",
+     { column = \"blob_ref\", field = \"blob\" }, { column = \"amount\" }, \
+     { column = \"flag\", column_type = \"tinyint(4)\" }]",
 ];
 
 /// The key and payload schemas of the differential tables, stated (MariaDB's JSON is
@@ -704,8 +709,8 @@ async fn write_diff_rows(db: &ScratchMariadb) {
         let (region, blob_ref, due, part, amount) = row_extras(index);
         conn.exec_drop(
             "INSERT INTO shop.outbox_diff (id, aggregatetype, aggregateid, type, payload, tenant, \
-             region, blob_ref, created, stamped, seq, due, part, amount) \
-             VALUES (?, ?, ?, 'Happened', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             region, blob_ref, created, stamped, seq, due, part, amount, flag) \
+             VALUES (?, ?, ?, 'Happened', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             mysql_async::Params::Positional(vec![
                 id.into(),
                 aggregate_type.into(),
@@ -720,6 +725,10 @@ async fn write_diff_rows(db: &ScratchMariadb) {
                 due.into(),
                 part.into(),
                 amount.into(),
+                // TINYINT(4): -128..127, NULL in the last row.
+                (index + 1 < DIFF_ROWS.len())
+                    .then(|| [-128i32, -3, 0, 1, 7, 127][index % 6])
+                    .into(),
             ]),
         )
         .await
