@@ -59,5 +59,5 @@ pub use types::{
     XaBoundary,
 };
 pub use watched_tables::{
-    resolve_watched_tables, ColumnDescription, UnresolvedTables, WatchedTableColumns,
+    resolve_watched_tables, ColumnDefault, ColumnDescription, UnresolvedTables, WatchedTableColumns,
 };

@@ -42,6 +42,43 @@ pub struct ColumnDescription {
     /// The same as the binlog's TABLE_MAP describes it ([`SqlType::from_column_type`], and
     /// `IS_NULLABLE`).
     pub described: ColumnType,
+    /// `COLUMN_DEFAULT`; `None` for no default or `DEFAULT NULL`.
+    pub default: Option<ColumnDefault>,
+}
+
+/// A column's `DEFAULT`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ColumnDefault {
+    /// A literal, unquoted (`acme` for `'acme'`, `-3`, `1.50`).
+    Literal(String),
+    /// An expression, as the server writes it (`current_timestamp(6)`, `uuid()`).
+    Expression(String),
+}
+
+/// `COLUMN_DEFAULT` and `EXTRA` as a [`ColumnDefault`]: MariaDB (10.2.7+) quotes text
+/// literals, writes expressions bare and `DEFAULT NULL` as `NULL`; MySQL writes literals
+/// bare, NULL as SQL NULL, and marks expressions `DEFAULT_GENERATED` in `EXTRA`.
+fn column_default(raw: Option<String>, extra: &str, mariadb: bool) -> Option<ColumnDefault> {
+    let raw = raw?;
+    if raw == "NULL" && mariadb {
+        return None;
+    }
+    if let Some(quoted) = raw
+        .strip_prefix('\'')
+        .and_then(|rest| rest.strip_suffix('\''))
+    {
+        return Some(ColumnDefault::Literal(quoted.replace("''", "'")));
+    }
+    let numeric = !raw.is_empty()
+        && raw
+            .trim_start_matches(['-', '+'])
+            .bytes()
+            .all(|byte| byte.is_ascii_digit() || byte == b'.');
+    if numeric || !(mariadb || extra.to_ascii_uppercase().contains("DEFAULT_GENERATED")) {
+        Some(ColumnDefault::Literal(raw))
+    } else {
+        Some(ColumnDefault::Expression(raw))
+    }
 }
 
 /// Watched tables that do not resolve on the server.
@@ -77,18 +114,21 @@ async fn table_columns(
     conn: &mut Conn,
     watched: &[TableName],
 ) -> Result<Vec<WatchedTableColumns>, mysql_async::Error> {
+    let version: Option<String> = conn.query_first("SELECT VERSION()").await?;
+    let mariadb = version.is_some_and(|version| version.contains("MariaDB"));
     let mut tables = Vec::with_capacity(watched.len());
     for table in watched {
-        let rows: Vec<(String, String, String)> = conn
+        let rows: Vec<(String, String, String, Option<String>, String)> = conn
             .exec(
-                "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE FROM information_schema.COLUMNS \
+                "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT, EXTRA \
+                 FROM information_schema.COLUMNS \
                  WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION",
                 (&table.database, &table.table),
             )
             .await?;
         let (columns, descriptions) = rows
             .into_iter()
-            .map(|(name, column_type, is_nullable)| {
+            .map(|(name, column_type, is_nullable, default, extra)| {
                 let described = ColumnType {
                     sql_type: SqlType::from_column_type(&column_type),
                     nullable: is_nullable == "YES",
@@ -98,6 +138,7 @@ async fn table_columns(
                     ColumnDescription {
                         column_type,
                         described,
+                        default: column_default(default, &extra, mariadb),
                     },
                 )
             })
@@ -293,5 +334,40 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("does not exist as"), "{text}");
+    }
+}
+
+#[cfg(test)]
+mod column_default_tests {
+    use super::*;
+
+    #[test]
+    fn column_defaults_read_as_the_ddl_wrote_them() {
+        let literal = |text: &str| Some(ColumnDefault::Literal(text.to_string()));
+        // MariaDB.
+        assert_eq!(
+            column_default(Some("'acme'".into()), "", true),
+            literal("acme")
+        );
+        assert_eq!(
+            column_default(Some("'it''s'".into()), "", true),
+            literal("it's")
+        );
+        assert_eq!(column_default(Some("-3".into()), "", true), literal("-3"));
+        assert_eq!(column_default(Some("NULL".into()), "", true), None);
+        assert_eq!(
+            column_default(Some("current_timestamp(6)".into()), "", true),
+            Some(ColumnDefault::Expression("current_timestamp(6)".into()))
+        );
+        // MySQL.
+        assert_eq!(
+            column_default(Some("acme".into()), "", false),
+            literal("acme")
+        );
+        assert_eq!(column_default(None, "", false), None);
+        assert_eq!(
+            column_default(Some("CURRENT_TIMESTAMP".into()), "DEFAULT_GENERATED", false),
+            Some(ColumnDefault::Expression("CURRENT_TIMESTAMP".into()))
+        );
     }
 }

@@ -507,10 +507,15 @@ fn convert_with(config: &ConnectorConfig, facts: Option<&ServerFacts>) -> anyhow
                 };
                 let decision = facts.decide(column, header);
                 out.server_notes.extend(decision.note);
-                decision
+                let column_type = decision
                     .column_type
                     .map(|column_type| format!(", column_type = {}", quoted(&column_type)))
-                    .unwrap_or_default()
+                    .unwrap_or_default();
+                let default = decision
+                    .column_default
+                    .map(|default| format!(", column_default = {default}"))
+                    .unwrap_or_default();
+                format!("{column_type}{default}")
             };
             match parts.as_slice() {
                 [column, "header"] => headers.push(format!(

@@ -261,9 +261,9 @@ fn check_config_only_validates_without_connecting() {
 /// server and writes what the binlog will not describe as Debezium's DDL does: a TINYINT(4)
 /// envelope field's `column_type`; with `binlog_row_metadata` below FULL (no character sets
 /// or signedness in the binlog) every additional column's type and the `connect_schema`
-/// (MariaDB's JSON payload is LONGTEXT: a string). It names what the relay cannot
-/// reproduce (TINYINT(1), FLOAT) and a column the table lacks; without `--probe` the file
-/// says it was not checked.
+/// (MariaDB's JSON payload is LONGTEXT: a string); column defaults. It names what the
+/// relay cannot reproduce (TINYINT(1), FLOAT, an expression default) and a column the table
+/// lacks; without `--probe` the file says it was not checked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_from_debezium_probe_writes_the_servers_column_types() {
     let db = ScratchMariadb::start()
@@ -275,7 +275,8 @@ async fn config_from_debezium_probe_writes_the_servers_column_types() {
          aggregatetype VARCHAR(64) NOT NULL, aggregateid VARBINARY(16) NOT NULL, \
          type VARCHAR(64) NOT NULL, payload JSON NULL, tenant VARBINARY(8) NULL, \
          flag TINYINT(4) NOT NULL DEFAULT 0, ok TINYINT(1) NULL, ratio FLOAT NULL, \
-         amount DECIMAL(10,2) NULL, created DATETIME(6) NULL) ENGINE=InnoDB",
+         amount DECIMAL(10,2) NULL, created DATETIME(6) NULL DEFAULT CURRENT_TIMESTAMP(6), \
+         channel VARCHAR(8) NULL DEFAULT 'web') ENGINE=InnoDB",
     ])
     .await
     .expect("the outbox table");
@@ -289,7 +290,7 @@ async fn config_from_debezium_probe_writes_the_servers_column_types() {
               "database.hostname":"127.0.0.1","database.port":"{port}","database.user":"root",
               "database.server.id":"5","topic.prefix":"shop","table.include.list":"shop.outbox",
               "transforms":"outbox","transforms.outbox.type":"io.debezium.transforms.outbox.EventRouter",
-              "transforms.outbox.table.fields.additional.placement":"tenant:header,ratio:header,created:header,flag:envelope,ok:envelope,amount:envelope,gone:header",
+              "transforms.outbox.table.fields.additional.placement":"tenant:header,ratio:header,created:header,channel:header,flag:envelope,ok:envelope,amount:envelope,gone:header",
               "key.converter":"org.apache.kafka.connect.json.JsonConverter",
               "value.converter":"org.apache.kafka.connect.json.JsonConverter"}}}}"#,
             port = db.port()
@@ -327,8 +328,10 @@ async fn config_from_debezium_probe_writes_the_servers_column_types() {
         &probed,
         &[
             "# Probed the source 127.0.0.1:",
-            "additional_headers = [{ column = \"tenant\" }, { column = \"ratio\" }, { column = \"created\" }, { column = \"gone\" }]",
-            "envelope_fields = [{ column = \"flag\", column_type = \"tinyint(4)\" }, { column = \"ok\" }, { column = \"amount\" }]",
+            // Defaults, which the binlog does not carry: Debezium sends them for NULLs.
+            "additional_headers = [{ column = \"tenant\" }, { column = \"ratio\" }, { column = \"created\" }, { column = \"channel\", column_default = \"web\" }, { column = \"gone\" }]",
+            "# `created` (shop.outbox): DEFAULT current_timestamp(6) is an expression",
+            "envelope_fields = [{ column = \"flag\", column_type = \"tinyint(4)\", column_default = 0 }, { column = \"ok\" }, { column = \"amount\" }]",
             "# `ok` (shop.outbox): `tinyint(1)`: Debezium writes TINYINT(1)/BOOLEAN as a boolean",
             "as an envelope field each of its rows would be a dead letter",
             "# `ratio` (shop.outbox): `float` is not a column type the relay renders as Debezium does",

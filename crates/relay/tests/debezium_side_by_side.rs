@@ -270,8 +270,8 @@ const DIFFERENTIAL_TABLE: &str = "CREATE TABLE shop.outbox_diff (\
      tenant VARCHAR(32) NOT NULL DEFAULT 'acme', \
      region VARCHAR(16) NULL, blob_ref VARBINARY(16) NULL, \
      created DATETIME(6) NOT NULL, stamped TIMESTAMP(3) NULL, \
-     seq INT NOT NULL, due DATE NULL, part INT NULL, amount DECIMAL(20,10) NULL, \
-     flag TINYINT(4) NULL, \
+     seq INT NOT NULL, due DATE NULL, part INT NULL, amount DECIMAL(20,10) NULL DEFAULT 1.5, \
+     flag TINYINT(4) NULL DEFAULT -3, channel VARCHAR(16) NULL DEFAULT 'web', \
      timestamp DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB";
 
 /// The same outbox with a VARBINARY(16) event id and aggregate id (`binary.handling.mode =
@@ -283,8 +283,8 @@ const BINARY_TABLE: &str = "CREATE TABLE shop.outbox_bin (\
      tenant VARCHAR(32) NOT NULL DEFAULT 'acme', \
      region VARCHAR(16) NULL, blob_ref VARBINARY(16) NULL, \
      created DATETIME(6) NOT NULL, stamped TIMESTAMP(3) NULL, \
-     seq INT NOT NULL, due DATE NULL, part INT NULL, amount DECIMAL(20,10) NULL, \
-     flag TINYINT(4) NULL, \
+     seq INT NOT NULL, due DATE NULL, part INT NULL, amount DECIMAL(20,10) NULL DEFAULT 1.5, \
+     flag TINYINT(4) NULL DEFAULT -3, channel VARCHAR(16) NULL DEFAULT 'web', \
      timestamp DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB";
 
 /// Rows of [`BINARY_TABLE`]: (id hex, id Base64, aggregate type, key hex, key Base64, payload).
@@ -310,7 +310,7 @@ const BINARY_ROWS: &[(&str, &str, &str, &str, &str, &str)] = &[
 /// Debezium's `table.fields.additional.placement` in the differential test.
 const ADDITIONAL_PLACEMENT: &str = "tenant:header:tenantId,region:header,blob_ref:header,\
      created:header,stamped:header,amount:header:amountText,seq:envelope,due:envelope:dueOn,\
-     blob_ref:envelope:blob,amount:envelope,flag:envelope,part:partition";
+     blob_ref:envelope:blob,amount:envelope,flag:envelope,channel:envelope,part:partition";
 
 /// The relay's `[route]` lines for [`ADDITIONAL_PLACEMENT`] (the column types are the DDL's).
 const RELAY_ADDITIONAL_FIELDS: &[&str] = &[
@@ -319,26 +319,32 @@ const RELAY_ADDITIONAL_FIELDS: &[&str] = &[
      { column = \"blob_ref\", column_type = \"varbinary(16)\" }, \
      { column = \"created\", column_type = \"datetime(6)\" }, \
      { column = \"stamped\", column_type = \"timestamp(3)\" }, \
-     { column = \"amount\", header = \"amountText\", column_type = \"decimal(20,10)\" }]",
+     { column = \"amount\", header = \"amountText\", column_type = \"decimal(20,10)\", \
+       column_default = \"1.5000000000\" }]",
     "envelope_fields = [{ column = \"seq\", column_type = \"int\", nullable = false }, \
      { column = \"due\", field = \"dueOn\", column_type = \"date\" }, \
      { column = \"blob_ref\", field = \"blob\", column_type = \"varbinary(16)\" }, \
-     { column = \"amount\", column_type = \"decimal(20,10)\" }, \
-     { column = \"flag\", column_type = \"tinyint(4)\" }]",
+     { column = \"amount\", column_type = \"decimal(20,10)\", column_default = \"1.5000000000\" }, \
+     { column = \"flag\", column_type = \"tinyint(4)\", column_default = -3 }, \
+     { column = \"channel\", column_type = \"varchar(16)\", column_default = \"web\" }]",
 ];
 
 /// [`RELAY_ADDITIONAL_FIELDS`] without a `column_type` but the TINYINT's (the binlog does
-/// not tell TINYINT(4) from TINYINT(1): `config from-debezium --probe` writes it): each
+/// not tell TINYINT(4) from TINYINT(1)) and with the defaults (the binlog has none):
+/// `config from-debezium --probe` writes both. Each
 /// column's type is the one the binlog's TABLE_MAP describes (`debezium_column_types`,
 /// envelope fields by default), which must give Debezium's bytes as the DDL's types do.
 const RELAY_ADDITIONAL_FIELDS_DESCRIBED: &[&str] = &[
     "debezium_column_types = true",
     "additional_headers = [{ column = \"tenant\", header = \"tenantId\" }, \
      { column = \"region\" }, { column = \"blob_ref\" }, { column = \"created\" }, \
-     { column = \"stamped\" }, { column = \"amount\", header = \"amountText\" }]",
+     { column = \"stamped\" }, \
+     { column = \"amount\", header = \"amountText\", column_default = \"1.5000000000\" }]",
     "envelope_fields = [{ column = \"seq\" }, { column = \"due\", field = \"dueOn\" }, \
-     { column = \"blob_ref\", field = \"blob\" }, { column = \"amount\" }, \
-     { column = \"flag\", column_type = \"tinyint(4)\" }]",
+     { column = \"blob_ref\", field = \"blob\" }, \
+     { column = \"amount\", column_default = \"1.5000000000\" }, \
+     { column = \"flag\", column_type = \"tinyint(4)\", column_default = -3 }, \
+     { column = \"channel\", column_default = \"web\" }]",
 ];
 
 /// The key and payload schemas of the differential tables, stated (MariaDB's JSON is
@@ -460,13 +466,14 @@ type RowExtras = (
 
 /// The DECIMAL(20,10) `amount` of each row, and its header as Debezium sends it (Java's
 /// `BigDecimal.toString()`): signs, a value of all 20 digits, scientific notation
-/// (`1.00E-8`), zero (`0E-10`), NULL.
+/// (`1.00E-8`), zero (`0E-10`), NULL (sent as the column's DEFAULT 1.5: Kafka Connect's
+/// `Struct.get` returns a field's default for a null).
 const AMOUNTS: &[(Option<&str>, Option<&str>)] = &[
     (Some("12.5"), Some("12.5000000000")),
     (Some("-0.05"), Some("-0.0500000000")),
     (Some("1234567890.0123456789"), Some("1234567890.0123456789")),
     (Some("0.00000001"), Some("1.00E-8")),
-    (None, None),
+    (None, Some("1.5000000000")),
     (Some("0"), Some("0E-10")),
     (Some("-98765.4321"), Some("-98765.4321000000")),
 ];
@@ -709,8 +716,8 @@ async fn write_diff_rows(db: &ScratchMariadb) {
         let (region, blob_ref, due, part, amount) = row_extras(index);
         conn.exec_drop(
             "INSERT INTO shop.outbox_diff (id, aggregatetype, aggregateid, type, payload, tenant, \
-             region, blob_ref, created, stamped, seq, due, part, amount, flag) \
-             VALUES (?, ?, ?, 'Happened', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             region, blob_ref, created, stamped, seq, due, part, amount, flag, channel) \
+             VALUES (?, ?, ?, 'Happened', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             mysql_async::Params::Positional(vec![
                 id.into(),
                 aggregate_type.into(),
@@ -729,6 +736,8 @@ async fn write_diff_rows(db: &ScratchMariadb) {
                 (index + 1 < DIFF_ROWS.len())
                     .then(|| [-128i32, -3, 0, 1, 7, 127][index % 6])
                     .into(),
+                // VARCHAR DEFAULT 'web': NULL (sent as `web` by Debezium), another value.
+                [None, Some("app"), Some("web")][index % 3].into(),
             ]),
         )
         .await

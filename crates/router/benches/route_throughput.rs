@@ -133,6 +133,7 @@ fn main() {
                     header: None,
                     encoding: BinaryEncoding::Raw,
                     column_type: None,
+                    column_default: None,
                 }],
                 tracing_span_context_column: Some("tracingspancontext".into()),
                 ..RouteConfig::default()

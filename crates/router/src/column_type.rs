@@ -288,6 +288,7 @@ impl SqlColumnType {
                         ("scale", scale.to_string()),
                         ("connect.decimal.precision", precision.to_string()),
                     ],
+                    default: None,
                 };
             }
         };
@@ -297,7 +298,73 @@ impl SqlColumnType {
             name: name.map(str::to_string),
             version: name.map(|_| 1),
             parameters: Vec::new(),
+            default: None,
         }
+    }
+
+    /// The [`crate::config::DefaultValue`] of a column of this type whose `DEFAULT` is
+    /// `default` (`None`: no default). `Err`: Debezium writes a default the relay does not
+    /// reproduce (an expression, or a default of another type than integers, text and
+    /// DECIMAL), saying which.
+    pub fn default_value_of(
+        &self,
+        default: Option<&outbox_binlog::ColumnDefault>,
+    ) -> Result<Option<crate::config::DefaultValue>, String> {
+        use crate::config::DefaultValue;
+        use outbox_binlog::ColumnDefault;
+        let Some(default) = default else {
+            return Ok(None);
+        };
+        let literal = match default {
+            ColumnDefault::Literal(literal) => literal,
+            ColumnDefault::Expression(expression) => {
+                return Err(format!(
+                    "DEFAULT {expression} is an expression, whose value Debezium's schema carries and the relay does not reproduce"
+                ))
+            }
+        };
+        match self.kind {
+            ColumnType::Int16 | ColumnType::Int32 | ColumnType::Int64 => literal
+                .parse()
+                .map(|number| Some(DefaultValue::Integer(number)))
+                .map_err(|_| format!("DEFAULT {literal} is not an integer")),
+            ColumnType::String | ColumnType::Decimal { .. } => {
+                Ok(Some(DefaultValue::Text(literal.clone())))
+            }
+            _ => Err(format!(
+                "DEFAULT {literal} of a {} column is not reproduced in the field's schema (integer, text and DECIMAL defaults are)",
+                self.text
+            )),
+        }
+    }
+
+    /// The Connect value of a column `DEFAULT` (Debezium's field schema `"default"`): an
+    /// integer for integer columns, text for text and DECIMAL columns.
+    pub(crate) fn default_data(
+        &self,
+        default: &crate::config::DefaultValue,
+    ) -> Result<Data, RoutingErrorKind> {
+        use crate::config::DefaultValue;
+        let value = match (self.kind, default) {
+            (ColumnType::Int16 | ColumnType::Int32 | ColumnType::Int64, DefaultValue::Integer(number)) => {
+                Value::Int(*number)
+            }
+            (ColumnType::String, DefaultValue::Text(text)) => Value::Text(text.clone()),
+            (ColumnType::Decimal { .. }, DefaultValue::Text(text)) => Value::Decimal(text.clone()),
+            (ColumnType::Decimal { .. }, DefaultValue::Integer(number)) => {
+                Value::Decimal(number.to_string())
+            }
+            _ => {
+                return Err(RoutingErrorKind::UnsupportedType {
+                    value_type: match default {
+                        DefaultValue::Integer(_) => "an integer column_default",
+                        DefaultValue::Text(_) => "a text column_default",
+                    },
+                    usage: "the default of this column type (integers take an integer, text and DECIMAL columns text; other types' defaults are not reproduced)",
+                })
+            }
+        };
+        self.data(&value)
     }
 
     /// The Connect value Debezium produces for `value` (`Data::Null` for NULL).

@@ -726,6 +726,10 @@ pub struct AdditionalHeader {
     /// precision.
     #[serde(default)]
     pub column_type: Option<SqlColumnType>,
+    /// The column's `DEFAULT` (see [`EnvelopeField::column_default`]): a NULL value is sent
+    /// as this default, as Debezium's `Struct.get` gives it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column_default: Option<DefaultValue>,
 }
 
 /// One extra column placed in the record value (Debezium's
@@ -750,6 +754,46 @@ pub struct EnvelopeField {
     /// describes the column (true when it does not).
     #[serde(default)]
     pub nullable: Option<bool>,
+    /// The column's `DEFAULT`, which the binlog does not carry and Debezium uses twice: in
+    /// the field's schema (`"default"`, under `value_format = "json_with_schema"`) and in
+    /// place of a NULL value (Kafka Connect's `Struct.get`, JsonConverter's
+    /// `replace.null.with.default`). An integer for integer columns, text for text and
+    /// DECIMAL columns; unset: no default (the column has none, or `DEFAULT NULL`).
+    /// `config from-debezium --probe` writes it; `run` warns when it differs from the
+    /// server's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column_default: Option<DefaultValue>,
+}
+
+/// A column default as the config writes it ([`EnvelopeField::column_default`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum DefaultValue {
+    /// An integer column's default.
+    Integer(i64),
+    /// A text or DECIMAL column's default, as written in the DDL (unquoted).
+    Text(String),
+}
+
+impl DefaultValue {
+    /// The default as a header carries an untyped column's value: its text.
+    pub fn plain_text(&self) -> String {
+        match self {
+            DefaultValue::Integer(number) => number.to_string(),
+            DefaultValue::Text(text) => text.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for DefaultValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DefaultValue::Integer(number) => write!(f, "{number}"),
+            DefaultValue::Text(text) => {
+                write!(f, "\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
+            }
+        }
+    }
 }
 
 impl EnvelopeField {

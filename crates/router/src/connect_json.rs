@@ -53,6 +53,8 @@ pub(crate) struct Schema {
     pub version: Option<i32>,
     /// The schema's parameters in their order (a decimal's scale and precision).
     pub parameters: Vec<(&'static str, String)>,
+    /// The default value (a column's `DEFAULT`), written after the parameters.
+    pub default: Option<Box<Data>>,
 }
 
 /// A Connect schema type.
@@ -87,6 +89,7 @@ impl Schema {
             name: None,
             version: None,
             parameters: Vec::new(),
+            default: None,
         }
     }
 }
@@ -146,11 +149,14 @@ pub(crate) fn configured_schema(kind: ConnectSchemaType, optional: bool) -> Sche
             name: Some(DEBEZIUM_JSON_SCHEMA_NAME.to_string()),
             version: Some(1),
             parameters: Vec::new(),
+            default: None,
         },
     }
 }
 
 /// Appends `JsonConverter.asJsonSchema(schema)` (plus `"field":NAME` for a struct field).
+/// A default that does not fit the schema's type is left out (the router checks defaults
+/// against their column's type before it builds a schema).
 fn push_schema(out: &mut String, schema: &Schema, field: Option<&str>) {
     let type_name = match &schema.kind {
         Kind::Boolean => "boolean",
@@ -203,6 +209,13 @@ fn push_schema(out: &mut String, schema: &Schema, field: Option<&str>) {
             push_json_string(out, value);
         }
         out.push('}');
+    }
+    if let Some(default) = &schema.default {
+        let mut value = String::new();
+        if push_data(&mut value, schema, default).is_ok() {
+            out.push_str(",\"default\":");
+            out.push_str(&value);
+        }
     }
     if let Some(field) = field {
         out.push_str(",\"field\":");
@@ -671,6 +684,7 @@ fn schema_of(
                 name: key.map(str::to_string),
                 version: None,
                 parameters: Vec::new(),
+                default: None,
             }
         }
         Node::Null => match nulls {

@@ -59,8 +59,8 @@ pub use column_type::{ColumnType, SqlColumnType};
 pub use config::{
     validate_router_config, AdditionalHeader, BinaryEncoding, ColumnMapping, ColumnOverrides,
     ColumnPreset, ConfigProblem, ConnectSchemaConfig, ConnectSchemaType, DebeziumContextHeaders,
-    EnvelopeField, HeaderNames, InvalidOperationBehavior, JsonNullBehavior, NullValues,
-    OutboxTableConfig, PayloadMode, RecordFormat, RouteConfig, RouterConfigError,
+    DefaultValue, EnvelopeField, HeaderNames, InvalidOperationBehavior, JsonNullBehavior,
+    NullValues, OutboxTableConfig, PayloadMode, RecordFormat, RouteConfig, RouterConfigError,
     TimePrecisionMode, TimestampSource, DEBEZIUM_CONTEXT_HEADERS, DEFAULT_TOPIC_TEMPLATE,
     TRACEPARENT_HEADER,
 };

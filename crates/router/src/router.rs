@@ -683,14 +683,27 @@ impl Router {
                     .and_then(|column| SqlColumnType::from_server(&column)),
                 None => None,
             };
-            let bytes = match (value, extra.column_type.as_ref().or(server_type.as_ref())) {
-                (_, Some(column_type)) => header_bytes(
+            let column_type = extra.column_type.as_ref().or(server_type.as_ref());
+            // A NULL with a configured column default is that default, as Debezium's
+            // `Struct.get` returns it.
+            let default = extra
+                .column_default
+                .as_ref()
+                .filter(|_| *value == Value::Null);
+            let bytes = match (value, column_type, default) {
+                (_, Some(column_type), Some(default)) => header_bytes(
+                    &column_type
+                        .default_data(default)
+                        .map_err(|kind| context.error(&extra.column, kind))?,
+                ),
+                (_, None, Some(default)) => Some(default.plain_text().into_bytes()),
+                (_, Some(column_type), None) => header_bytes(
                     &column_type
                         .data(value)
                         .map_err(|kind| context.error(&extra.column, kind))?,
                 ),
-                (Value::Null, None) => None,
-                (value, None) => Some(
+                (Value::Null, None, None) => None,
+                (value, None, None) => Some(
                     render_value_bytes(value, extra.encoding)
                         .map_err(|kind| context.error(&extra.column, kind))?
                         .into_owned(),
@@ -904,12 +917,22 @@ impl Router {
                 .nullable
                 .or(server.map(|column| column.nullable))
                 .unwrap_or(true);
-            values.push(
-                column_type
-                    .data(value)
-                    .map_err(|kind| context.error(&field.column, kind))?,
-            );
-            fields.push((field.field_name().to_string(), column_type.schema(nullable)));
+            // A NULL with a configured column default is that default, as Debezium's
+            // `Struct.get` and JsonConverter's `replace.null.with.default` write it.
+            let data = match (value, &field.column_default) {
+                (Value::Null, Some(default)) => column_type.default_data(default),
+                _ => column_type.data(value),
+            };
+            values.push(data.map_err(|kind| context.error(&field.column, kind))?);
+            let mut schema = column_type.schema(nullable);
+            if let Some(default) = &field.column_default {
+                schema.default = Some(Box::new(
+                    column_type
+                        .default_data(default)
+                        .map_err(|kind| context.error(&field.column, kind))?,
+                ));
+            }
+            fields.push((field.field_name().to_string(), schema));
         }
         if format == RecordFormat::Raw {
             // StringConverter: Java's `Struct.toString()`, null fields left out.
@@ -952,6 +975,7 @@ impl Router {
             name,
             version: None,
             parameters: Vec::new(),
+            default: None,
         };
         connect_json::converter_bytes(format, &schema, &Data::Struct(values))
             .map(Some)

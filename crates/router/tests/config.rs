@@ -96,13 +96,15 @@ fn full_config_parses() {
                 column: "tenant".into(),
                 header: None,
                 encoding: BinaryEncoding::Raw,
-                column_type: None
+                column_type: None,
+                column_default: None,
             },
             AdditionalHeader {
                 column: "schema_version".into(),
                 header: Some("version".into()),
                 encoding: BinaryEncoding::Utf8,
-                column_type: None
+                column_type: None,
+                column_default: None,
             },
         ]
     );
@@ -202,12 +204,14 @@ fn validate_reports_every_clash_with_a_fix() {
                 header: None,
                 encoding: BinaryEncoding::Raw,
                 column_type: None,
+                column_default: None,
             },
             AdditionalHeader {
                 column: String::new(),
                 header: Some(String::new()),
                 encoding: BinaryEncoding::Raw,
                 column_type: None,
+                column_default: None,
             },
         ],
         tracing_span_context_column: Some("tracingspancontext".into()),
@@ -219,6 +223,7 @@ fn validate_reports_every_clash_with_a_fix() {
         header: Some("traceparent".into()),
         encoding: BinaryEncoding::Raw,
         column_type: None,
+        column_default: None,
     });
     let tables = [bad_table, table("shop.outbox"), table("shop.outbox")];
     let error = validate_router_config(&tables, &route).unwrap_err();

@@ -351,6 +351,7 @@ fn router_strategy() -> impl Strategy<Value = Router> {
                             header: None,
                             encoding: BinaryEncoding::Raw,
                             column_type: None,
+                            column_default: None,
                         }]
                     } else {
                         Vec::new()

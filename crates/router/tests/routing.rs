@@ -619,30 +619,35 @@ fn headers_extra_columns_and_names() {
                 header: None,
                 encoding: BinaryEncoding::Raw,
                 column_type: None,
+                column_default: None,
             },
             AdditionalHeader {
                 column: "schema_version".into(),
                 header: Some("version".into()),
                 encoding: BinaryEncoding::Raw,
                 column_type: None,
+                column_default: None,
             },
             AdditionalHeader {
                 column: "blob".into(),
                 header: None,
                 encoding: BinaryEncoding::Hex,
                 column_type: None,
+                column_default: None,
             },
             AdditionalHeader {
                 column: "raw".into(),
                 header: None,
                 encoding: BinaryEncoding::Raw,
                 column_type: None,
+                column_default: None,
             },
             AdditionalHeader {
                 column: "maybe".into(),
                 header: None,
                 encoding: BinaryEncoding::Raw,
                 column_type: None,
+                column_default: None,
             },
         ],
         ..RouteConfig::default()
@@ -1229,6 +1234,7 @@ fn table_additional_headers_follow_the_route_ones() {
         header: Some("x-region".into()),
         encoding: BinaryEncoding::Raw,
         column_type: None,
+        column_default: None,
     }];
     let mut billing =
         OutboxTableConfig::new("billing.outbox".parse().unwrap(), ColumnPreset::Seeds);
@@ -1239,6 +1245,7 @@ fn table_additional_headers_follow_the_route_ones() {
             header: None,
             encoding: BinaryEncoding::Raw,
             column_type: None,
+            column_default: None,
         }],
         ..RouteConfig::default()
     };

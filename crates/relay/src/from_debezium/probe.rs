@@ -28,6 +28,9 @@ pub(crate) struct ColumnDecision {
     /// The `column_type` to write (the server's `COLUMN_TYPE`), when the binlog will not
     /// describe the column as Debezium's DDL does.
     pub(crate) column_type: Option<String>,
+    /// The `column_default` to write (TOML), for a column with a DEFAULT: Debezium sends it
+    /// in place of NULLs and writes it into the field's schema.
+    pub(crate) column_default: Option<String>,
     /// What the relay cannot reproduce, for the config's header.
     pub(crate) note: Option<String>,
 }
@@ -87,6 +90,31 @@ impl ServerFacts {
         let Some((table, description)) = self.column(column) else {
             return ColumnDecision::default();
         };
+        let mut decision = self.decide_type(table, description, column, header);
+        let column_type = SqlColumnType::parse(&description.column_type)
+            .ok()
+            .or_else(|| SqlColumnType::from_server(&description.described));
+        if let Some(column_type) = column_type {
+            match column_type.default_value_of(description.default.as_ref()) {
+                Ok(default) => decision.column_default = default.map(|default| default.to_string()),
+                Err(why) => {
+                    decision.note.get_or_insert(format!(
+                        "`{column}` ({table}): {why}; Debezium sends that default in place of NULLs (and in the field's schema), the relay does not"
+                    ));
+                }
+            }
+        }
+        decision
+    }
+
+    /// The `column_type` part of [`ServerFacts::decide`].
+    fn decide_type(
+        &self,
+        table: &TableName,
+        description: &ColumnDescription,
+        column: &str,
+        header: bool,
+    ) -> ColumnDecision {
         let described = SqlColumnType::from_server(&description.described).is_some();
         if described && self.binlog_describes_columns() {
             return ColumnDecision::default();
@@ -94,16 +122,18 @@ impl ServerFacts {
         match SqlColumnType::parse(&description.column_type) {
             Ok(_) => ColumnDecision {
                 column_type: Some(description.column_type.clone()),
-                note: None,
+                ..ColumnDecision::default()
             },
             Err(why) if header => ColumnDecision {
                 column_type: None,
+                column_default: None,
                 note: Some(format!(
                     "`{column}` ({table}): {why}; as a header it carries the value's plain text, which can differ from Debezium's"
                 )),
             },
             Err(why) => ColumnDecision {
                 column_type: None,
+                column_default: None,
                 note: Some(format!(
                     "`{column}` ({table}): {why}; as an envelope field each of its rows would be a dead letter: leave it out of the placement or set its column_type"
                 )),

@@ -110,6 +110,54 @@ impl Router {
                 );
             }
         }
+        // Column defaults stand in for NULLs (and are in the field schemas): the binlog
+        // does not carry them, so they are configured.
+        let defaulted_columns = route
+            .additional_headers
+            .iter()
+            .map(|header| {
+                (
+                    "additional_headers",
+                    &header.column,
+                    &header.column_type,
+                    &header.column_default,
+                )
+            })
+            .chain(self.settings.envelope_fields.iter().map(|field| {
+                (
+                    "[route] envelope_fields",
+                    &field.column,
+                    &field.column_type,
+                    &field.column_default,
+                )
+            }));
+        for (list, column, configured_type, configured_default) in defaulted_columns {
+            let Some(description) = describe(column) else {
+                continue;
+            };
+            let column_type = configured_type
+                .clone()
+                .or_else(|| SqlColumnType::from_server(&description.described))
+                .or_else(|| SqlColumnType::parse(&description.column_type).ok());
+            let Some(Ok(server)) = column_type
+                .map(|column_type| column_type.default_value_of(description.default.as_ref()))
+            else {
+                continue;
+            };
+            if server != *configured_default {
+                clash(
+                    column,
+                    format!("{list}' column_default"),
+                    configured_default
+                        .as_ref()
+                        .map_or_else(|| "unset".to_string(), ToString::to_string),
+                    match server {
+                        Some(default) => format!("`{} DEFAULT {default}`", description.column_type),
+                        None => format!("`{}` without a DEFAULT", description.column_type),
+                    },
+                );
+            }
+        }
         // The key and payload schemas matter only where a converter writes them.
         let schema = &route.connect_schema;
         let schema_columns = [
@@ -162,7 +210,7 @@ impl Router {
 
 #[cfg(test)]
 mod tests {
-    use outbox_binlog::{ColumnType, SqlType};
+    use outbox_binlog::{ColumnDefault, ColumnType, SqlType};
 
     use super::*;
     use crate::config::{ColumnPreset, OutboxTableConfig, RouteConfig};
@@ -174,6 +222,7 @@ mod tests {
                 sql_type: SqlType::from_column_type(column_type),
                 nullable,
             },
+            default: None,
         }
     }
 
@@ -194,6 +243,8 @@ mod tests {
             envelope_fields = [
                 { column = "amount", column_type = "int", nullable = false },
                 { column = "due", column_type = "date", nullable = true },
+                { column = "channel", column_default = "web" },
+                { column = "rank", column_default = 2 },
             ]
             "#,
         )
@@ -219,6 +270,20 @@ mod tests {
             ("region", described("varchar(16)", true)),
             ("amount", described("decimal(20,10)", true)),
             ("due", described("date", true)),
+            (
+                "channel",
+                ColumnDescription {
+                    default: Some(ColumnDefault::Literal("web".into())),
+                    ..described("varchar(8)", true)
+                },
+            ),
+            (
+                "rank",
+                ColumnDescription {
+                    default: Some(ColumnDefault::Literal("3".into())),
+                    ..described("int", true)
+                },
+            ),
         ];
         let watched = WatchedTableColumns {
             table: table.clone(),
@@ -242,6 +307,11 @@ mod tests {
                 "`decimal(20,10)`",
             ),
             ("amount", "[route] envelope_fields' nullable", "NULL"),
+            (
+                "rank",
+                "[route] envelope_fields' column_default",
+                "`int DEFAULT 3`",
+            ),
             (
                 "aggregateid",
                 "connect_schema.key_type",
@@ -270,8 +340,9 @@ mod tests {
             },
         )
         .unwrap();
+        // The defaults stand in for NULLs whatever the format.
         let clashes = raw.column_type_clashes(&watched);
-        assert_eq!(clashes.len(), 3, "{clashes:?}");
+        assert_eq!(clashes.len(), 4, "{clashes:?}");
         assert!(clashes[0]
             .to_string()
             .contains("column `created`: additional_headers' column_type is \"datetime(3)\", but the server defines the column as `datetime(6)`"));
