@@ -262,8 +262,8 @@ fn check_config_only_validates_without_connecting() {
 /// envelope field's `column_type`; with `binlog_row_metadata` below FULL (no character sets
 /// or signedness in the binlog) every additional column's type and the `connect_schema`
 /// (MariaDB's JSON payload is LONGTEXT: a string); column defaults. It names what the
-/// relay cannot reproduce (TINYINT(1), FLOAT, an expression default) and a column the table
-/// lacks; without `--probe` the file says it was not checked.
+/// relay cannot reproduce (FLOAT, an expression default), the TINYINT(1) ambiguity, and a
+/// column the table lacks; without `--probe` the file says it was not checked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_from_debezium_probe_writes_the_servers_column_types() {
     let db = ScratchMariadb::start()
@@ -331,9 +331,9 @@ async fn config_from_debezium_probe_writes_the_servers_column_types() {
             // Defaults, which the binlog does not carry: Debezium sends them for NULLs.
             "additional_headers = [{ column = \"tenant\" }, { column = \"ratio\" }, { column = \"created\" }, { column = \"channel\", column_default = \"web\" }, { column = \"gone\" }]",
             "# `created` (shop.outbox): DEFAULT current_timestamp(6) is an expression",
-            "envelope_fields = [{ column = \"flag\", column_type = \"tinyint(4)\", column_default = 0 }, { column = \"ok\" }, { column = \"amount\" }]",
-            "# `ok` (shop.outbox): `tinyint(1)`: Debezium writes TINYINT(1)/BOOLEAN as a boolean",
-            "as an envelope field each of its rows would be a dead letter",
+            "envelope_fields = [{ column = \"flag\", column_type = \"tinyint(4)\", column_default = 0 }, { column = \"ok\", column_type = \"tinyint(1)\" }, { column = \"amount\" }]",
+            "# `ok` (shop.outbox) is TINYINT(1): written as int16",
+            "then set its column_type = \"boolean\"",
             "# `ratio` (shop.outbox): `float` is not a column type the relay renders as Debezium does",
             "as a header it carries the value's plain text",
             "# outbox table `shop.outbox` has no column `gone` (additional_headers)",

@@ -271,7 +271,7 @@ const DIFFERENTIAL_TABLE: &str = "CREATE TABLE shop.outbox_diff (\
      region VARCHAR(16) NULL, blob_ref VARBINARY(16) NULL, \
      created DATETIME(6) NOT NULL, stamped TIMESTAMP(3) NULL, \
      seq INT NOT NULL, due DATE NULL, part INT NULL, amount DECIMAL(20,10) NULL DEFAULT 1.5, \
-     flag TINYINT(4) NULL DEFAULT -3, channel VARCHAR(16) NULL DEFAULT 'web', \
+     flag TINYINT(4) NULL DEFAULT -3, channel VARCHAR(16) NULL DEFAULT 'web', ok TINYINT(1) NULL DEFAULT 1, \
      timestamp DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB";
 
 /// The same outbox with a VARBINARY(16) event id and aggregate id (`binary.handling.mode =
@@ -284,7 +284,7 @@ const BINARY_TABLE: &str = "CREATE TABLE shop.outbox_bin (\
      region VARCHAR(16) NULL, blob_ref VARBINARY(16) NULL, \
      created DATETIME(6) NOT NULL, stamped TIMESTAMP(3) NULL, \
      seq INT NOT NULL, due DATE NULL, part INT NULL, amount DECIMAL(20,10) NULL DEFAULT 1.5, \
-     flag TINYINT(4) NULL DEFAULT -3, channel VARCHAR(16) NULL DEFAULT 'web', \
+     flag TINYINT(4) NULL DEFAULT -3, channel VARCHAR(16) NULL DEFAULT 'web', ok TINYINT(1) NULL DEFAULT 1, \
      timestamp DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB";
 
 /// Rows of [`BINARY_TABLE`]: (id hex, id Base64, aggregate type, key hex, key Base64, payload).
@@ -310,7 +310,7 @@ const BINARY_ROWS: &[(&str, &str, &str, &str, &str, &str)] = &[
 /// Debezium's `table.fields.additional.placement` in the differential test.
 const ADDITIONAL_PLACEMENT: &str = "tenant:header:tenantId,region:header,blob_ref:header,\
      created:header,stamped:header,amount:header:amountText,seq:envelope,due:envelope:dueOn,\
-     blob_ref:envelope:blob,amount:envelope,flag:envelope,channel:envelope,part:partition";
+     blob_ref:envelope:blob,amount:envelope,flag:envelope,channel:envelope,ok:envelope,agreed:envelope,part:partition";
 
 /// The relay's `[route]` lines for [`ADDITIONAL_PLACEMENT`] (the column types are the DDL's).
 const RELAY_ADDITIONAL_FIELDS: &[&str] = &[
@@ -326,7 +326,9 @@ const RELAY_ADDITIONAL_FIELDS: &[&str] = &[
      { column = \"blob_ref\", field = \"blob\", column_type = \"varbinary(16)\" }, \
      { column = \"amount\", column_type = \"decimal(20,10)\", column_default = \"1.5000000000\" }, \
      { column = \"flag\", column_type = \"tinyint(4)\", column_default = -3 }, \
-     { column = \"channel\", column_type = \"varchar(16)\", column_default = \"web\" }]",
+     { column = \"channel\", column_type = \"varchar(16)\", column_default = \"web\" }, \
+     { column = \"ok\", column_type = \"tinyint(1)\", column_default = 1 }, \
+     { column = \"agreed\", column_type = \"boolean\" }]",
 ];
 
 /// [`RELAY_ADDITIONAL_FIELDS`] without a `column_type` but the TINYINT's (the binlog does
@@ -344,7 +346,9 @@ const RELAY_ADDITIONAL_FIELDS_DESCRIBED: &[&str] = &[
      { column = \"blob_ref\", field = \"blob\" }, \
      { column = \"amount\", column_default = \"1.5000000000\" }, \
      { column = \"flag\", column_type = \"tinyint(4)\", column_default = -3 }, \
-     { column = \"channel\", column_default = \"web\" }]",
+     { column = \"channel\", column_default = \"web\" }, \
+     { column = \"ok\", column_type = \"tinyint(1)\", column_default = 1 }, \
+     { column = \"agreed\", column_type = \"boolean\" }]",
 ];
 
 /// The key and payload schemas of the differential tables, stated (MariaDB's JSON is
@@ -597,7 +601,8 @@ fn hex_or_text(bytes: Option<&[u8]>) -> String {
     }
 }
 
-/// Starts one mode's Debezium worker and relay on `db`; their topics are
+/// Starts one mode's Debezium worker and prepares its relay (the caller starts it) on `db`;
+/// their topics are
 /// `TAG-MODE.dbz.outbox.event.TYPE` and `TAG-MODE.outbox.event.TYPE`.
 async fn start_mode(
     db: &ScratchMariadb,
@@ -685,7 +690,7 @@ async fn start_mode(
             setup.topic_tag
         ));
     }
-    let mut relay = Relay::prepare(&setup);
+    let relay = Relay::prepare(&setup);
     relay.edit_config(&[
         ("server_id = 4242", &format!("server_id = {}", 4300 + index)),
         // Debezium's `part:partition`; the binary table's key column is bytes to Debezium.
@@ -703,7 +708,7 @@ async fn start_mode(
             },
         ),
     ]);
-    relay.start();
+    // Started by the caller, once every column the route reads exists.
     (debezium, relay)
 }
 
@@ -716,8 +721,8 @@ async fn write_diff_rows(db: &ScratchMariadb) {
         let (region, blob_ref, due, part, amount) = row_extras(index);
         conn.exec_drop(
             "INSERT INTO shop.outbox_diff (id, aggregatetype, aggregateid, type, payload, tenant, \
-             region, blob_ref, created, stamped, seq, due, part, amount, flag, channel) \
-             VALUES (?, ?, ?, 'Happened', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             region, blob_ref, created, stamped, seq, due, part, amount, flag, channel, ok, \
+             agreed) VALUES (?, ?, ?, 'Happened', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             mysql_async::Params::Positional(vec![
                 id.into(),
                 aggregate_type.into(),
@@ -738,6 +743,8 @@ async fn write_diff_rows(db: &ScratchMariadb) {
                     .into(),
                 // VARCHAR DEFAULT 'web': NULL (sent as `web` by Debezium), another value.
                 [None, Some("app"), Some("web")][index % 3].into(),
+                [None, Some(0), Some(1)][index % 3].into(),
+                [Some(1), None, Some(0)][index % 3].into(),
             ]),
         )
         .await
@@ -1097,6 +1104,18 @@ async fn debezium_and_outbox_relay_write_identical_bytes_for_every_converter_set
             )
             .await,
         );
+    }
+    // A BOOLEAN column Debezium learns from the binlog's DDL (a boolean to it), where the
+    // snapshot's `tinyint(1)` of `ok` is an int16; the relays start after it (from the
+    // binlog's start: they read the same DDL and rows).
+    db.exec(&[
+        "ALTER TABLE shop.outbox_diff ADD COLUMN agreed BOOLEAN NULL",
+        "ALTER TABLE shop.outbox_bin ADD COLUMN agreed BOOLEAN NULL",
+    ])
+    .await
+    .expect("the BOOLEAN column");
+    for (_, relay) in &mut started {
+        relay.start();
     }
     write_diff_rows(&db).await;
     let results =

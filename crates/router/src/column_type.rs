@@ -14,6 +14,7 @@
 //! | SQL type | Connect schema (name) | JSON / header |
 //! |---|---|---|
 //! | `tinyint`, `smallint` (`tinyint unsigned`) | `int16` | number |
+//! | `boolean` (a column Debezium knows from `BOOLEAN` DDL it read in the binlog) | `boolean` | `true` / `false` |
 //! | `mediumint`, `int`, `integer`, `smallint unsigned`, `mediumint unsigned` | `int32` | number |
 //! | `bigint`, `int unsigned`, `bigint unsigned` | `int64` | number |
 //! | `char`, `varchar`, `*text`, `enum`, `set` | `string` | text |
@@ -44,6 +45,8 @@ use crate::render::{datetime_micros, days_from_civil, format_unix_timestamp_widt
 /// The Debezium form of a column, derived from its SQL type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ColumnType {
+    /// `boolean` (a TINYINT(1) Debezium knows as `BOOLEAN`).
+    Boolean,
     /// `int16`.
     Int16,
     /// `int32`.
@@ -128,15 +131,11 @@ impl SqlColumnType {
             }
         };
         let kind = match (name, unsigned) {
-            ("tinyint", _) | ("smallint", false) | ("bool" | "boolean", _) => {
-                if matches!(name, "bool" | "boolean") || (name == "tinyint" && argument == Some("1"))
-                {
-                    return Err(format!(
-                        "`{text}`: Debezium writes TINYINT(1)/BOOLEAN as a boolean, which the relay does not reproduce; use another column type"
-                    ));
-                }
-                ColumnType::Int16
-            }
+            // Debezium writes a column it knows from a snapshot (`SHOW CREATE TABLE`:
+            // `tinyint(1)` for BOOLEAN too) as int16, and one whose `BOOLEAN` DDL it parsed
+            // from the binlog as a boolean; the server tells the two apart nowhere.
+            ("bool" | "boolean", _) => ColumnType::Boolean,
+            ("tinyint", _) | ("smallint", false) => ColumnType::Int16,
             ("smallint", true) | ("mediumint", _) | ("int" | "integer", false) => {
                 ColumnType::Int32
             }
@@ -201,9 +200,9 @@ impl SqlColumnType {
 
     /// The Debezium form of a column as the server describes it (a row's
     /// [`outbox_binlog::Row::types`]), when the relay renders that form: `None` for TINYINT
-    /// (the binlog tells TINYINT(1) and BOOLEAN apart from no other TINYINT, and Debezium
-    /// writes BOOLEAN as a boolean), FLOAT, DOUBLE, BIT and what the server left unknown;
-    /// those need a configured `column_type`.
+    /// (Debezium writes a TINYINT(1) it knows as `BOOLEAN` DDL as a boolean, any other as an
+    /// int16, and the binlog tells neither apart), FLOAT, DOUBLE, BIT and what the server
+    /// left unknown; those need a configured `column_type`.
     pub fn from_server(column: &outbox_binlog::ColumnType) -> Option<SqlColumnType> {
         use outbox_binlog::SqlType;
         let (text, kind) = match column.sql_type {
@@ -263,6 +262,7 @@ impl SqlColumnType {
     /// The Connect schema Debezium gives the column (`optional` when it is nullable).
     pub(crate) fn schema(&self, optional: bool) -> Schema {
         let (kind, name) = match self.kind {
+            ColumnType::Boolean => (Kind::Boolean, None),
             ColumnType::Int16 => (Kind::Int16, None),
             ColumnType::Int32 => (Kind::Int32, None),
             ColumnType::Int64 => (Kind::Int64, None),
@@ -324,10 +324,12 @@ impl SqlColumnType {
             }
         };
         match self.kind {
-            ColumnType::Int16 | ColumnType::Int32 | ColumnType::Int64 => literal
-                .parse()
-                .map(|number| Some(DefaultValue::Integer(number)))
-                .map_err(|_| format!("DEFAULT {literal} is not an integer")),
+            ColumnType::Boolean | ColumnType::Int16 | ColumnType::Int32 | ColumnType::Int64 => {
+                literal
+                    .parse()
+                    .map(|number| Some(DefaultValue::Integer(number)))
+                    .map_err(|_| format!("DEFAULT {literal} is not an integer"))
+            }
             ColumnType::String | ColumnType::Decimal { .. } => {
                 Ok(Some(DefaultValue::Text(literal.clone())))
             }
@@ -346,9 +348,10 @@ impl SqlColumnType {
     ) -> Result<Data, RoutingErrorKind> {
         use crate::config::DefaultValue;
         let value = match (self.kind, default) {
-            (ColumnType::Int16 | ColumnType::Int32 | ColumnType::Int64, DefaultValue::Integer(number)) => {
-                Value::Int(*number)
-            }
+            (
+                ColumnType::Boolean | ColumnType::Int16 | ColumnType::Int32 | ColumnType::Int64,
+                DefaultValue::Integer(number),
+            ) => Value::Int(*number),
             (ColumnType::String, DefaultValue::Text(text)) => Value::Text(text.clone()),
             (ColumnType::Decimal { .. }, DefaultValue::Text(text)) => Value::Decimal(text.clone()),
             (ColumnType::Decimal { .. }, DefaultValue::Integer(number)) => {
@@ -387,6 +390,7 @@ impl SqlColumnType {
             ColumnType::Int16 | ColumnType::Int32 | ColumnType::Int64 | ColumnType::Year => {
                 Data::Integer(integer(value)?)
             }
+            ColumnType::Boolean => Data::Boolean(integer(value)? != 0),
             ColumnType::String | ColumnType::Json => match value {
                 Value::Text(text) => Data::String(text.clone()),
                 Value::Json(document) => Data::String(document.as_str().to_string()),
@@ -554,7 +558,12 @@ mod tests {
         assert_eq!(kind("varbinary(16)"), Ok(ColumnType::Bytes));
         assert_eq!(kind("varchar(32)"), Ok(ColumnType::String));
         assert!(kind("datetime(7)").is_err());
-        assert!(kind("tinyint(1)").is_err());
+        assert_eq!(kind("tinyint(1)"), Ok(ColumnType::Int16));
+        assert_eq!(kind("boolean"), Ok(ColumnType::Boolean));
+        assert_eq!(
+            SqlColumnType::parse("bool").unwrap().data(&Value::Int(1)),
+            Ok(Data::Boolean(true))
+        );
         assert_eq!(
             kind("DECIMAL(20, 10) unsigned"),
             Ok(ColumnType::Decimal {

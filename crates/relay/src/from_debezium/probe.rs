@@ -120,6 +120,15 @@ impl ServerFacts {
             return ColumnDecision::default();
         }
         match SqlColumnType::parse(&description.column_type) {
+            Ok(_) if description.column_type.to_ascii_lowercase().starts_with("tinyint(1)") => {
+                ColumnDecision {
+                    column_type: Some(description.column_type.clone()),
+                    note: Some(format!(
+                        "`{column}` ({table}) is TINYINT(1): written as int16, as Debezium writes a column it knows from its snapshot (BOOLEAN columns too); if Debezium read the column's BOOLEAN DDL from the binlog (created or altered after the connector started), it writes a boolean: then set its column_type = \"boolean\""
+                    )),
+                    ..ColumnDecision::default()
+                }
+            }
             Ok(_) => ColumnDecision {
                 column_type: Some(description.column_type.clone()),
                 ..ColumnDecision::default()
