@@ -374,6 +374,10 @@ struct Mode {
     /// The relay's additional fields take their types from the binlog
     /// ([`RELAY_ADDITIONAL_FIELDS_DESCRIBED`]) instead of stated `column_type`s.
     described_types: bool,
+    /// The relay's config is `outbox-relay config from-debezium --probe` of this mode's
+    /// Debezium connector, with only deployment settings changed ([`probed_config`]):
+    /// `route` and `described_types` are not used.
+    probed: bool,
 }
 
 /// The modes the differential test runs, each with its own Debezium worker and relay.
@@ -386,6 +390,7 @@ const MODES: &[Mode] = &[
         route: &[],
         context_headers: false,
         described_types: true,
+        probed: false,
     },
     Mode {
         name: "json",
@@ -395,6 +400,7 @@ const MODES: &[Mode] = &[
         route: &["key_format = \"json\"", "value_format = \"json\""],
         context_headers: true,
         described_types: false,
+        probed: false,
     },
     Mode {
         name: "jsonschema",
@@ -407,6 +413,7 @@ const MODES: &[Mode] = &[
         ],
         context_headers: false,
         described_types: true,
+        probed: false,
     },
     Mode {
         name: "jsonexpanded",
@@ -420,6 +427,7 @@ const MODES: &[Mode] = &[
         ],
         context_headers: false,
         described_types: false,
+        probed: false,
     },
     Mode {
         name: "schemaexpanded",
@@ -433,6 +441,17 @@ const MODES: &[Mode] = &[
         ],
         context_headers: false,
         described_types: false,
+        probed: false,
+    },
+    Mode {
+        name: "probed",
+        key: Converter::Json { schemas: true },
+        value: Converter::Json { schemas: true },
+        expand: false,
+        route: &[],
+        context_headers: true,
+        described_types: true,
+        probed: true,
     },
 ];
 
@@ -708,8 +727,67 @@ async fn start_mode(
             },
         ),
     ]);
+    if mode.probed {
+        std::fs::write(
+            &relay.config_path,
+            probed_config(&debezium, &relay, &tag, index),
+        )
+        .expect("write the probed config");
+    }
     // Started by the caller, once every column the route reads exists.
     (debezium, relay)
+}
+
+/// The relay config `outbox-relay config from-debezium --probe` makes of `debezium`'s
+/// connector (its converters included), changed only where a deployment differs: another
+/// server id (Debezium's own is still connected), the relay's topics beside Debezium's
+/// (their names carry `.dbz`), a start at the binlog's beginning (the rows come while it
+/// starts), the test's checkpoint file. One decision the probe leaves to its user and names:
+/// `agreed` is BOOLEAN DDL that Debezium reads in the binlog (added after it started, see
+/// the test), so its column_type is `boolean`.
+fn probed_config(debezium: &DebeziumConnect, relay: &Relay, tag: &str, index: usize) -> String {
+    let connector = relay.config_path.with_file_name("connector.properties");
+    std::fs::write(
+        &connector,
+        debezium
+            .connector_config_with_converters()
+            .expect("the connector config"),
+    )
+    .expect("write the connector config");
+    let (code, converted, stderr) = run_relay_command(&[
+        "config",
+        "from-debezium",
+        "--probe",
+        connector.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(code, 0, "from-debezium --probe:\n{converted}\n{stderr}");
+    let mut config = converted;
+    for (from, to) in [
+        (
+            format!("server_id = {}", 54_400 + index),
+            format!("server_id = {}\nstart = \"earliest\"", 4300 + index),
+        ),
+        (
+            format!("\"{tag}.dbz.outbox.event."),
+            format!("\"{tag}.outbox.event."),
+        ),
+        (
+            "/var/lib/outbox-relay/checkpoint.json".to_string(),
+            relay.checkpoint_path.display().to_string(),
+        ),
+        (
+            "{ column = \"agreed\" }".to_string(),
+            "{ column = \"agreed\", column_type = \"boolean\" }".to_string(),
+        ),
+    ] {
+        assert!(
+            config.contains(&from),
+            "no `{from}` in the probed config:\n{config}"
+        );
+        config = config.replacen(&from, &to, 1);
+    }
+    println!("== probed config\n{config}");
+    config
 }
 
 /// Writes [`DIFF_ROWS`], one transaction each, then an UPDATE and a DELETE of outbox rows

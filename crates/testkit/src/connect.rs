@@ -245,6 +245,19 @@ impl DebeziumConnect {
     }
 
     /// The worker's log.
+    /// The connector's config as one properties file with its converters (the worker's, as
+    /// a connector that names its own would have them): what a user hands
+    /// `outbox-relay config from-debezium`.
+    pub fn connector_config_with_converters(&self) -> Result<String, HarnessError> {
+        let connector = std::fs::read_to_string(self.dir.path().join("connector.properties"))
+            .map_err(io_err("reading connector.properties"))?;
+        Ok(format!(
+            "{connector}{}{}",
+            self.options.key_converter.properties("key"),
+            self.options.value_converter.properties("value")
+        ))
+    }
+
     pub fn log_path(&self) -> PathBuf {
         self.dir.path().join("connect.log")
     }
