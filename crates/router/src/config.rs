@@ -522,6 +522,12 @@ impl RouteConfig {
                 });
             }
             names.push(name);
+            problems.extend(default_problem(
+                "[route] envelope_fields",
+                &field.column,
+                field.column_type.as_ref(),
+                field.column_default.as_ref(),
+            ));
         }
         let no_topic_prefix = self
             .debezium_topic_prefix
@@ -618,7 +624,32 @@ fn check_additional_headers(
                 column: extra.column.clone(),
             });
         }
+        problems.extend(default_problem(
+            &format!("{section} additional_headers"),
+            &extra.column,
+            extra.column_type.as_ref(),
+            extra.column_default.as_ref(),
+        ));
     }
+}
+
+/// A `column_default` that its `column_type` cannot hold (an integer for a text column, a
+/// default of a type whose defaults are not reproduced): found at load, not per row.
+fn default_problem(
+    list: &str,
+    column: &str,
+    column_type: Option<&SqlColumnType>,
+    default: Option<&DefaultValue>,
+) -> Option<ConfigProblem> {
+    let (column_type, default) = (column_type?, default?);
+    let kind = column_type.default_data(default).err()?;
+    Some(ConfigProblem::ColumnDefault {
+        list: list.to_string(),
+        column: column.to_string(),
+        column_type: column_type.to_string(),
+        default: default.to_string(),
+        why: kind.to_string(),
+    })
 }
 
 /// Every header name may be produced by one setting only, else consumers could not tell
@@ -1140,6 +1171,20 @@ pub enum ConfigProblem {
     Envelope {
         /// What is wrong.
         reason: String,
+    },
+    /// A `column_default` its `column_type` cannot hold.
+    #[error("{list}: column `{column}` has column_type = \"{column_type}\" and column_default = {default}, which does not fit it ({why}); give the default as the column's DDL has it: an integer for integer columns, text for text and DECIMAL columns")]
+    ColumnDefault {
+        /// `[route] envelope_fields` or the `additional_headers` list.
+        list: String,
+        /// The column.
+        column: String,
+        /// The configured column type.
+        column_type: String,
+        /// The configured default.
+        default: String,
+        /// Why it does not fit.
+        why: String,
     },
     /// Two settings produce the same header name.
     #[error("header `{header}` would be written by both {first} and {second}; rename one of them (an empty standard header name turns that header off)")]

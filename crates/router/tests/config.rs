@@ -382,3 +382,33 @@ fn table_additional_headers_clash_with_route_headers() {
         "{message}"
     );
 }
+
+#[test]
+fn a_column_default_its_column_type_cannot_hold_is_refused_at_load() {
+    let config = parse(
+        r#"
+        [[outbox]]
+        table = "shop.outbox"
+
+        [route]
+        additional_headers = [{ column = "created", column_type = "datetime(6)", column_default = "2024-01-01" }]
+        envelope_fields = [
+            { column = "flag", column_type = "tinyint(4)", column_default = "yes" },
+            { column = "rank", column_type = "int", column_default = 3 },
+            { column = "channel", column_default = "web" },
+        ]
+        "#,
+    )
+    .expect("parses");
+    let error = validate_router_config(&config.outbox, &config.route).unwrap_err();
+    let messages: Vec<String> = error.problems.iter().map(ToString::to_string).collect();
+    assert_eq!(messages.len(), 2, "{messages:#?}");
+    assert!(
+        messages[0].starts_with("[route] additional_headers: column `created` has column_type = \"datetime(6)\" and column_default = \"2024-01-01\", which does not fit it"),
+        "{messages:#?}"
+    );
+    assert!(
+        messages[1].starts_with("[route] envelope_fields: column `flag` has column_type = \"tinyint(4)\" and column_default = \"yes\""),
+        "{messages:#?}"
+    );
+}
