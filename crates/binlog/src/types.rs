@@ -307,7 +307,10 @@ pub enum SqlType {
     /// MySQL's JSON.
     Json,
     /// BIT(n).
-    Bit,
+    Bit {
+        /// n, 1 to 64.
+        length: u16,
+    },
     /// What the server did not say enough about (a string column without charset
     /// metadata), or a type Debezium has no outbox form for (GEOMETRY, VECTOR, NULL).
     Unknown,
@@ -363,7 +366,9 @@ impl SqlType {
                 SqlType::Binary
             }
             "json" => SqlType::Json,
-            "bit" => SqlType::Bit,
+            "bit" => SqlType::Bit {
+                length: argument.parse().unwrap_or(1),
+            },
             _ => SqlType::Unknown,
         }
     }
@@ -421,7 +426,8 @@ mod column_type_text_tests {
             ("varbinary(16)", SqlType::Binary),
             ("json", SqlType::Json),
             ("double", SqlType::Double),
-            ("bit(3)", SqlType::Bit),
+            ("bit(3)", SqlType::Bit { length: 3 }),
+            ("bit", SqlType::Bit { length: 1 }),
             ("geometry", SqlType::Unknown),
             ("uuid", SqlType::Unknown),
         ] {

@@ -69,6 +69,10 @@ fn column_default(raw: Option<String>, extra: &str, mariadb: bool) -> Option<Col
     {
         return Some(ColumnDefault::Literal(quoted.replace("''", "'")));
     }
+    // A BIT literal, b'101', kept whole (its column type reads it).
+    if raw.starts_with("b'") && raw.ends_with('\'') {
+        return Some(ColumnDefault::Literal(raw));
+    }
     let numeric = !raw.is_empty()
         && raw
             .trim_start_matches(['-', '+'])
@@ -355,6 +359,10 @@ mod column_default_tests {
         );
         assert_eq!(column_default(Some("-3".into()), "", true), literal("-3"));
         assert_eq!(column_default(Some("NULL".into()), "", true), None);
+        assert_eq!(
+            column_default(Some("b'101'".into()), "", true),
+            literal("b'101'")
+        );
         assert_eq!(
             column_default(Some("current_timestamp(6)".into()), "", true),
             Some(ColumnDefault::Expression("current_timestamp(6)".into()))

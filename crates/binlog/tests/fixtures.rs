@@ -652,12 +652,13 @@ fn rows_carry_their_columns_types_from_the_table_map() {
     let column = |sql_type, nullable| ColumnType { sql_type, nullable };
     let int = |unsigned| SqlType::Integer { bytes: 4, unsigned };
     for (name, expected) in [
+        // The fixture's `CREATE TABLE foo(a BIT(3), b TEXT, c BIT(8))`.
         (
             "mysql_type_bit.000001",
             vec![
-                column(SqlType::Bit, true),
+                column(SqlType::Bit { length: 3 }, true),
                 column(SqlType::Text, true),
-                column(SqlType::Bit, true),
+                column(SqlType::Bit { length: 8 }, true),
             ],
         ),
         // ENUM, SET, VARCHAR and TEXT are all text to Debezium.

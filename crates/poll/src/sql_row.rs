@@ -69,7 +69,10 @@ fn column_type_of(column: &Column) -> outbox_binlog::ColumnType {
             SqlType::Timestamp { fsp }
         }
         ColumnType::MYSQL_TYPE_JSON => SqlType::Json,
-        ColumnType::MYSQL_TYPE_BIT => SqlType::Bit,
+        // The display length of a BIT(n) is n.
+        ColumnType::MYSQL_TYPE_BIT => SqlType::Bit {
+            length: u16::try_from(column.column_length()).unwrap_or(64),
+        },
         ColumnType::MYSQL_TYPE_ENUM | ColumnType::MYSQL_TYPE_SET => SqlType::Text,
         ColumnType::MYSQL_TYPE_STRING
         | ColumnType::MYSQL_TYPE_VAR_STRING

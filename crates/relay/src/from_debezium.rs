@@ -857,7 +857,7 @@ fn convert_with(config: &ConnectorConfig, facts: Option<&ServerFacts>) -> anyhow
             out.server_notes = notes;
         }
         None => out.server_notes.push(
-            "Not checked against the source server (`--probe` reads the outbox tables' columns): the additional columns' types come from the binlog's TABLE_MAP at run time, which needs binlog_row_metadata = FULL, and a missing column or one the relay does not render as Debezium does (TINYINT(1), FLOAT, BIT) shows only when a row is routed".into(),
+            "Not checked against the source server (`--probe` reads the outbox tables' columns): the additional columns' types come from the binlog's TABLE_MAP at run time, which needs binlog_row_metadata = FULL, and a missing column or a TINYINT (int16 or boolean to Debezium) shows only when a row is routed".into(),
         ),
     }
     let toml = render(&out, options.get("name").map(String::as_str));

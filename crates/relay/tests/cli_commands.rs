@@ -262,7 +262,7 @@ fn check_config_only_validates_without_connecting() {
 /// envelope field's `column_type`; with `binlog_row_metadata` below FULL (no character sets
 /// or signedness in the binlog) every additional column's type and the `connect_schema`
 /// (MariaDB's JSON payload is LONGTEXT: a string); column defaults. It names what the
-/// relay cannot reproduce (FLOAT, an expression default), the TINYINT(1) ambiguity, and a
+/// relay cannot reproduce (a spatial column, an expression default), the TINYINT(1) ambiguity, and a
 /// column the table lacks; without `--probe` the file says it was not checked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_from_debezium_probe_writes_the_servers_column_types() {
@@ -276,7 +276,7 @@ async fn config_from_debezium_probe_writes_the_servers_column_types() {
          type VARCHAR(64) NOT NULL, payload JSON NULL, tenant VARBINARY(8) NULL, \
          flag TINYINT(4) NOT NULL DEFAULT 0, ok TINYINT(1) NULL, ratio FLOAT NULL, \
          amount DECIMAL(10,2) NULL, created DATETIME(6) NULL DEFAULT CURRENT_TIMESTAMP(6), \
-         channel VARCHAR(8) NULL DEFAULT 'web') ENGINE=InnoDB",
+         channel VARCHAR(8) NULL DEFAULT 'web', spot POINT NULL) ENGINE=InnoDB",
     ])
     .await
     .expect("the outbox table");
@@ -290,7 +290,7 @@ async fn config_from_debezium_probe_writes_the_servers_column_types() {
               "database.hostname":"127.0.0.1","database.port":"{port}","database.user":"root",
               "database.server.id":"5","topic.prefix":"shop","table.include.list":"shop.outbox",
               "transforms":"outbox","transforms.outbox.type":"io.debezium.transforms.outbox.EventRouter",
-              "transforms.outbox.table.fields.additional.placement":"tenant:header,ratio:header,created:header,channel:header,flag:envelope,ok:envelope,amount:envelope,gone:header",
+              "transforms.outbox.table.fields.additional.placement":"tenant:header,ratio:header,created:header,channel:header,spot:header,flag:envelope,ok:envelope,amount:envelope,gone:header",
               "key.converter":"org.apache.kafka.connect.json.JsonConverter",
               "value.converter":"org.apache.kafka.connect.json.JsonConverter"}}}}"#,
             port = db.port()
@@ -329,12 +329,12 @@ async fn config_from_debezium_probe_writes_the_servers_column_types() {
         &[
             "# Probed the source 127.0.0.1:",
             // Defaults, which the binlog does not carry: Debezium sends them for NULLs.
-            "additional_headers = [{ column = \"tenant\" }, { column = \"ratio\" }, { column = \"created\" }, { column = \"channel\", column_default = \"web\" }, { column = \"gone\" }]",
+            "additional_headers = [{ column = \"tenant\" }, { column = \"ratio\" }, { column = \"created\" }, { column = \"channel\", column_default = \"web\" }, { column = \"spot\" }, { column = \"gone\" }]",
             "# `created` (shop.outbox): DEFAULT current_timestamp(6) is an expression",
             "envelope_fields = [{ column = \"flag\", column_type = \"tinyint(4)\", column_default = 0 }, { column = \"ok\", column_type = \"tinyint(1)\" }, { column = \"amount\" }]",
             "# `ok` (shop.outbox) is TINYINT(1): written as int16",
             "then set its column_type = \"boolean\"",
-            "# `ratio` (shop.outbox): `float` is not a column type the relay renders as Debezium does",
+            "# `spot` (shop.outbox): `point` is not a column type the relay renders as Debezium does",
             "as a header it carries the value's plain text",
             "# outbox table `shop.outbox` has no column `gone` (additional_headers)",
         ],

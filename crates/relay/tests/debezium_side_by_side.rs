@@ -272,6 +272,7 @@ const DIFFERENTIAL_TABLE: &str = "CREATE TABLE shop.outbox_diff (\
      created DATETIME(6) NOT NULL, stamped TIMESTAMP(3) NULL, \
      seq INT NOT NULL, due DATE NULL, part INT NULL, amount DECIMAL(20,10) NULL DEFAULT 1.5, \
      flag TINYINT(4) NULL DEFAULT -3, channel VARCHAR(16) NULL DEFAULT 'web', ok TINYINT(1) NULL DEFAULT 1, \
+     ratio FLOAT NULL DEFAULT 0.1, big DOUBLE NULL, bits BIT(10) NULL DEFAULT b'101', bit1 BIT(1) NULL, \
      timestamp DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB";
 
 /// The same outbox with a VARBINARY(16) event id and aggregate id (`binary.handling.mode =
@@ -285,6 +286,7 @@ const BINARY_TABLE: &str = "CREATE TABLE shop.outbox_bin (\
      created DATETIME(6) NOT NULL, stamped TIMESTAMP(3) NULL, \
      seq INT NOT NULL, due DATE NULL, part INT NULL, amount DECIMAL(20,10) NULL DEFAULT 1.5, \
      flag TINYINT(4) NULL DEFAULT -3, channel VARCHAR(16) NULL DEFAULT 'web', ok TINYINT(1) NULL DEFAULT 1, \
+     ratio FLOAT NULL DEFAULT 0.1, big DOUBLE NULL, bits BIT(10) NULL DEFAULT b'101', bit1 BIT(1) NULL, \
      timestamp DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB";
 
 /// Rows of [`BINARY_TABLE`]: (id hex, id Base64, aggregate type, key hex, key Base64, payload).
@@ -309,8 +311,10 @@ const BINARY_ROWS: &[(&str, &str, &str, &str, &str, &str)] = &[
 
 /// Debezium's `table.fields.additional.placement` in the differential test.
 const ADDITIONAL_PLACEMENT: &str = "tenant:header:tenantId,region:header,blob_ref:header,\
-     created:header,stamped:header,amount:header:amountText,seq:envelope,due:envelope:dueOn,\
-     blob_ref:envelope:blob,amount:envelope,flag:envelope,channel:envelope,ok:envelope,agreed:envelope,part:partition";
+     created:header,stamped:header,amount:header:amountText,ratio:header,big:header,bits:header,\
+     bit1:header,seq:envelope,due:envelope:dueOn,blob_ref:envelope:blob,amount:envelope,\
+     flag:envelope,channel:envelope,ok:envelope,agreed:envelope,ratio:envelope,big:envelope,\
+     bit1:envelope,part:partition";
 
 /// The relay's `[route]` lines for [`ADDITIONAL_PLACEMENT`] (the column types are the DDL's).
 const RELAY_ADDITIONAL_FIELDS: &[&str] = &[
@@ -320,7 +324,11 @@ const RELAY_ADDITIONAL_FIELDS: &[&str] = &[
      { column = \"created\", column_type = \"datetime(6)\" }, \
      { column = \"stamped\", column_type = \"timestamp(3)\" }, \
      { column = \"amount\", header = \"amountText\", column_type = \"decimal(20,10)\", \
-       column_default = \"1.5000000000\" }]",
+       column_default = \"1.5000000000\" }, \
+     { column = \"ratio\", column_type = \"float\", column_default = \"0.1\" }, \
+     { column = \"big\", column_type = \"double\" }, \
+     { column = \"bits\", column_type = \"bit(10)\", column_default = 5 }, \
+     { column = \"bit1\", column_type = \"bit(1)\" }]",
     "envelope_fields = [{ column = \"seq\", column_type = \"int\", nullable = false }, \
      { column = \"due\", field = \"dueOn\", column_type = \"date\" }, \
      { column = \"blob_ref\", field = \"blob\", column_type = \"varbinary(16)\" }, \
@@ -328,7 +336,9 @@ const RELAY_ADDITIONAL_FIELDS: &[&str] = &[
      { column = \"flag\", column_type = \"tinyint(4)\", column_default = -3 }, \
      { column = \"channel\", column_type = \"varchar(16)\", column_default = \"web\" }, \
      { column = \"ok\", column_type = \"tinyint(1)\", column_default = 1 }, \
-     { column = \"agreed\", column_type = \"boolean\" }]",
+     { column = \"agreed\", column_type = \"boolean\" }, \
+     { column = \"ratio\", column_type = \"float\", column_default = \"0.1\" }, \
+     { column = \"big\", column_type = \"double\" }, { column = \"bit1\", column_type = \"bit(1)\" }]",
 ];
 
 /// [`RELAY_ADDITIONAL_FIELDS`] without a `column_type` but the TINYINT's (the binlog does
@@ -341,14 +351,17 @@ const RELAY_ADDITIONAL_FIELDS_DESCRIBED: &[&str] = &[
     "additional_headers = [{ column = \"tenant\", header = \"tenantId\" }, \
      { column = \"region\" }, { column = \"blob_ref\" }, { column = \"created\" }, \
      { column = \"stamped\" }, \
-     { column = \"amount\", header = \"amountText\", column_default = \"1.5000000000\" }]",
+     { column = \"amount\", header = \"amountText\", column_default = \"1.5000000000\" }, \
+     { column = \"ratio\", column_default = \"0.1\" }, { column = \"big\" }, \
+     { column = \"bits\", column_default = 5 }, { column = \"bit1\" }]",
     "envelope_fields = [{ column = \"seq\" }, { column = \"due\", field = \"dueOn\" }, \
      { column = \"blob_ref\", field = \"blob\" }, \
      { column = \"amount\", column_default = \"1.5000000000\" }, \
      { column = \"flag\", column_type = \"tinyint(4)\", column_default = -3 }, \
      { column = \"channel\", column_default = \"web\" }, \
      { column = \"ok\", column_type = \"tinyint(1)\", column_default = 1 }, \
-     { column = \"agreed\", column_type = \"boolean\" }]",
+     { column = \"agreed\", column_type = \"boolean\" }, \
+     { column = \"ratio\", column_default = \"0.1\" }, { column = \"big\" }, { column = \"bit1\" }]",
 ];
 
 /// The key and payload schemas of the differential tables, stated (MariaDB's JSON is
@@ -514,6 +527,36 @@ fn row_extras(index: usize) -> RowExtras {
         matches!(id, "diff-nested" | "diff-nullkey").then_some(2),
         AMOUNTS[index % AMOUNTS.len()].0,
     )
+}
+
+/// The FLOAT, DOUBLE, BIT(10) and BIT(1) values of row `index`: NULL in every third row.
+fn floats_and_bits(index: usize) -> (Option<f32>, Option<f64>, Option<u64>, Option<u64>) {
+    if index.is_multiple_of(3) {
+        (None, None, None, None)
+    } else {
+        (Some(0.1), Some(12_345_678.9), Some(0b10_0000_0011), Some(1))
+    }
+}
+
+/// The FLOAT, DOUBLE, BIT(10) and BIT(1) headers Debezium sends for row `index`
+/// ([`floats_and_bits`]): Java's `Float.toString` and `Double.toString`, the bits
+/// little-endian in Base64, a boolean; a NULL as the column's default where it has one.
+fn floats_and_bits_headers(index: usize) -> [(&'static str, Option<&'static str>); 4] {
+    if index.is_multiple_of(3) {
+        [
+            ("ratio", Some("0.1")),
+            ("big", None),
+            ("bits", Some("BQA=")),
+            ("bit1", None),
+        ]
+    } else {
+        [
+            ("ratio", Some("0.1")),
+            ("big", Some("1.23456789E7")),
+            ("bits", Some("AwI=")),
+            ("bit1", Some("true")),
+        ]
+    }
 }
 
 /// The DATETIME(6) and TIMESTAMP(3) values every row carries, and how Debezium renders them
@@ -800,7 +843,8 @@ async fn write_diff_rows(db: &ScratchMariadb) {
         conn.exec_drop(
             "INSERT INTO shop.outbox_diff (id, aggregatetype, aggregateid, type, payload, tenant, \
              region, blob_ref, created, stamped, seq, due, part, amount, flag, channel, ok, \
-             agreed) VALUES (?, ?, ?, 'Happened', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             agreed, ratio, big, bits, bit1) \
+             VALUES (?, ?, ?, 'Happened', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             mysql_async::Params::Positional(vec![
                 id.into(),
                 aggregate_type.into(),
@@ -823,6 +867,12 @@ async fn write_diff_rows(db: &ScratchMariadb) {
                 [None, Some("app"), Some("web")][index % 3].into(),
                 [None, Some(0), Some(1)][index % 3].into(),
                 [Some(1), None, Some(0)][index % 3].into(),
+                // FLOAT, DOUBLE, BIT(10), BIT(1): NULL in every third row (then the
+                // defaults 0.1 and b'101' where the column has one).
+                floats_and_bits(index).0.into(),
+                floats_and_bits(index).1.into(),
+                floats_and_bits(index).2.into(),
+                floats_and_bits(index).3.into(),
             ]),
         )
         .await
@@ -1116,6 +1166,12 @@ async fn compare_mode(
                     .map(|text| text.as_bytes().to_vec()),
             ),
         ];
+        let mut expected_headers = expected_headers;
+        expected_headers.extend(
+            floats_and_bits_headers(index)
+                .into_iter()
+                .map(|(name, text)| (name.to_string(), text.map(|text| text.as_bytes().to_vec()))),
+        );
         if theirs_headers != expected_headers {
             failures.push(format!(
                 "[{}] {id}: Debezium's headers {:?}, expected {:?}",

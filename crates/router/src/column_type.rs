@@ -14,7 +14,10 @@
 //! | SQL type | Connect schema (name) | JSON / header |
 //! |---|---|---|
 //! | `tinyint`, `smallint` (`tinyint unsigned`) | `int16` | number |
-//! | `boolean` (a column Debezium knows from `BOOLEAN` DDL it read in the binlog) | `boolean` | `true` / `false` |
+//! | `boolean` (a column Debezium knows from `BOOLEAN` DDL it read in the binlog), `bit(1)` | `boolean` | `true` / `false` |
+//! | `float` | `float` | Java's `Float.toString` |
+//! | `double`, `real` | `double` | Java's `Double.toString` |
+//! | `bit(n)`, n > 1 | `bytes` (`io.debezium.data.Bits`, parameter `length`) | Base64 of the value little-endian in (n + 7) / 8 bytes |
 //! | `mediumint`, `int`, `integer`, `smallint unsigned`, `mediumint unsigned` | `int32` | number |
 //! | `bigint`, `int unsigned`, `bigint unsigned` | `int64` | number |
 //! | `char`, `varchar`, `*text`, `enum`, `set` | `string` | text |
@@ -34,7 +37,7 @@ use std::fmt::Write as _;
 use outbox_binlog::{DateTime, Value};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::connect_json::{base64, Data, Kind, Schema};
+use crate::connect_json::{base64, push_java_double, push_java_float, Data, Kind, Schema};
 use crate::java_decimal::JavaDecimal;
 
 /// Kafka Connect's logical name for decimals (`Decimal.LOGICAL_NAME`, schema version 1).
@@ -49,6 +52,15 @@ pub enum ColumnType {
     Boolean,
     /// `int16`.
     Int16,
+    /// `float` (FLOAT).
+    Float32,
+    /// `double` (DOUBLE).
+    Float64,
+    /// `bytes` named `io.debezium.data.Bits` (BIT(n), n > 1): the bits little-endian.
+    Bits {
+        /// n, 2 to 64.
+        length: u16,
+    },
     /// `int32`.
     Int32,
     /// `int64`.
@@ -135,6 +147,13 @@ impl SqlColumnType {
             // `tinyint(1)` for BOOLEAN too) as int16, and one whose `BOOLEAN` DDL it parsed
             // from the binlog as a boolean; the server tells the two apart nowhere.
             ("bool" | "boolean", _) => ColumnType::Boolean,
+            ("float", _) => ColumnType::Float32,
+            ("double" | "real", _) => ColumnType::Float64,
+            ("bit", _) => match argument.map_or(Ok(1), |length| length.parse::<u16>()) {
+                Ok(1) => ColumnType::Boolean,
+                Ok(length @ 2..=64) => ColumnType::Bits { length },
+                _ => return Err(format!("`{text}`: BIT takes a length of 1..64")),
+            },
             ("tinyint", _) | ("smallint", false) => ColumnType::Int16,
             ("smallint", true) | ("mediumint", _) | ("int" | "integer", false) => {
                 ColumnType::Int32
@@ -188,7 +207,7 @@ impl SqlColumnType {
             }
             _ => {
                 return Err(format!(
-                    "`{text}` is not a column type the relay renders as Debezium does (integers, decimal, text, json, binary, datetime, timestamp, date, time, year)"
+                    "`{text}` is not a column type the relay renders as Debezium does (integers, boolean, bit, float, double, decimal, text, json, binary, datetime, timestamp, date, time, year)"
                 ))
             }
         };
@@ -201,8 +220,8 @@ impl SqlColumnType {
     /// The Debezium form of a column as the server describes it (a row's
     /// [`outbox_binlog::Row::types`]), when the relay renders that form: `None` for TINYINT
     /// (Debezium writes a TINYINT(1) it knows as `BOOLEAN` DDL as a boolean, any other as an
-    /// int16, and the binlog tells neither apart), FLOAT, DOUBLE, BIT and what the server
-    /// left unknown; those need a configured `column_type`.
+    /// int16, and the binlog tells neither apart) and what the server left unknown; those
+    /// need a configured `column_type`.
     pub fn from_server(column: &outbox_binlog::ColumnType) -> Option<SqlColumnType> {
         use outbox_binlog::SqlType;
         let (text, kind) = match column.sql_type {
@@ -254,7 +273,11 @@ impl SqlColumnType {
                 format!("decimal({precision},{scale})"),
                 ColumnType::Decimal { precision, scale },
             ),
-            SqlType::Float | SqlType::Double | SqlType::Bit | SqlType::Unknown => return None,
+            SqlType::Float => ("float".to_string(), ColumnType::Float32),
+            SqlType::Double => ("double".to_string(), ColumnType::Float64),
+            SqlType::Bit { length: 1 } => ("bit(1)".to_string(), ColumnType::Boolean),
+            SqlType::Bit { length } => (format!("bit({length})"), ColumnType::Bits { length }),
+            SqlType::Unknown => return None,
         };
         Some(SqlColumnType { text, kind })
     }
@@ -264,6 +287,18 @@ impl SqlColumnType {
         let (kind, name) = match self.kind {
             ColumnType::Boolean => (Kind::Boolean, None),
             ColumnType::Int16 => (Kind::Int16, None),
+            ColumnType::Float32 => (Kind::Float32, None),
+            ColumnType::Float64 => (Kind::Float64, None),
+            ColumnType::Bits { length } => {
+                return Schema {
+                    kind: Kind::Bytes,
+                    optional,
+                    name: Some("io.debezium.data.Bits".to_string()),
+                    version: Some(1),
+                    parameters: vec![("length", length.to_string())],
+                    default: None,
+                }
+            }
             ColumnType::Int32 => (Kind::Int32, None),
             ColumnType::Int64 => (Kind::Int64, None),
             ColumnType::String => (Kind::String, None),
@@ -323,7 +358,16 @@ impl SqlColumnType {
                 ))
             }
         };
+        // A BIT default as MariaDB and MySQL write it: b'101'.
+        let bit_literal = literal
+            .strip_prefix("b'")
+            .and_then(|rest| rest.strip_suffix('\''))
+            .and_then(|bits| u64::from_str_radix(bits, 2).ok())
+            .and_then(|bits| i64::try_from(bits).ok());
         match self.kind {
+            ColumnType::Boolean | ColumnType::Bits { .. } if bit_literal.is_some() => {
+                Ok(bit_literal.map(DefaultValue::Integer))
+            }
             ColumnType::Boolean | ColumnType::Int16 | ColumnType::Int32 | ColumnType::Int64 => {
                 literal
                     .parse()
@@ -331,6 +375,9 @@ impl SqlColumnType {
                     .map_err(|_| format!("DEFAULT {literal} is not an integer"))
             }
             ColumnType::String | ColumnType::Decimal { .. } => {
+                Ok(Some(DefaultValue::Text(literal.clone())))
+            }
+            ColumnType::Float32 | ColumnType::Float64 if literal.parse::<f64>().is_ok() => {
                 Ok(Some(DefaultValue::Text(literal.clone())))
             }
             _ => Err(format!(
@@ -347,6 +394,10 @@ impl SqlColumnType {
         default: &crate::config::DefaultValue,
     ) -> Result<Data, RoutingErrorKind> {
         use crate::config::DefaultValue;
+        let not_a_number = |_text: &str| RoutingErrorKind::UnsupportedType {
+            value_type: "a column_default that is not a number",
+            usage: "the default of a FLOAT or DOUBLE column",
+        };
         let value = match (self.kind, default) {
             (
                 ColumnType::Boolean | ColumnType::Int16 | ColumnType::Int32 | ColumnType::Int64,
@@ -357,6 +408,17 @@ impl SqlColumnType {
             (ColumnType::Decimal { .. }, DefaultValue::Integer(number)) => {
                 Value::Decimal(number.to_string())
             }
+            (ColumnType::Float32, DefaultValue::Text(text)) => {
+                Value::Float(text.parse().map_err(|_| not_a_number(text))?)
+            }
+            (ColumnType::Float64, DefaultValue::Text(text)) => {
+                Value::Double(text.parse().map_err(|_| not_a_number(text))?)
+            }
+            (ColumnType::Float32, DefaultValue::Integer(number)) => Value::Float(*number as f32),
+            (ColumnType::Bits { .. }, DefaultValue::Integer(number @ 0..)) => {
+                Value::UInt(*number as u64)
+            }
+            (ColumnType::Float64, DefaultValue::Integer(number)) => Value::Double(*number as f64),
             _ => {
                 return Err(RoutingErrorKind::UnsupportedType {
                     value_type: match default {
@@ -391,6 +453,23 @@ impl SqlColumnType {
                 Data::Integer(integer(value)?)
             }
             ColumnType::Boolean => Data::Boolean(integer(value)? != 0),
+            ColumnType::Float32 => match value {
+                Value::Float(number) => Data::Float32(*number),
+                _ => return Err(mismatch()),
+            },
+            ColumnType::Float64 => match value {
+                Value::Double(number) => Data::Float64(*number),
+                Value::Float(number) => Data::Float64(f64::from(*number)),
+                _ => return Err(mismatch()),
+            },
+            ColumnType::Bits { length } => match value {
+                // `BitSet.toByteArray()` padded to the column's bytes, as Debezium sends it.
+                Value::UInt(bits) => {
+                    let bytes = usize::from(length.div_ceil(8)).min(8);
+                    Data::Bytes(bits.to_le_bytes()[..bytes].to_vec())
+                }
+                _ => return Err(mismatch()),
+            },
             ColumnType::String | ColumnType::Json => match value {
                 Value::Text(text) => Data::String(text.clone()),
                 Value::Json(document) => Data::String(document.as_str().to_string()),
@@ -482,8 +561,13 @@ pub(crate) fn header_bytes(data: &Data) -> Option<Vec<u8>> {
         Data::Bytes(bytes) => Some(base64(bytes).into_bytes()),
         Data::Decimal(decimal) => Some(decimal.java_text().into_bytes()),
         Data::Boolean(value) => Some(value.to_string().into_bytes()),
+        Data::Float32(_) | Data::Float64(_) => {
+            let mut text = String::new();
+            push_java_text(&mut text, data)?;
+            Some(text.into_bytes())
+        }
         // Not produced by a column type (only by an expanded payload).
-        Data::Float64(_) | Data::Array(_) | Data::Struct(_) => None,
+        Data::Array(_) | Data::Struct(_) => None,
     }
 }
 
@@ -500,6 +584,8 @@ pub(crate) fn push_java_text(out: &mut String, data: &Data) -> Option<()> {
         }
         Data::String(text) => out.push_str(text),
         Data::Decimal(decimal) => out.push_str(&decimal.java_text()),
+        Data::Float32(number) => push_java_float(out, *number).ok()?,
+        Data::Float64(number) => push_java_double(out, *number).ok()?,
         Data::Boolean(value) => {
             let _ = write!(out, "{value}");
         }
@@ -510,7 +596,7 @@ pub(crate) fn push_java_text(out: &mut String, data: &Data) -> Option<()> {
                 bytes.len()
             );
         }
-        Data::Float64(_) | Data::Array(_) | Data::Struct(_) => return None,
+        Data::Array(_) | Data::Struct(_) => return None,
     }
     Some(())
 }
@@ -656,6 +742,34 @@ mod tests {
             }),
             Ok(Data::Bytes(vec![0x00, 0xff, 0x10]))
         );
+    }
+
+    #[test]
+    fn floats_and_bits_are_debeziums() {
+        let text = |sql: &str, value: Value| {
+            let data = SqlColumnType::parse(sql).unwrap().data(&value).unwrap();
+            String::from_utf8(header_bytes(&data).unwrap()).unwrap()
+        };
+        // Java's Float.toString / Double.toString.
+        assert_eq!(text("float", Value::Float(0.1)), "0.1");
+        assert_eq!(text("float", Value::Float(1.0e7)), "1.0E7");
+        assert_eq!(text("double", Value::Double(12_345_678.9)), "1.23456789E7");
+        assert_eq!(text("double", Value::Double(-0.5)), "-0.5");
+        // BIT(1) is a boolean; BIT(10) its value little-endian in two bytes (b'1000000011').
+        assert_eq!(text("bit(1)", Value::UInt(1)), "true");
+        assert_eq!(text("bit(10)", Value::UInt(0b10_0000_0011)), "AwI=");
+        let bits = SqlColumnType::parse("bit(10)").unwrap();
+        assert_eq!(
+            bits.default_value_of(Some(&outbox_binlog::ColumnDefault::Literal(
+                "b'101'".into()
+            ))),
+            Ok(Some(crate::config::DefaultValue::Integer(5)))
+        );
+        assert_eq!(
+            bits.default_data(&crate::config::DefaultValue::Integer(5)),
+            Ok(Data::Bytes(vec![5, 0]))
+        );
+        assert!(SqlColumnType::parse("bit(65)").is_err());
     }
 
     #[test]

@@ -364,7 +364,7 @@ pub struct RouteConfig {
     /// describes it (the binlog's TABLE_MAP) and are written as Debezium writes that type
     /// (Kafka Connect's `SimpleHeaderConverter`: temporal values as Debezium's numbers or
     /// text, binary as Base64), instead of the value's plain text or bytes. A column type
-    /// the relay cannot render that way (TINYINT, FLOAT, BIT) keeps the plain form.
+    /// the relay cannot render that way (TINYINT, unknown types) keeps the plain form.
     #[serde(default)]
     pub debezium_column_types: bool,
     /// Debezium's `__debezium.context.*` headers on every record (its
@@ -777,7 +777,7 @@ pub struct EnvelopeField {
     /// The column's SQL type (e.g. `"varchar(32)"`, `"datetime(6)"`), which decides the
     /// value's form and schema exactly as Debezium derives them from the DDL; unset, the
     /// type the server describes for the column (the binlog's TABLE_MAP) is used, and a
-    /// type the relay cannot render that way (TINYINT, FLOAT, BIT) is a routing
+    /// type the relay cannot render that way (TINYINT, unknown types) is a routing
     /// error naming the column.
     #[serde(default)]
     pub column_type: Option<SqlColumnType>,

@@ -68,6 +68,8 @@ pub(crate) enum Kind {
     Int32,
     /// `int64`.
     Int64,
+    /// `float` (FLOAT32: a FLOAT column).
+    Float32,
     /// `double` (FLOAT64).
     Float64,
     /// `string`.
@@ -103,6 +105,8 @@ pub(crate) enum Data {
     Boolean(bool),
     /// An integer (int32 or int64 per the schema).
     Integer(i64),
+    /// A float (a FLOAT column).
+    Float32(f32),
     /// A double.
     Float64(f64),
     /// Text.
@@ -163,6 +167,7 @@ fn push_schema(out: &mut String, schema: &Schema, field: Option<&str>) {
         Kind::Int16 => "int16",
         Kind::Int32 => "int32",
         Kind::Int64 => "int64",
+        Kind::Float32 => "float",
         Kind::Float64 => "double",
         Kind::String => "string",
         Kind::Bytes => "bytes",
@@ -244,6 +249,7 @@ fn push_data(out: &mut String, schema: &Schema, data: &Data) -> Result<(), Routi
             let _ = write!(out, "{value}");
         }
         (Kind::Float64, Data::Float64(value)) => push_java_double(out, *value)?,
+        (Kind::Float32, Data::Float32(value)) => push_java_float(out, *value)?,
         (Kind::String, Data::String(text)) => push_json_string(out, text),
         (Kind::Bytes, Data::Bytes(bytes)) => {
             out.push('"');
@@ -322,24 +328,50 @@ pub(crate) fn push_json_string(out: &mut String, text: &str) {
 
 /// Appends a finite double as Java's `Double.toString` prints it (shortest round-trip
 /// digits; plain notation for 10^-3 <= |x| < 10^7, else `d.dddE±n`).
-fn push_java_double(out: &mut String, value: f64) -> Result<(), RoutingErrorKind> {
+pub(crate) fn push_java_double(out: &mut String, value: f64) -> Result<(), RoutingErrorKind> {
     if !value.is_finite() {
         return Err(RoutingErrorKind::PayloadNotExpandable {
             reason: format!("the number {value} is out of the double range"),
         });
     }
-    if value.is_sign_negative() {
+    push_java_floating(
+        out,
+        value.is_sign_negative(),
+        value.abs(),
+        &format!("{:e}", value.abs()),
+    );
+    Ok(())
+}
+
+/// Appends a finite float as Java's `Float.toString` prints it: the digits that tell it
+/// from every other float, in `Double.toString`'s notation.
+pub(crate) fn push_java_float(out: &mut String, value: f32) -> Result<(), RoutingErrorKind> {
+    if !value.is_finite() {
+        return Err(RoutingErrorKind::UnsupportedType {
+            value_type: "FLOAT (infinite or NaN)",
+            usage: "a Connect float32",
+        });
+    }
+    push_java_floating(
+        out,
+        value.is_sign_negative(),
+        f64::from(value.abs()),
+        &format!("{:e}", value.abs()),
+    );
+    Ok(())
+}
+
+/// The notation of [`push_java_double`] for a finite number of `magnitude` whose shortest
+/// digits are `scientific` (Rust's `{:e}` of it).
+fn push_java_floating(out: &mut String, negative: bool, magnitude: f64, scientific: &str) {
+    if negative {
         out.push('-');
     }
-    let magnitude = value.abs();
     if magnitude == 0.0 {
         out.push_str("0.0");
-        return Ok(());
+        return;
     }
-    let scientific = format!("{magnitude:e}");
-    let (mantissa, exponent) = scientific
-        .split_once('e')
-        .unwrap_or((scientific.as_str(), "0"));
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((scientific, "0"));
     let exponent: i32 = exponent.parse().unwrap_or(0);
     let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
     if (1e-3..1e7).contains(&magnitude) {
@@ -365,7 +397,6 @@ fn push_java_double(out: &mut String, value: f64) -> Result<(), RoutingErrorKind
         out.push_str(if digits.len() > 1 { &digits[1..] } else { "0" });
         let _ = write!(out, "E{exponent}");
     }
-    Ok(())
 }
 
 /// Standard base64 with padding (Jackson's default variant for binary values).

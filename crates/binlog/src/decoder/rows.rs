@@ -490,7 +490,7 @@ pub(crate) fn decode_value(
                 }
             }
         }
-        ColumnKind::Bit { bytes } => Value::UInt(be_uint(reader.bytes(usize::from(*bytes))?)),
+        ColumnKind::Bit { bytes, .. } => Value::UInt(be_uint(reader.bytes(usize::from(*bytes))?)),
         ColumnKind::NullType => Value::Null,
     })
 }

@@ -155,6 +155,8 @@ pub(crate) enum ColumnKind {
     Bit {
         /// 1 to 8.
         bytes: u8,
+        /// n, 1 to 64 (Debezium's `length` of a BIT(n > 1), a boolean for BIT(1)).
+        bits: u16,
     },
     /// The NULL type: no bytes, always NULL.
     NullType,
@@ -207,7 +209,7 @@ impl ColumnKind {
             ColumnKind::FixedBinary { .. } => SqlType::Binary,
             ColumnKind::Json { .. } => SqlType::Json,
             ColumnKind::Enum { .. } | ColumnKind::Set { .. } => SqlType::Text,
-            ColumnKind::Bit { .. } => SqlType::Bit,
+            ColumnKind::Bit { bits, .. } => SqlType::Bit { length: *bits },
             ColumnKind::OpaqueBytes { .. } | ColumnKind::Vector { .. } | ColumnKind::NullType => {
                 SqlType::Unknown
             }
@@ -645,6 +647,7 @@ pub(crate) fn build_plan(
                 }
                 ColumnKind::Bit {
                     bytes: u8::try_from(bits.div_ceil(8)).unwrap_or(8),
+                    bits,
                 }
             }
             ct::NULL => ColumnKind::NullType,

@@ -50,7 +50,7 @@ impl Router {
     /// Every configured column type, nullability and `connect_schema` setting of `table`'s
     /// route that the server's description of the columns contradicts. Columns the table
     /// lacks are [`Router::missing_columns`]' to report; a server type the relay does not
-    /// render by Debezium's rules (TINYINT, FLOAT, BIT) is no clash: there the setting is
+    /// render by Debezium's rules (TINYINT, unknown types) is no clash: there the setting is
     /// the only way. Empty for a table the router does not watch.
     pub fn column_type_clashes(&self, table: &WatchedTableColumns) -> Vec<ColumnTypeClash> {
         let Some(route) = self.tables.get(&table.table) else {
