@@ -94,7 +94,9 @@ impl ServerFacts {
         let column_type = SqlColumnType::parse(&description.column_type)
             .ok()
             .or_else(|| SqlColumnType::from_server(&description.described));
-        if let Some(column_type) = column_type {
+        // A NOT NULL column's default matters only in an envelope field's schema.
+        let default_matters = !header || description.described.nullable;
+        if let (true, Some(column_type)) = (default_matters, column_type) {
             match column_type.default_value_of(description.default.as_ref()) {
                 Ok(default) => decision.column_default = default.map(|default| default.to_string()),
                 Err(why) => {

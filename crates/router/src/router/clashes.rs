@@ -110,8 +110,10 @@ impl Router {
                 );
             }
         }
-        // Column defaults stand in for NULLs (and are in the field schemas): the binlog
-        // does not carry them, so they are configured.
+        // Column defaults stand in for NULLs and are in the envelope's field schemas: the
+        // binlog does not carry them, so they are configured. A NOT NULL column's default
+        // matters only in a field schema.
+        let value_schemas = self.settings.value_format == RecordFormat::JsonWithSchema;
         let defaulted_columns = route
             .additional_headers
             .iter()
@@ -121,6 +123,7 @@ impl Router {
                     &header.column,
                     &header.column_type,
                     &header.column_default,
+                    false,
                 )
             })
             .chain(self.settings.envelope_fields.iter().map(|field| {
@@ -129,12 +132,17 @@ impl Router {
                     &field.column,
                     &field.column_type,
                     &field.column_default,
+                    value_schemas,
                 )
             }));
-        for (list, column, configured_type, configured_default) in defaulted_columns {
+        for (list, column, configured_type, configured_default, in_schema) in defaulted_columns {
             let Some(description) = describe(column) else {
                 continue;
             };
+            let matters = description.described.nullable || in_schema;
+            if !matters && configured_default.is_none() {
+                continue;
+            }
             let column_type = configured_type
                 .clone()
                 .or_else(|| SqlColumnType::from_server(&description.described))
@@ -236,6 +244,7 @@ mod tests {
             debezium_topic_prefix = "shop"
             connect_schema = { key_type = "int64", key_optional = false, payload_type = "string" }
             additional_headers = [
+                { column = "tenant" },
                 { column = "created", column_type = "datetime(3)" },
                 { column = "flag", column_type = "smallint" },
                 { column = "region", column_type = "varchar(16)" },
@@ -270,6 +279,14 @@ mod tests {
             ("region", described("varchar(16)", true)),
             ("amount", described("decimal(20,10)", true)),
             ("due", described("date", true)),
+            // NOT NULL: its default never stands in for a NULL, and a header has no schema.
+            (
+                "tenant",
+                ColumnDescription {
+                    default: Some(ColumnDefault::Literal("acme".into())),
+                    ..described("varchar(32)", false)
+                },
+            ),
             (
                 "channel",
                 ColumnDescription {
