@@ -1283,26 +1283,23 @@ async fn debezium_and_outbox_relay_write_identical_bytes_for_every_converter_set
     );
 }
 
-/// Issue 26: below `binlog_row_metadata = FULL` the binlog does not say a column is binary,
-/// so a VARBINARY header needs the `column_type` `config from-debezium --probe` writes; with
-/// it the header is Debezium's Base64 text (`AP8Q` for 0x00FF10, `QUI=` for the valid UTF-8
-/// bytes `AB`), whatever the bytes decode as.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_binary_header_below_full_metadata_is_base64_with_its_column_type() {
+/// The `tenant` header of two rows (0x00FF10, not UTF-8; `AB`, valid UTF-8) in a VARBINARY
+/// column, by event id, under `binlog_row_metadata = metadata` and the header setting
+/// `header`.
+async fn binary_headers_under(metadata: &str, header: &str) -> BTreeMap<String, Option<String>> {
     let (db, broker) = start_shop_database_and_broker().await;
+    let set_metadata = format!("SET GLOBAL binlog_row_metadata = '{metadata}'");
     db.exec(&[
         "ALTER TABLE shop.outbox ADD COLUMN tenant VARBINARY(8) NULL",
-        "SET GLOBAL binlog_row_metadata = 'NO_LOG'",
+        set_metadata.as_str(),
         "INSERT INTO shop.outbox (event_id, aggregate_type, aggregate_id, event_type, payload, tenant) \
-         VALUES ('nolog-1', 'order', 'o-1', 'Created', '{}', X'00FF10'), \
-         ('nolog-2', 'order', 'o-2', 'Created', '{}', 'AB')",
+         VALUES ('bin-1', 'order', 'o-1', 'Created', '{}', X'00FF10'), \
+         ('bin-2', 'order', 'o-2', 'Created', '{}', 'AB')",
     ])
     .await
     .expect("the rows");
     let mut setup = RelaySetup::new(&db, &broker.bootstrap());
-    setup.route_extra = vec![
-        "additional_headers = [{ column = \"tenant\", column_type = \"varbinary(8)\" }]".into(),
-    ];
+    setup.route_extra = vec![header.to_string()];
     let mut relay = Relay::prepare(&setup);
     relay.start();
     let topic = topic_for(&db, "order");
@@ -1313,8 +1310,9 @@ async fn a_binary_header_below_full_metadata_is_base64_with_its_column_type() {
         Duration::from_secs(60),
     )
     .await
-    .expect("read the records");
-    let tenants: BTreeMap<String, Option<String>> = records
+    .unwrap_or_else(|error| panic!("read the records: {error}\n{}", relay.log()));
+    relay.stop_gracefully("after the records").await;
+    records
         .iter()
         .map(|record| {
             (
@@ -1322,15 +1320,39 @@ async fn a_binary_header_below_full_metadata_is_base64_with_its_column_type() {
                 record.header_str("tenant"),
             )
         })
-        .collect();
-    assert_eq!(
-        tenants,
-        BTreeMap::from([
-            ("nolog-1".to_string(), Some("AP8Q".to_string())),
-            ("nolog-2".to_string(), Some("QUI=".to_string())),
-        ]),
-        "{}",
-        relay.log()
-    );
-    relay.stop_gracefully("after the records").await;
+        .collect()
+}
+
+/// Debezium's Base64 headers for the rows of [`binary_headers_under`].
+fn base64_tenants() -> BTreeMap<String, Option<String>> {
+    BTreeMap::from([
+        ("bin-1".to_string(), Some("AP8Q".to_string())),
+        ("bin-2".to_string(), Some("QUI=".to_string())),
+    ])
+}
+
+/// Issue 26: MariaDB's default `binlog_row_metadata = NO_LOG` does not say a column is
+/// binary, so a VARBINARY header needs the `column_type` `config from-debezium --probe`
+/// writes; with it the header is Debezium's Base64 text, whatever the bytes decode as.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binary_header_without_metadata_is_base64_with_its_column_type() {
+    let tenants = binary_headers_under(
+        "NO_LOG",
+        "additional_headers = [{ column = \"tenant\", column_type = \"varbinary(8)\" }]",
+    )
+    .await;
+    assert_eq!(tenants, base64_tenants());
+}
+
+/// Issue 26: `binlog_row_metadata = MINIMAL` carries the character sets (column names then
+/// come from information_schema): the binlog describes the column as binary, and the header
+/// is Debezium's Base64 text with no `column_type`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binary_header_under_minimal_metadata_needs_no_column_type() {
+    let tenants = binary_headers_under(
+        "MINIMAL",
+        "debezium_column_types = true\nadditional_headers = [{ column = \"tenant\" }]",
+    )
+    .await;
+    assert_eq!(tenants, base64_tenants());
 }
