@@ -132,11 +132,11 @@ fn parse_properties(text: &str) -> BTreeMap<String, String> {
     options
 }
 
-/// A TOML string literal.
 mod probe;
 
 use probe::ServerFacts;
 
+/// A TOML string literal.
 fn quoted(text: &str) -> String {
     toml::Value::String(text.to_owned()).to_string()
 }

@@ -678,8 +678,20 @@ impl Drop for KafkaBroker {
 }
 
 /// A KRaft cluster id: 16 random bytes in URL-safe base64 without padding (22 characters),
-/// the form `kafka-storage random-uuid` prints.
+/// the form `kafka-storage random-uuid` prints, and as Kafka's `Uuid.randomUuid` never one
+/// starting with `-`: `kafka-storage format -t -abc..` reads that as an option and fails
+/// ("argument --cluster-id/-t: expected one argument", one format in 64 before this).
 fn random_cluster_id() -> String {
+    loop {
+        let id = random_base64_id();
+        if !id.starts_with('-') {
+            return id;
+        }
+    }
+}
+
+/// 16 random bytes in URL-safe base64 without padding.
+fn random_base64_id() -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let bytes: [u8; 16] = rand::random();
     let mut out = String::with_capacity(22);
@@ -746,5 +758,7 @@ mod tests {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
         assert_ne!(id, random_cluster_id());
+        // Never an option-like id (`kafka-storage format -t ID`).
+        assert!((0..2000).all(|_| !random_cluster_id().starts_with('-')));
     }
 }

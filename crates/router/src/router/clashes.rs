@@ -2,7 +2,9 @@
 //! before the first row: a `column_type`, `nullable` or `connect_schema` setting overrides
 //! what the server describes, and Debezium always writes what the server describes, so a
 //! difference between the two is a record that differs from Debezium's (usually a typo or
-//! a table altered since the config was written).
+//! a table altered since the config was written). A `column_default` stands for the
+//! server's `DEFAULT`, which the binlog does not carry: one that differs from it is a
+//! clash too.
 
 use std::fmt;
 
@@ -26,14 +28,23 @@ pub struct ColumnTypeClash {
     pub configured: String,
     /// What the server says instead (`decimal(20,10)`, `NOT NULL`).
     pub server: String,
+    /// How to mend it.
+    pub fix: &'static str,
 }
+
+/// The fix of a type, nullability or `connect_schema` clash.
+const SETTING_FIX: &str =
+    "correct the setting or leave it out (the server's definition is then used)";
+/// The fix of a `column_default` clash (the binlog carries no defaults).
+const DEFAULT_FIX: &str =
+    "set column_default to the server's DEFAULT, or leave it out for a column without one (`config from-debezium --probe` writes it)";
 
 impl fmt::Display for ColumnTypeClash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "outbox table `{}` column `{}`: {} is {}, but the server defines the column as {}; Debezium writes the column as the server defines it, so these records differ from Debezium's: correct the setting or leave it out (the server's definition is then used)",
-            self.table, self.column, self.setting, self.configured, self.server
+            "outbox table `{}` column `{}`: {} is {}, but the server defines the column as {}; Debezium writes the column as the server defines it, so these records differ from Debezium's: {}",
+            self.table, self.column, self.setting, self.configured, self.server, self.fix
         )
     }
 }
@@ -65,6 +76,11 @@ impl Router {
             clashes.push(ColumnTypeClash {
                 table: table.table.clone(),
                 column: column.to_string(),
+                fix: if setting.ends_with("column_default") {
+                    DEFAULT_FIX
+                } else {
+                    SETTING_FIX
+                },
                 setting,
                 configured,
                 server,
@@ -363,5 +379,13 @@ mod tests {
         assert!(clashes[0]
             .to_string()
             .contains("column `created`: additional_headers' column_type is \"datetime(3)\", but the server defines the column as `datetime(6)`"));
+        let default = clashes
+            .iter()
+            .find(|clash| clash.column == "rank")
+            .expect("the rank default clash");
+        assert!(
+            default.to_string().ends_with("set column_default to the server's DEFAULT, or leave it out for a column without one (`config from-debezium --probe` writes it)"),
+            "{default}"
+        );
     }
 }
