@@ -574,10 +574,7 @@ async fn outbox_table_lines(config: &RelayConfig, url: &str) -> Vec<CheckLine> {
         Ok(Ok(columns)) => match crate::pipeline::describe_missing_columns(&router, &columns) {
             Some(message) => failed(message),
             None => {
-                let clashes: Vec<_> = columns
-                    .iter()
-                    .flat_map(|table| router.column_type_clashes(table))
-                    .collect();
+                let clashes = router.column_type_clashes(&columns);
                 std::iter::once(CheckLine {
                     ok: true,
                     item,

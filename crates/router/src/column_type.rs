@@ -38,12 +38,12 @@ use outbox_binlog::{DateTime, Value};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::connect_json::{base64, push_java_double, push_java_float, Data, Kind, Schema};
+use crate::error::RoutingErrorKind;
 use crate::java_decimal::JavaDecimal;
+use crate::render::{datetime_micros, days_from_civil, format_unix_timestamp_width};
 
 /// Kafka Connect's logical name for decimals (`Decimal.LOGICAL_NAME`, schema version 1).
 const CONNECT_DECIMAL_SCHEMA_NAME: &str = "org.apache.kafka.connect.data.Decimal";
-use crate::error::RoutingErrorKind;
-use crate::render::{datetime_micros, days_from_civil, format_unix_timestamp_width};
 
 /// The Debezium form of a column, derived from its SQL type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -284,20 +284,15 @@ impl SqlColumnType {
 
     /// The Connect schema Debezium gives the column (`optional` when it is nullable).
     pub(crate) fn schema(&self, optional: bool) -> Schema {
+        let mut parameters = Vec::new();
         let (kind, name) = match self.kind {
             ColumnType::Boolean => (Kind::Boolean, None),
             ColumnType::Int16 => (Kind::Int16, None),
             ColumnType::Float32 => (Kind::Float32, None),
             ColumnType::Float64 => (Kind::Float64, None),
             ColumnType::Bits { length } => {
-                return Schema {
-                    kind: Kind::Bytes,
-                    optional,
-                    name: Some("io.debezium.data.Bits".to_string()),
-                    version: Some(1),
-                    parameters: vec![("length", length.to_string())],
-                    default: None,
-                }
+                parameters.push(("length", length.to_string()));
+                (Kind::Bytes, Some("io.debezium.data.Bits"))
             }
             ColumnType::Int32 => (Kind::Int32, None),
             ColumnType::Int64 => (Kind::Int64, None),
@@ -313,18 +308,10 @@ impl SqlColumnType {
             ColumnType::MicroTime => (Kind::Int64, Some("io.debezium.time.MicroTime")),
             ColumnType::Year => (Kind::Int32, Some("io.debezium.time.Year")),
             ColumnType::Decimal { precision, scale } => {
-                return Schema {
-                    kind: Kind::Bytes,
-                    optional,
-                    name: Some(CONNECT_DECIMAL_SCHEMA_NAME.to_string()),
-                    version: Some(1),
-                    // Connect's `Decimal.builder(scale)`, then Debezium's precision.
-                    parameters: vec![
-                        ("scale", scale.to_string()),
-                        ("connect.decimal.precision", precision.to_string()),
-                    ],
-                    default: None,
-                };
+                // Connect's `Decimal.builder(scale)`, then Debezium's precision.
+                parameters.push(("scale", scale.to_string()));
+                parameters.push(("connect.decimal.precision", precision.to_string()));
+                (Kind::Bytes, Some(CONNECT_DECIMAL_SCHEMA_NAME))
             }
         };
         Schema {
@@ -332,15 +319,14 @@ impl SqlColumnType {
             optional,
             name: name.map(str::to_string),
             version: name.map(|_| 1),
-            parameters: Vec::new(),
+            parameters,
             default: None,
         }
     }
 
     /// The [`crate::config::DefaultValue`] of a column of this type whose `DEFAULT` is
     /// `default` (`None`: no default). `Err`: Debezium writes a default the relay does not
-    /// reproduce (an expression, or a default of another type than integers, text and
-    /// DECIMAL), saying which.
+    /// reproduce (an expression, or a temporal or binary default), saying which.
     pub fn default_value_of(
         &self,
         default: Option<&outbox_binlog::ColumnDefault>,
@@ -381,20 +367,21 @@ impl SqlColumnType {
                 Ok(Some(DefaultValue::Text(literal.clone())))
             }
             _ => Err(format!(
-                "DEFAULT {literal} of a {} column is not reproduced in the field's schema (integer, text and DECIMAL defaults are)",
+                "DEFAULT {literal} of a {} column is not reproduced (integer, boolean, bit, text, DECIMAL and floating-point defaults are)",
                 self.text
             )),
         }
     }
 
     /// The Connect value of a column `DEFAULT` (Debezium's field schema `"default"`): an
-    /// integer for integer columns, text for text and DECIMAL columns.
+    /// integer for integer, boolean and BIT columns, text for text and DECIMAL columns, either
+    /// for FLOAT and DOUBLE.
     pub(crate) fn default_data(
         &self,
         default: &crate::config::DefaultValue,
     ) -> Result<Data, RoutingErrorKind> {
         use crate::config::DefaultValue;
-        let not_a_number = |_text: &str| RoutingErrorKind::UnsupportedType {
+        let not_a_number = |_| RoutingErrorKind::UnsupportedType {
             value_type: "a column_default that is not a number",
             usage: "the default of a FLOAT or DOUBLE column",
         };
@@ -409,10 +396,10 @@ impl SqlColumnType {
                 Value::Decimal(number.to_string())
             }
             (ColumnType::Float32, DefaultValue::Text(text)) => {
-                Value::Float(text.parse().map_err(|_| not_a_number(text))?)
+                Value::Float(text.parse().map_err(not_a_number)?)
             }
             (ColumnType::Float64, DefaultValue::Text(text)) => {
-                Value::Double(text.parse().map_err(|_| not_a_number(text))?)
+                Value::Double(text.parse().map_err(not_a_number)?)
             }
             (ColumnType::Float32, DefaultValue::Integer(number)) => Value::Float(*number as f32),
             (ColumnType::Bits { .. }, DefaultValue::Integer(number @ 0..)) => {
@@ -425,7 +412,7 @@ impl SqlColumnType {
                         DefaultValue::Integer(_) => "an integer column_default",
                         DefaultValue::Text(_) => "a text column_default",
                     },
-                    usage: "the default of this column type (integers take an integer, text and DECIMAL columns text; other types' defaults are not reproduced)",
+                    usage: "the default of this column type (integer, boolean and BIT columns take an integer, text and DECIMAL columns text, FLOAT and DOUBLE either; temporal and binary defaults are not reproduced)",
                 })
             }
         };

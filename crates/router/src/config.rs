@@ -925,7 +925,26 @@ impl ConnectSchemaType {
     /// The type Debezium gives a key or payload column of `sql_type` (the binlog's or
     /// information_schema's description), when it is one of these.
     pub fn described(sql_type: outbox_binlog::SqlType) -> Option<ConnectSchemaType> {
-        described_schema_type(sql_type)
+        use outbox_binlog::SqlType;
+        match sql_type {
+            SqlType::Text => Some(ConnectSchemaType::String),
+            SqlType::Json => Some(ConnectSchemaType::Json),
+            SqlType::Binary => Some(ConnectSchemaType::Bytes),
+            SqlType::Integer {
+                bytes: 3,
+                unsigned: _,
+            }
+            | SqlType::Integer {
+                bytes: 4,
+                unsigned: false,
+            } => Some(ConnectSchemaType::Int32),
+            SqlType::Integer {
+                bytes: 4,
+                unsigned: true,
+            }
+            | SqlType::Integer { bytes: 8, .. } => Some(ConnectSchemaType::Int64),
+            _ => None,
+        }
     }
 
     /// The name the config writes (`"string"`, `"json"`, `"int32"`, `"int64"`, `"bytes"`).
@@ -999,7 +1018,7 @@ impl ConnectSchemaConfig {
         ConnectSchema {
             key_type: self
                 .key_type
-                .or_else(|| key.and_then(|column| described_schema_type(column.sql_type)))
+                .or_else(|| key.and_then(|column| ConnectSchemaType::described(column.sql_type)))
                 .unwrap_or_else(default_key_schema_type),
             key_optional: self
                 .key_optional
@@ -1007,38 +1026,15 @@ impl ConnectSchemaConfig {
                 .unwrap_or(false),
             payload_type: self
                 .payload_type
-                .or_else(|| payload.and_then(|column| described_schema_type(column.sql_type)))
+                .or_else(|| {
+                    payload.and_then(|column| ConnectSchemaType::described(column.sql_type))
+                })
                 .unwrap_or_else(default_payload_schema_type),
             payload_optional: self
                 .payload_optional
                 .or(payload.map(|column| column.nullable))
                 .unwrap_or_else(default_payload_optional),
         }
-    }
-}
-
-/// The schema type Debezium gives a key or payload column of `sql_type`, when it is one
-/// of [`ConnectSchemaType`]'s.
-pub(crate) fn described_schema_type(sql_type: outbox_binlog::SqlType) -> Option<ConnectSchemaType> {
-    use outbox_binlog::SqlType;
-    match sql_type {
-        SqlType::Text => Some(ConnectSchemaType::String),
-        SqlType::Json => Some(ConnectSchemaType::Json),
-        SqlType::Binary => Some(ConnectSchemaType::Bytes),
-        SqlType::Integer {
-            bytes: 3,
-            unsigned: _,
-        }
-        | SqlType::Integer {
-            bytes: 4,
-            unsigned: false,
-        } => Some(ConnectSchemaType::Int32),
-        SqlType::Integer {
-            bytes: 4,
-            unsigned: true,
-        }
-        | SqlType::Integer { bytes: 8, .. } => Some(ConnectSchemaType::Int64),
-        _ => None,
     }
 }
 

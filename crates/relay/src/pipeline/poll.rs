@@ -585,10 +585,7 @@ pub(crate) async fn poll_startup_checks(
     if let Some(message) = super::describe_missing_columns(router, &columns) {
         return Err(RelayError::OutboxColumnsMissing(message));
     }
-    let clashes = columns
-        .iter()
-        .flat_map(|table| router.column_type_clashes(table))
-        .collect();
+    let clashes = router.column_type_clashes(&columns);
     let poll = &config.source.poll;
     let grant_hint = |table: &TableName, error: PollError| {
         let hint = if poll.sent_retention_s > 0 {

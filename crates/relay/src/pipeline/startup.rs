@@ -363,10 +363,8 @@ pub(crate) fn warn_of_column_type_clashes(
     tables: &[WatchedTableColumns],
     metrics: &Metrics,
 ) {
-    for table in tables {
-        for clash in router.column_type_clashes(table) {
-            ColumnTypeClashFound { clash: &clash }.emit(metrics);
-        }
+    for clash in router.column_type_clashes(tables) {
+        ColumnTypeClashFound { clash: &clash }.emit(metrics);
     }
 }
 

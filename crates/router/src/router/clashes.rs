@@ -12,7 +12,7 @@ use outbox_binlog::{ColumnDescription, TableName, WatchedTableColumns};
 
 use super::Router;
 use crate::column_type::SqlColumnType;
-use crate::config::{described_schema_type, RecordFormat};
+use crate::config::{ConnectSchemaType, RecordFormat};
 
 /// A configured type or nullability of a column that its server-side definition
 /// contradicts.
@@ -58,12 +58,20 @@ fn null_text(nullable: bool) -> &'static str {
 }
 
 impl Router {
-    /// Every configured column type, nullability and `connect_schema` setting of `table`'s
-    /// route that the server's description of the columns contradicts. Columns the table
-    /// lacks are [`Router::missing_columns`]' to report; a server type the relay does not
-    /// render by Debezium's rules (TINYINT, unknown types) is no clash: there the setting is
-    /// the only way. Empty for a table the router does not watch.
-    pub fn column_type_clashes(&self, table: &WatchedTableColumns) -> Vec<ColumnTypeClash> {
+    /// Every configured column type, nullability, default and `connect_schema` setting of
+    /// `tables`' routes that the server's description of the columns contradicts. Columns a
+    /// table lacks are [`Router::missing_columns`]' to report; a server type the relay does
+    /// not render by Debezium's rules (TINYINT, unknown types) is no clash: there the setting
+    /// is the only way. A table the router does not watch has none.
+    pub fn column_type_clashes(&self, tables: &[WatchedTableColumns]) -> Vec<ColumnTypeClash> {
+        tables
+            .iter()
+            .flat_map(|table| self.table_clashes(table))
+            .collect()
+    }
+
+    /// [`Router::column_type_clashes`] of one table.
+    fn table_clashes(&self, table: &WatchedTableColumns) -> Vec<ColumnTypeClash> {
         let Some(route) = self.tables.get(&table.table) else {
             return Vec::new();
         };
@@ -202,7 +210,7 @@ impl Router {
             let Some(description) = describe(column).filter(|_| written) else {
                 continue;
             };
-            let server_type = described_schema_type(description.described.sql_type);
+            let server_type = ConnectSchemaType::described(description.described.sql_type);
             if let (Some(configured), Some(server)) = (schema_type, server_type) {
                 if configured != server {
                     clash(
@@ -324,7 +332,7 @@ mod tests {
             descriptions: columns.iter().map(|(_, column)| column.clone()).collect(),
         };
         let clashes: Vec<(String, String, String)> = router
-            .column_type_clashes(&watched)
+            .column_type_clashes(std::slice::from_ref(&watched))
             .into_iter()
             .map(|clash| (clash.column, clash.setting, clash.server))
             .collect();
@@ -374,7 +382,7 @@ mod tests {
         )
         .unwrap();
         // The defaults stand in for NULLs whatever the format.
-        let clashes = raw.column_type_clashes(&watched);
+        let clashes = raw.column_type_clashes(std::slice::from_ref(&watched));
         assert_eq!(clashes.len(), 4, "{clashes:?}");
         assert!(clashes[0]
             .to_string()
